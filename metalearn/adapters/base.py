@@ -1,0 +1,69 @@
+"""The inner-loop interface: how weights are adapted to one task."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, List, Optional, Sequence
+
+import keras
+import tensorflow as tf
+
+from metalearn.functional import Weights
+
+LossFn = Callable[[Weights, Any, Any], tf.Tensor]
+"""``loss_fn(weights, x, y)``: a task's scalar loss of the model run with ``weights``."""
+
+
+class Adapter(tf.Module, abc.ABC):
+    """Maps (initial weights, support set) to adapted weights, as a pure function.
+
+    An adapter may own meta-learned state (learned inner learning rates, a
+    hypernetwork): it creates it in :meth:`build` and lists it in
+    :attr:`meta_variables`, and the outer step trains it with the model's initial
+    weights. :meth:`adapt` must never assign to any variable; it returns new tensors.
+
+    To write an adapter, subclass this and implement :meth:`adapt` (and :meth:`build` if
+    it owns variables). See BUILD.md, "Adding an adapter".
+    """
+
+    def __init__(self, name: Optional[str] = None):
+        super().__init__(name=name)
+        self._built = False
+
+    def build(self, model: keras.Model, weights: Weights) -> None:
+        """Creates the adapter's meta-learned state for ``model``; called once by Learner.
+
+        Args:
+          model: the learner's (built) model.
+          weights: its initial weights by path, for shapes and dtypes.
+        """
+        self._built = True
+
+    @property
+    def built(self) -> bool:
+        return self._built
+
+    @property
+    def meta_variables(self) -> List[keras.Variable]:
+        """Variables the outer step trains besides the model's (empty by default)."""
+        return []
+
+    def generated_paths(self, weights: Weights) -> Sequence[str]:
+        """Paths of model weights this adapter replaces outright (never meta-trained)."""
+        return ()
+
+    @abc.abstractmethod
+    def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
+              steps: Optional[int] = None) -> Weights:
+        """Adapts ``weights`` to the task given by its support set.
+
+        Args:
+          weights: initial weights by path (tensors; gradients flow through them).
+          support_x, support_y: one task's support set, no task axis.
+          loss_fn: the task loss of the model run with given weights.
+          steps: number of inner steps, overriding the adapter's own where it has one.
+
+        Returns:
+          Adapted weights by path (a subset of paths is allowed: missing ones stay at
+          the model's variables).
+        """

@@ -1,0 +1,26 @@
+"""Registers the Keras pieces that gin files name (``@keras.optimizers.Adam()``...)."""
+
+from __future__ import annotations
+
+import gin
+import keras
+
+_OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Lion")
+_LOSSES = ("MeanSquaredError", "MeanAbsoluteError", "SparseCategoricalCrossentropy",
+           "CategoricalCrossentropy", "BinaryCrossentropy", "Huber")
+_SCHEDULES = ("CosineDecay", "ExponentialDecay", "PiecewiseConstantDecay")
+
+
+def _register(module, names, gin_module):
+    for name in names:
+        target = getattr(module, name, None)
+        if target is not None:
+            try:
+                gin.external_configurable(target, name=name, module=gin_module)
+            except ValueError:  # registered already (module re-imported)
+                pass
+
+
+_register(keras.optimizers, _OPTIMIZERS, "keras.optimizers")
+_register(keras.losses, _LOSSES, "keras.losses")
+_register(keras.optimizers.schedules, _SCHEDULES, "keras.optimizers.schedules")

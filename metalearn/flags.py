@@ -1,0 +1,30 @@
+"""Flags shared by the absl entry points (gin's conventional flag names)."""
+
+from __future__ import annotations
+
+import os
+from typing import List, Sequence
+
+from absl import flags
+
+EXPERIMENTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               "experiments")
+
+
+def define_gin_flags() -> None:
+    flags.DEFINE_multi_string("gin_file", [], "Gin config files, parsed in order. A path "
+                              "not found as given is looked up under experiments/.")
+    flags.DEFINE_multi_string("gin_param", [], "Gin bindings applied after the files, "
+                              "e.g. --gin_param='Experiment.num_steps=100'.")
+
+
+def resolve_gin_files(paths: Sequence[str]) -> List[str]:
+    """Each path as given if it exists, else under the repository's experiments/."""
+    resolved = []
+    for path in paths:
+        candidates = [path, os.path.join(EXPERIMENTS_DIR, path)]
+        found = next((c for c in candidates if os.path.isfile(c)), None)
+        if found is None:
+            raise FileNotFoundError(f"gin file {path!r} not found (looked in {candidates})")
+        resolved.append(found)
+    return resolved

@@ -1,0 +1,163 @@
+"""Functional view of an unmodified Keras 3 model: weights as tensors, forward with given weights.
+
+This module is the one seam between metalearn and Keras internals. Everything above it
+sees a model's weights as a ``Weights`` mapping from variable path (``"dense/kernel"``)
+to tensor, and runs the model with :func:`call`, which goes through Keras 3's
+``stateless_call``: no layer is rewritten, no attribute is patched, no model is copied,
+and no variable is ever assigned.
+
+BatchNorm: with ``training=True`` a ``BatchNormalization`` layer normalises with the
+statistics of the batch it sees (as in the MAML paper). The moving statistics it would
+update are returned by ``stateless_call`` and discarded, so inner steps never pollute
+them. Keras' TensorFlow backend computes batch variance with ``tf.nn.moments``, which
+stops the gradient through the mean inside the variance: harmless for first derivatives,
+but it drops a term of the second derivative, so second-order MAML through BatchNorm is
+silently wrong (about 5% off on a small network). :func:`call` computes the moments
+exactly instead (identical forward values, correct derivatives of every order); the
+switch is scoped to the calling thread and to :func:`call` itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Dict, Iterator, Mapping, Optional
+
+import keras
+import tensorflow as tf
+
+Weights = Dict[str, tf.Tensor]
+"""A model's weights by variable path, e.g. ``{"dense/kernel": <tf.Tensor [1, 40]>, ...}``."""
+
+__all__ = ["Weights", "variables", "weights", "call", "check_built", "exact_moments"]
+
+
+def check_built(model: keras.Model) -> None:
+    """Raises ``ValueError`` unless ``model`` is a built Keras model with trainable weights."""
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"expected a keras.Model, got {type(model).__name__}: {model!r}")
+    if not model.built or not model.trainable_variables:
+        raise ValueError(
+            f"model {model.name!r} has no trainable weights yet: build it first "
+            "(give it a keras.Input, call model.build(input_shape), or call it on a batch)")
+
+
+def variables(model: keras.Model) -> Dict[str, keras.Variable]:
+    """The model's trainable variables by path, in ``model.trainable_variables`` order."""
+    check_built(model)
+    by_path: Dict[str, keras.Variable] = {}
+    for variable in model.trainable_variables:
+        if variable.path in by_path:
+            raise ValueError(f"model {model.name!r} has two trainable variables at path "
+                             f"{variable.path!r}; give its layers unique names")
+        by_path[variable.path] = variable
+    return by_path
+
+
+def weights(model: keras.Model) -> Weights:
+    """Reads the model's trainable weights as tensors.
+
+    The read is recorded by any active ``tf.GradientTape``, so gradients taken with
+    respect to ``model.trainable_variables`` flow through everything computed from the
+    returned tensors.
+    """
+    return {path: tf.convert_to_tensor(v) for path, v in variables(model).items()}
+
+
+def call(model: keras.Model, weights: Mapping[str, tf.Tensor], inputs: Any,
+         training: bool = True, **kwargs: Any) -> Any:
+    """Runs ``model`` on ``inputs`` with the given weights instead of its variables.
+
+    Args:
+      model: a built Keras model, left untouched.
+      weights: tensors by variable path. Paths missing from it take the model's current
+        variable values, so a partial mapping (only the head, say) is fine.
+      inputs: the model's input.
+      training: passed to the model; ``True`` makes BatchNorm use batch statistics.
+      **kwargs: further keyword arguments for the model's ``call``.
+
+    Returns:
+      The model's output. Non-trainable state updates (BatchNorm moving statistics,
+      dropout seeds) are discarded.
+
+    Raises:
+      KeyError: a path in ``weights`` is not one of the model's trainable variables.
+      ValueError: a given weight's shape differs from its variable's.
+    """
+    by_path = variables(model)
+    unknown = sorted(set(weights) - set(by_path))
+    if unknown:
+        raise KeyError(f"weights {unknown} are not trainable variables of model "
+                       f"{model.name!r}; its paths are {list(by_path)}")
+    trainable = []
+    for path, variable in by_path.items():
+        if path in weights:
+            value = weights[path]
+            if not value.shape.is_compatible_with(variable.shape):
+                raise ValueError(f"weight {path!r} has shape {value.shape}, expected "
+                                 f"{tuple(variable.shape)}")
+            trainable.append(value)
+        else:
+            trainable.append(tf.convert_to_tensor(variable))
+    non_trainable = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
+    with exact_moments():
+        outputs, _ = model.stateless_call(trainable, non_trainable, inputs,
+                                          training=training, **kwargs)
+    return outputs
+
+
+# --- exact batch moments -----------------------------------------------------------
+
+_state = threading.local()
+
+
+def _exact_moments_enabled() -> bool:
+    return getattr(_state, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def exact_moments() -> Iterator[None]:
+    """Within this context (on this thread), Keras batch moments are exact to all orders."""
+    _install_moments_dispatch()
+    _state.depth = getattr(_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+
+
+_install_lock = threading.Lock()
+_keras_moments: Optional[Any] = None
+
+
+def _moments(x, axes, keepdims=False, synchronized=False):
+    """Dispatches to exact moments inside :func:`exact_moments`, else to Keras' own."""
+    if synchronized or not _exact_moments_enabled():
+        return _keras_moments(x, axes, keepdims=keepdims, synchronized=synchronized)
+    x = tf.convert_to_tensor(x)
+    original_dtype = x.dtype
+    if original_dtype in (tf.float16, tf.bfloat16):  # statistics in float32, as Keras does
+        x = tf.cast(x, tf.float32)
+    mean = tf.reduce_mean(x, axis=axes, keepdims=True)
+    # No stop_gradient on the mean (unlike tf.nn.moments): same values, exact Hessian.
+    variance = tf.reduce_mean(tf.square(x - mean), axis=axes, keepdims=True)
+    if not keepdims:
+        mean = tf.squeeze(mean, axis=axes)
+        variance = tf.squeeze(variance, axis=axes)
+    return tf.cast(mean, original_dtype), tf.cast(variance, original_dtype)
+
+
+def _install_moments_dispatch() -> None:
+    """Routes Keras' TensorFlow-backend ``moments`` through :func:`_moments`, once."""
+    global _keras_moments
+    if _keras_moments is not None:
+        return
+    with _install_lock:
+        if _keras_moments is not None:
+            return
+        from keras.src.backend.tensorflow import nn as tf_backend_nn  # the seam
+        if keras.backend.backend() != "tensorflow":
+            raise RuntimeError("metalearn needs Keras' TensorFlow backend, found "
+                               f"{keras.backend.backend()!r}; set KERAS_BACKEND=tensorflow")
+        _keras_moments = tf_backend_nn.moments
+        tf_backend_nn.moments = _moments

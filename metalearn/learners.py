@@ -1,0 +1,205 @@
+"""Learner = model + adapter + loss: the object research code holds and subclasses."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+
+import gin
+import keras
+import tensorflow as tf
+
+from metalearn import functional
+from metalearn.adapters.base import Adapter
+from metalearn.adapters.gradient_descent import GradientDescent
+from metalearn.functional import Weights
+from metalearn.tasks.episode import Episode
+
+MetricFn = Callable[[Any, Any], tf.Tensor]
+TASK_BATCHING = ("map_fn", "unrolled")
+
+
+@gin.configurable
+def accuracy(y_true: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    """Fraction of examples whose arg-max logit is the integer label."""
+    predicted = tf.argmax(logits, axis=-1, output_type=tf.int64)
+    labels = tf.cast(tf.reshape(y_true, tf.shape(predicted)), tf.int64)
+    return tf.reduce_mean(tf.cast(tf.equal(predicted, labels), tf.float32))
+
+
+def _as_fn(name: str, fn: Union[str, MetricFn]) -> MetricFn:
+    if isinstance(fn, str):
+        if fn == "accuracy":
+            return accuracy
+        try:
+            return keras.losses.get(fn)
+        except ValueError as error:
+            raise ValueError(f"unknown {name} {fn!r}: give a callable(y_true, y_pred) "
+                             "or a Keras loss name") from error
+    if not callable(fn):
+        raise TypeError(f"{name} must be callable(y_true, y_pred), got {fn!r}")
+    return fn
+
+
+@gin.configurable
+class Learner(tf.Module):
+    """A Keras model, an inner-loop adapter and a task loss.
+
+    Works on any unmodified, built Keras 3 model: adaptation runs the model through
+    :func:`metalearn.functional.call` with weights given as tensors, so no variable is
+    ever assigned by :meth:`adapt`, and meta-gradients reach :attr:`meta_variables`
+    through every inner step.
+
+    Example::
+
+        learner = metalearn.Learner(model, adapter=metalearn.adapters.GradientDescent(
+            steps=1, learning_rate=0.01), loss=keras.losses.MeanSquaredError())
+        fast = learner.adapt(support_x, support_y)   # adapted weights; variables untouched
+        y_hat = learner.predict(fast, query_x)
+        loss = learner.meta_loss(episodes)           # mean query loss over the tasks
+
+    Methods meant to be overridden in research code: :meth:`task_loss` (the loss of
+    one task's predictions), :meth:`split` (how an episode becomes support and query),
+    :meth:`episode_metrics` (what is measured on one task) and :meth:`predict`.
+
+    Args:
+      model: a built Keras model.
+      adapter: the inner loop; defaults to one MAML step, ``GradientDescent()``.
+      loss: ``loss(y_true, y_pred)``, a Keras loss object, function or name; the mean of
+        its output is a task's loss.
+      metrics: extra per-task metrics by name, ``fn(y_true, y_pred)`` (mean of output),
+        or the string ``"accuracy"``; reported with the query loss.
+      query_training: run the query forward pass in training mode, so BatchNorm uses the
+        query batch's statistics (the MAML paper's transductive setting). With ``False``
+        it uses the moving statistics, which adaptation never updates.
+      task_batching: how a batch of tasks is run: ``"map_fn"`` (a compiled loop whose
+        graph size does not grow with the number of tasks) or ``"unrolled"`` (one copy of
+        the inner loop per task in the graph).
+      parallel_iterations: tasks run concurrently with ``"map_fn"``.
+    """
+
+    def __init__(self, model: keras.Model, adapter: Optional[Adapter] = None,
+                 loss: Optional[Union[str, MetricFn]] = None,
+                 metrics: Optional[Mapping[str, Union[str, MetricFn]]] = None,
+                 query_training: bool = True, task_batching: str = "map_fn",
+                 parallel_iterations: int = 2, name: Optional[str] = None):
+        super().__init__(name=name)
+        functional.check_built(model)
+        if task_batching not in TASK_BATCHING:
+            raise ValueError(f"task_batching must be one of {TASK_BATCHING}, "
+                             f"got {task_batching!r}")
+        if loss is None:
+            raise ValueError("Learner needs a loss, e.g. keras.losses.MeanSquaredError()")
+        self.model = model
+        self.adapter = GradientDescent() if adapter is None else adapter
+        if not isinstance(self.adapter, Adapter):
+            raise TypeError(f"adapter must be a metalearn.adapters.Adapter, got {adapter!r}")
+        self._loss = _as_fn("loss", loss)
+        self._metrics = {str(k): _as_fn(f"metric {k!r}", v)
+                         for k, v in dict(metrics or {}).items()}
+        if "loss" in self._metrics:
+            raise ValueError("'loss' is reserved for the query loss; rename that metric")
+        self.query_training = bool(query_training)
+        self.task_batching = task_batching
+        self.parallel_iterations = int(parallel_iterations)
+        dtype = tf.as_dtype(model.trainable_variables[0].dtype)
+        self.metric_dtype = tf.float64 if dtype == tf.float64 else tf.float32
+        if not self.adapter.built:
+            self.adapter.build(model, functional.weights(model))
+
+    # --- what the outer step trains ----------------------------------------------
+
+    @property
+    def meta_variables(self) -> List[keras.Variable]:
+        """Everything the outer step differentiates: the model's initial weights (minus
+        any the adapter generates) and the adapter's own meta-learned state."""
+        generated = set(self.adapter.generated_paths(self.initial_weights()))
+        model_vars = [v for p, v in functional.variables(self.model).items()
+                      if p not in generated]
+        return model_vars + list(self.adapter.meta_variables)
+
+    def initial_weights(self) -> Weights:
+        """The model's current weights as tensors (the inner loop's starting point)."""
+        return functional.weights(self.model)
+
+    # --- one task ----------------------------------------------------------------
+
+    def forward(self, weights: Weights, x: Any, training: bool = True) -> Any:
+        """The model's output on ``x`` with the given weights."""
+        return functional.call(self.model, weights, x, training=training)
+
+    def task_loss(self, y_true: Any, y_pred: Any) -> tf.Tensor:
+        """Scalar loss of one task's predictions (override for a custom loss)."""
+        return tf.cast(tf.reduce_mean(self._loss(y_true, y_pred)), self.metric_dtype)
+
+    def support_loss(self, weights: Weights, x: Any, y: Any) -> tf.Tensor:
+        """The inner loop's objective: the task loss on a support batch."""
+        return self.task_loss(y, self.forward(weights, x, training=True))
+
+    def adapt(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
+              weights: Optional[Weights] = None) -> Weights:
+        """Adapted weights for the task given by its support set (no task axis).
+
+        Args:
+          support_x, support_y: one task's support examples.
+          steps: inner steps, overriding the adapter's default (e.g. more at test time).
+          weights: starting weights; defaults to :meth:`initial_weights`.
+        """
+        weights = self.initial_weights() if weights is None else weights
+        return self.adapter.adapt(weights, support_x, support_y, self.support_loss,
+                                  steps=steps)
+
+    def predict(self, weights: Weights, x: Any) -> Any:
+        """Predictions of the model with (adapted) ``weights`` on query inputs."""
+        return self.forward(weights, x, training=self.query_training)
+
+    def split(self, episode: Episode) -> Tuple[Any, Any, Any, Any]:
+        """``(support_x, support_y, query_x, query_y)`` of one episode (override to
+        change what the inner loop sees, e.g. to add context inputs)."""
+        return episode.support_x, episode.support_y, episode.query_x, episode.query_y
+
+    def episode_metrics(self, episode: Episode, steps: Optional[int] = None,
+                        weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
+        """Adapts on one episode's support set and measures on its query set.
+
+        Returns:
+          Scalars by name: ``"loss"`` (the query loss, which the outer step minimises)
+          and each of the learner's metrics.
+        """
+        support_x, support_y, query_x, query_y = self.split(episode)
+        adapted = self.adapt(support_x, support_y, steps=steps, weights=weights)
+        predictions = self.predict(adapted, query_x)
+        results = {"loss": self.task_loss(query_y, predictions)}
+        for name, fn in self._metrics.items():
+            results[name] = tf.cast(tf.reduce_mean(fn(query_y, predictions)),
+                                    self.metric_dtype)
+        return results
+
+    # --- a batch of tasks --------------------------------------------------------
+
+    @property
+    def metric_names(self) -> List[str]:
+        return ["loss"] + list(self._metrics)
+
+    def meta_metrics(self, episodes: Episode, steps: Optional[int] = None,
+                     weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
+        """Per-task metrics of a batch of episodes (leading task axis), each ``[tasks]``.
+
+        Args:
+          episodes: a batch of episodes with a leading task axis.
+          steps: inner steps, overriding the adapter's default.
+          weights: initial weights to adapt from; defaults to the model's variables.
+        """
+        if weights is None:
+            weights = self.initial_weights()  # read once: one tape record for all tasks
+        one_task = lambda episode: self.episode_metrics(episode, steps, weights)
+        if self.task_batching == "unrolled":
+            results = [one_task(episodes.task(i)) for i in range(episodes.num_tasks)]
+            return {k: tf.stack([r[k] for r in results]) for k in self.metric_names}
+        signature = {k: tf.TensorSpec([], self.metric_dtype) for k in self.metric_names}
+        return tf.map_fn(one_task, episodes, fn_output_signature=signature,
+                         parallel_iterations=self.parallel_iterations)
+
+    def meta_loss(self, episodes: Episode, steps: Optional[int] = None,
+                  weights: Optional[Weights] = None) -> tf.Tensor:
+        """Mean query loss after adaptation over a batch of episodes (leading task axis)."""
+        return tf.reduce_mean(self.meta_metrics(episodes, steps, weights)["loss"])

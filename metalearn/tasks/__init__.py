@@ -1,0 +1,7 @@
+"""Tasks: what an episode is and how episodes are sampled."""
+
+from metalearn.tasks.base import SPLITS, TaskSampler, split_seed
+from metalearn.tasks.episode import Episode
+from metalearn.tasks.sinusoid import Sinusoid
+
+__all__ = ["Episode", "SPLITS", "Sinusoid", "TaskSampler", "split_seed"]

@@ -1,0 +1,127 @@
+"""The compiled meta-step and the training loop: checkpoints, summaries, logs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Callable, Dict
+
+import gin
+import tensorflow as tf
+from absl import logging
+
+from metalearn.learners import Learner
+from metalearn.meta_optimizers import MetaOptimizer
+from metalearn.tasks.episode import Episode
+from metalearn.training.experiment import CONFIG_FILE, Experiment
+
+CHECKPOINT_DIR = "checkpoints"
+OPERATIVE_CONFIG_FILE = "operative_config.gin"
+METRICS_FILE = "metrics.json"
+
+MetaStep = Callable[[Episode], Dict[str, tf.Tensor]]
+
+
+def make_meta_step(learner: Learner, meta_optimizer: MetaOptimizer,
+                   jit_compile: bool = False) -> MetaStep:
+    """The whole outer step (inner loops, meta-gradient, update) as one ``tf.function``.
+
+    Returns a function of a batch of episodes giving the batch's mean metrics
+    (``{"loss": ..., ...}``) before the update.
+    """
+    meta_optimizer.build(learner)
+
+    def meta_step(episodes: Episode) -> Dict[str, tf.Tensor]:
+        metrics = meta_optimizer.step(learner, episodes)
+        return {name: tf.reduce_mean(value) for name, value in metrics.items()}
+
+    return tf.function(meta_step, jit_compile=jit_compile)
+
+
+def checkpoint_for(experiment: Experiment, step: tf.Variable) -> tf.train.Checkpoint:
+    """What a run checkpoints: the step, the learner (model and adapter state) and the
+    meta-optimizer's slots."""
+    return tf.train.Checkpoint(step=step, learner=experiment.learner,
+                               optimizer=experiment.meta_optimizer.optimizer)
+
+
+def _write_json(path: str, value) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(value, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)  # never a half-written file
+
+
+def train(experiment: Experiment, workdir: str) -> Dict[str, float]:
+    """Meta-trains ``experiment`` in ``workdir``, resuming from its latest checkpoint.
+
+    Writes ``config.gin`` (the run's gin bindings), ``operative_config.gin`` (every value
+    the run used), ``checkpoints/``, TensorBoard
+    summaries under ``train/`` and ``metrics.json`` (the final metrics).
+
+    Returns:
+      The final metrics: mean over the last logging window of each per-task metric,
+      plus ``step`` and ``tasks_per_second``.
+
+    Raises:
+      FloatingPointError: the meta-loss became NaN or infinite (the latest checkpoint
+        from before that point is kept).
+    """
+    os.makedirs(workdir, exist_ok=True)
+    learner, meta_optimizer = experiment.learner, experiment.meta_optimizer
+    meta_step = make_meta_step(learner, meta_optimizer, experiment.jit_compile)
+    step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+    checkpoint = checkpoint_for(experiment, step)
+    manager = tf.train.CheckpointManager(checkpoint, os.path.join(workdir, CHECKPOINT_DIR),
+                                         max_to_keep=experiment.keep_checkpoints)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        logging.info("resumed from %s at step %d", manager.latest_checkpoint, int(step))
+    start = int(step)
+    # config.gin: every binding of the run (evaluation's too), parsed by restore();
+    # operative_config.gin: the values the run actually used, defaults included.
+    with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
+        f.write(experiment.config or gin.config_str())
+    with open(os.path.join(workdir, OPERATIVE_CONFIG_FILE), "w") as f:
+        f.write(gin.operative_config_str())
+
+    writer = tf.summary.create_file_writer(os.path.join(workdir, "train"))
+    episodes = experiment.sampler.dataset(
+        experiment.meta_batch_size, seed=experiment.seed, split="train",
+        start_step=start, num_steps=max(experiment.num_steps - start, 0))
+    window: list = []
+    final: Dict[str, float] = {}
+    window_start = time.perf_counter()
+    for batch in episodes:
+        window.append(meta_step(batch))
+        step.assign_add(1)
+        current = int(step)
+        done = current >= experiment.num_steps
+        if current % experiment.log_every == 0 or done:
+            elapsed = time.perf_counter() - window_start
+            final = {k: float(tf.reduce_mean([m[k] for m in window])) for k in window[0]}
+            if not all(math.isfinite(v) for v in final.values()):
+                raise FloatingPointError(
+                    f"non-finite meta-metrics {final} at step {current}; the latest "
+                    f"checkpoint {manager.latest_checkpoint} is from before it")
+            final["tasks_per_second"] = len(window) * experiment.meta_batch_size / elapsed
+            logging.info("step %d/%d  meta-loss %.5f  %s  %.0f tasks/s", current,
+                         experiment.num_steps, final["loss"],
+                         "  ".join(f"{k} {v:.4f}" for k, v in final.items()
+                                   if k not in ("loss", "tasks_per_second")),
+                         final["tasks_per_second"])
+            with writer.as_default(step=current):
+                for name, value in final.items():
+                    tf.summary.scalar(name if name == "tasks_per_second" else f"meta_{name}",
+                                      value)
+            window, window_start = [], time.perf_counter()
+        if current % experiment.checkpoint_every == 0 or done:
+            manager.save(checkpoint_number=current)
+    writer.flush()
+    if start < experiment.num_steps or not os.path.exists(os.path.join(workdir, METRICS_FILE)):
+        final["step"] = int(step)
+        _write_json(os.path.join(workdir, METRICS_FILE), final)
+    with open(os.path.join(workdir, METRICS_FILE)) as f:
+        return json.load(f)

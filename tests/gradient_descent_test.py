@@ -1,0 +1,141 @@
+"""GradientDescent (MAML): inner loop by hand, meta-gradients against finite differences."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import metalearn
+from metalearn import functional, models
+from metalearn.adapters import GradientDescent
+from metalearn.tasks import Episode
+from tests.reference import finite_difference_gradient, relative_error
+
+
+def mse(y, p):
+    return tf.reduce_mean(tf.square(y - p))
+
+
+def softmax_xent(y, logits):
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        tf.cast(y, tf.int32), logits))
+
+
+def _regression_episodes(tasks=3, shots=4, dim=2, seed=0):
+    keys = tf.random.experimental.stateless_split([seed, 1], 4)
+    normal = lambda k, shape: tf.random.stateless_normal(shape, k, dtype=tf.float64)
+    return Episode(normal(keys[0], [tasks, shots, dim]), normal(keys[1], [tasks, shots, 1]),
+                   normal(keys[2], [tasks, shots, dim]), normal(keys[3], [tasks, shots, 1]))
+
+
+def _image_episodes(tasks=2, ways=3, size=8, seed=0):
+    keys = tf.random.experimental.stateless_split([seed, 2], 2)
+    labels = tf.tile(tf.range(ways)[None], [tasks, 1])
+    images = lambda k: tf.random.stateless_normal([tasks, ways, size, size, 1], k,
+                                                  dtype=tf.float64)
+    return Episode(images(keys[0]), labels, images(keys[1]), labels)
+
+
+def _learner(kind, steps=2, first_order=False, **kwargs):
+    keras.utils.set_random_seed(0)
+    if kind == "mlp":
+        model = models.mlp((2,), hidden=(5, 4), outputs=1, activation="tanh", dtype="float64")
+        loss = mse
+    else:
+        model = models.conv_net((8, 8, 1), outputs=3, filters=3, blocks=2, dtype="float64")
+        loss = softmax_xent
+    adapter = GradientDescent(steps=steps, learning_rate=0.3, first_order=first_order,
+                              **kwargs)
+    return metalearn.Learner(model, adapter=adapter, loss=loss)
+
+
+def _analytic_meta_gradient(learner, episodes):
+    with tf.GradientTape() as tape:
+        loss = learner.meta_loss(episodes)
+    grads = tape.gradient(loss, learner.meta_variables)
+    return {v.path: g.numpy() for v, g in zip(learner.meta_variables, grads)}
+
+
+@pytest.mark.parametrize("kind", ["mlp", "conv_batchnorm"])
+def test_second_order_meta_gradient_equals_finite_differences(kind):
+    learner = _learner(kind, steps=2)
+    episodes = _regression_episodes() if kind == "mlp" else _image_episodes()
+    analytic = _analytic_meta_gradient(learner, episodes)
+    numeric = finite_difference_gradient(
+        lambda w: learner.meta_loss(episodes, weights=w), learner.initial_weights())
+    assert relative_error(analytic, numeric) < 1e-6
+
+
+def _hand_unrolled_meta_loss(learner, episodes, weights, steps, lr, stop_inner_gradient):
+    """An independent copy of the MAML objective, written out step by step."""
+    losses = []
+    for t in range(episodes.num_tasks):
+        task = episodes.task(t)
+        fast = dict(weights)
+        for _ in range(steps):
+            with tf.GradientTape() as tape:
+                tape.watch(fast)
+                inner = learner.task_loss(task.support_y,
+                                          functional.call(learner.model, fast, task.support_x))
+            grads = tape.gradient(inner, fast)
+            if stop_inner_gradient:
+                grads = {k: tf.stop_gradient(g) for k, g in grads.items()}
+            fast = {k: fast[k] - lr * grads[k] for k in fast}
+        losses.append(learner.task_loss(task.query_y,
+                                        functional.call(learner.model, fast, task.query_x)))
+    return tf.reduce_mean(losses)
+
+
+@pytest.mark.parametrize("first_order", [False, True])
+def test_meta_gradient_equals_hand_unrolled_reference(first_order):
+    learner = _learner("conv", steps=2, first_order=first_order)
+    episodes = _image_episodes()
+    analytic = _analytic_meta_gradient(learner, episodes)
+    weights = learner.initial_weights()
+    with tf.GradientTape() as tape:
+        tape.watch(weights)
+        loss = _hand_unrolled_meta_loss(learner, episodes, weights, 2, 0.3, first_order)
+    reference = {k: g.numpy() for k, g in tape.gradient(loss, weights).items()}
+    assert relative_error(analytic, reference) < 1e-10
+
+
+def test_first_order_differs_from_second_order():
+    episodes = _regression_episodes()
+    second = _analytic_meta_gradient(_learner("mlp"), episodes)
+    first = _analytic_meta_gradient(_learner("mlp", first_order=True), episodes)
+    assert relative_error(first, second) > 1e-3
+
+
+def test_one_step_matches_closed_form_on_linear_regression():
+    model = models.mlp((2,), hidden=(), outputs=1, dtype="float64")
+    learner = metalearn.Learner(model, GradientDescent(steps=1, learning_rate=0.1), loss=mse)
+    x = tf.constant([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]], tf.float64)
+    y = tf.constant([[1.0], [0.0], [2.0]], tf.float64)
+    w = model.trainable_variables[0].numpy()
+    b = model.trainable_variables[1].numpy()
+    residual = x.numpy() @ w + b - y.numpy()  # d mean(r^2)/dw = 2 x^T r / n
+    fast = learner.adapt(x, y)
+    np.testing.assert_allclose(fast["mlp/head/kernel"], w - 0.1 * 2 * x.numpy().T @ residual / 3)
+    np.testing.assert_allclose(fast["mlp/head/bias"], b - 0.1 * 2 * residual.mean(0))
+
+
+def test_anil_adapts_only_matching_weights():
+    learner = _learner("mlp", steps=3, adapt=("head",))
+    episode = _regression_episodes().task(0)
+    start = learner.initial_weights()
+    fast = learner.adapt(episode.support_x, episode.support_y)
+    for path in start:
+        changed = not np.array_equal(start[path], fast[path])
+        assert changed == ("head" in path), path
+
+
+def test_adapt_pattern_matching_nothing_is_an_error():
+    learner = _learner("mlp", adapt=("no_such_layer",))
+    episode = _regression_episodes().task(0)
+    with pytest.raises(ValueError, match="no_such_layer"):
+        learner.adapt(episode.support_x, episode.support_y)
+
+
+def test_negative_steps_rejected():
+    with pytest.raises(ValueError, match="steps must be >= 0, got -1"):
+        GradientDescent(steps=-1)

@@ -1,0 +1,121 @@
+"""Learner: the README example, purity of adaptation, task batching and compilation."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import metalearn
+from metalearn import models
+from metalearn.adapters import GradientDescent
+from metalearn.tasks import Sinusoid
+from tests.gradient_descent_test import _image_episodes, _learner, softmax_xent
+
+
+def test_readme_example():
+    # Kept in step with README.md, "Using the library".
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(40, activation="relu"),
+                              keras.layers.Dense(40, activation="relu"),
+                              keras.layers.Dense(1)])
+    learner = metalearn.Learner(model, adapter=metalearn.adapters.GradientDescent(
+        steps=1, learning_rate=0.01, first_order=False),
+        loss=keras.losses.MeanSquaredError())
+    episodes = Sinusoid(shots=10).sample(tf.constant([0, 0]), num_tasks=25)  # [25, 10, 1]
+    support_x, support_y = episodes.support_x[0], episodes.support_y[0]
+    fast = learner.adapt(support_x, support_y)    # adapted weights; variables untouched
+    y_hat = learner.predict(fast, episodes.query_x[0])
+    loss = learner.meta_loss(episodes)            # mean query loss over a batch of tasks
+    assert y_hat.shape == (10, 1)
+    assert loss.shape == ()
+    assert len(learner.meta_variables) == 6
+
+
+def test_variables_bit_identical_after_adapt_and_meta_loss():
+    learner = _learner("conv", steps=3)
+    episodes = _image_episodes()
+    before = [v.numpy().copy() for v in learner.model.variables]
+    learner.adapt(episodes.support_x[0], episodes.support_y[0])
+    learner.meta_loss(episodes)
+    tf.function(learner.meta_loss)(episodes)
+    for old, variable in zip(before, learner.model.variables):
+        assert old.tobytes() == variable.numpy().tobytes(), variable.path
+
+
+def _meta_gradient(learner, episodes, mode):
+    def grads(batch):
+        with tf.GradientTape() as tape:
+            loss = learner.meta_loss(batch)
+        return tape.gradient(loss, learner.meta_variables)
+    if mode == "eager":
+        return [g.numpy() for g in grads(episodes)]
+    compiled = tf.function(grads, jit_compile=(mode == "xla"))
+    return [g.numpy() for g in compiled(episodes)]
+
+
+@pytest.mark.parametrize("task_batching", ["map_fn", "unrolled"])
+def test_meta_gradient_same_eager_function_and_xla(task_batching):
+    learner = _learner("conv", steps=2)
+    learner.task_batching = task_batching
+    episodes = _image_episodes(tasks=3)
+    eager = _meta_gradient(learner, episodes, "eager")
+    for mode in ("function", "xla"):
+        for a, b in zip(eager, _meta_gradient(learner, episodes, mode)):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12, err_msg=mode)
+
+
+def test_map_fn_and_unrolled_batching_agree():
+    learner = _learner("conv", steps=2)
+    episodes = _image_episodes(tasks=4)
+    learner.task_batching = "map_fn"
+    mapped = _meta_gradient(learner, episodes, "function")
+    learner.task_batching = "unrolled"
+    unrolled = _meta_gradient(learner, episodes, "function")
+    for a, b in zip(mapped, unrolled):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+
+
+def test_meta_metrics_per_task_and_accuracy():
+    keras.utils.set_random_seed(1)
+    model = models.conv_net((8, 8, 1), outputs=3, filters=3, blocks=2, dtype="float64")
+    learner = metalearn.Learner(model, GradientDescent(steps=1, learning_rate=0.1),
+                                loss=softmax_xent, metrics={"accuracy": "accuracy"})
+    metrics = learner.meta_metrics(_image_episodes(tasks=5))
+    assert sorted(metrics) == ["accuracy", "loss"]
+    assert metrics["loss"].shape == (5,) and metrics["accuracy"].shape == (5,)
+    assert np.all((metrics["accuracy"] >= 0) & (metrics["accuracy"] <= 1))
+
+
+def test_more_inner_steps_at_test_time_lower_support_loss():
+    learner = _learner("mlp", steps=1)
+    from tests.gradient_descent_test import _regression_episodes
+    episode = _regression_episodes().task(0)
+    losses = [float(learner.support_loss(learner.adapt(episode.support_x, episode.support_y,
+                                                       steps=s),
+                                         episode.support_x, episode.support_y))
+              for s in (0, 1, 5)]
+    assert losses[0] > losses[1] > losses[2]
+
+
+def test_bad_arguments_are_named():
+    model = models.mlp()
+    with pytest.raises(ValueError, match="needs a loss"):
+        metalearn.Learner(model, GradientDescent())
+    with pytest.raises(ValueError, match="task_batching.*'vmap'"):
+        metalearn.Learner(model, GradientDescent(), loss="mse", task_batching="vmap")
+    with pytest.raises(TypeError, match="Adapter"):
+        metalearn.Learner(model, adapter="sgd", loss="mse")
+    with pytest.raises(ValueError, match="unknown loss 'msee'"):
+        metalearn.Learner(model, GradientDescent(), loss="msee")
+
+
+def test_subclass_overrides_task_loss():
+    class L1Learner(metalearn.Learner):
+        def task_loss(self, y_true, y_pred):
+            return tf.reduce_mean(tf.abs(y_true - y_pred))
+
+    learner = L1Learner(models.mlp(), GradientDescent(steps=0), loss="mse")
+    episodes = Sinusoid(shots=5).sample(tf.constant([1, 1]), num_tasks=2)
+    predictions = learner.predict(learner.initial_weights(), episodes.query_x[0])
+    expected = tf.reduce_mean(tf.abs(episodes.query_y[0] - predictions))
+    np.testing.assert_allclose(learner.meta_metrics(episodes)["loss"][0], expected,
+                               rtol=1e-6)

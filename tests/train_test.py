@@ -1,0 +1,114 @@
+"""Training loop and entry points: checkpoints, resuming, evaluation, configs."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import metalearn
+from metalearn.training import build_experiment, evaluate, parse_config, restore, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SINUSOID = os.path.join(ROOT, "experiments", "sinusoid", "maml.gin")
+SMALL = ["Experiment.num_steps = 20", "Experiment.log_every = 5",
+         "Experiment.checkpoint_every = 5", "Experiment.meta_batch_size = 4",
+         "mlp.hidden = (8,)", "evaluate.num_tasks = 10", "evaluate.batch_size = 5"]
+
+
+def _final_weights(workdir):
+    experiment = restore(workdir)
+    return [v.numpy() for v in experiment.learner.meta_variables], experiment
+
+
+def test_train_writes_everything_and_evaluates(tmp_path):
+    workdir = str(tmp_path / "run")
+    parse_config([SINUSOID], SMALL)
+    metrics = train(build_experiment(), workdir)
+    assert metrics["step"] == 20 and np.isfinite(metrics["loss"])
+    for name in ("config.gin", "operative_config.gin", "metrics.json"):
+        assert os.path.isfile(os.path.join(workdir, name)), name
+    assert glob.glob(os.path.join(workdir, "train", "events.out.tfevents.*"))
+    assert tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")).endswith("-20")
+
+    experiment = restore(workdir, gin_params=["Sinusoid.shots = 5"])
+    assert experiment.restored_step == 20 and experiment.sampler.shots == 5
+    report = evaluate(experiment.learner, experiment.sampler)
+    assert report["num_tasks"] == 10 and sorted(report["results"]) == ["1", "10", "5"]
+    for steps in report["results"].values():
+        assert steps["loss"]["ci95"] > 0
+
+
+def test_killed_run_resumes_to_the_same_weights(tmp_path):
+    uninterrupted, interrupted = str(tmp_path / "a"), str(tmp_path / "b")
+    parse_config([SINUSOID], SMALL)
+    train(build_experiment(), uninterrupted)
+    parse_config([SINUSOID], SMALL + ["Experiment.num_steps = 10"])  # "dies" at step 10
+    train(build_experiment(), interrupted)
+    parse_config([SINUSOID], SMALL)
+    train(build_experiment(), interrupted)                            # restarted
+    with open(os.path.join(interrupted, "metrics.json")) as f:
+        assert json.load(f)["step"] == 20
+    for a, b in zip(_final_weights(uninterrupted)[0], _final_weights(interrupted)[0]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_same_config_same_result(tmp_path):
+    results = []
+    for name in ("a", "b"):
+        parse_config([SINUSOID], SMALL)
+        results.append(train(build_experiment(), str(tmp_path / name))["loss"])
+    assert results[0] == results[1]
+
+
+def test_restore_rejects_a_non_run_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no config.gin in workdir"):
+        restore(str(tmp_path))
+
+
+def test_command_line_train_and_evaluate(tmp_path):
+    workdir = str(tmp_path / "cli")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    params = [f"--gin_param={p}" for p in SMALL]
+    subprocess.run([sys.executable, "-m", "metalearn.train", f"--gin_file={SINUSOID}",
+                    f"--workdir={workdir}", *params], check=True, env=env, cwd=ROOT,
+                   capture_output=True)
+    subprocess.run([sys.executable, "-m", "metalearn.evaluate", f"--workdir={workdir}",
+                    "--gin_param=Sinusoid.shots=5", "--output=eval_5shot.json"],
+                   check=True, env=env, cwd=ROOT, capture_output=True)
+    with open(os.path.join(workdir, "eval_5shot.json")) as f:
+        report = json.load(f)
+    assert report["checkpoint_step"] == 20 and "10" in report["results"]
+
+
+def test_command_line_names_a_missing_gin_file(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "metalearn.train", "--gin_file=nope/missing.gin",
+         f"--workdir={tmp_path}"], env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT,
+        capture_output=True, text=True)
+    assert result.returncode != 0 and "nope/missing.gin" in result.stderr
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "experiments", "**",
+                                                               "*.gin"), recursive=True)))
+def test_every_experiment_config_builds(path):
+    parse_config([path], ["Experiment.num_steps = 1"])
+    experiment = build_experiment()
+    assert isinstance(experiment.learner, metalearn.Learner)
+    with open(path) as f:
+        assert f.readline().startswith("#"), "gin files start with a header comment"
+    gin.clear_config()
+
+
+def test_mean_and_interval():
+    result = metalearn.training.mean_and_interval([1.0, 2.0, 3.0, 4.0])
+    assert result["mean"] == 2.5
+    np.testing.assert_allclose(result["ci95"], 1.959963984540054 * np.std([1, 2, 3, 4],
+                                                                          ddof=1) / 2)
+    with pytest.raises(ValueError, match="at least 2 values"):
+        metalearn.training.mean_and_interval([1.0])
