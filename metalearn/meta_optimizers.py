@@ -55,10 +55,22 @@ class MetaOptimizer:
         return gradients, metrics
 
     def apply_gradients(self, learner: Learner, gradients: Sequence[tf.Tensor]) -> None:
-        """Applies (clipped) meta-gradients to the learner's meta-variables."""
+        """Applies (clipped) meta-gradients to the learner's meta-variables.
+
+        Inside a ``tf.distribute`` replica context, ``gradients`` are this replica's
+        (mean over its own tasks; every replica holds as many tasks) and the update uses
+        their mean over all replicas, i.e. the meta-gradient of the whole meta-batch.
+        """
         gradients = list(gradients)
+        replicas = tf.distribute.get_replica_context()
+        replicas = replicas.num_replicas_in_sync if replicas is not None else 1
         if self.clipnorm is not None:
+            if replicas > 1:  # clip the whole meta-batch's gradient, not a replica's
+                gradients = tf.distribute.get_replica_context().all_reduce(
+                    tf.distribute.ReduceOp.MEAN, gradients)
             gradients, _ = tf.clip_by_global_norm(gradients, self.clipnorm)
+        # Keras sums gradients over replicas when it applies them: hand it 1/R of each.
+        gradients = [g / replicas for g in gradients] if replicas > 1 else gradients
         self.optimizer.apply_gradients(zip(gradients, learner.meta_variables))
 
     def step(self, learner: Learner, episodes: Episode) -> Dict[str, tf.Tensor]:

@@ -3,7 +3,8 @@ r"""Meta-trains an experiment described by gin.
     python -m metalearn.train --gin_file=experiments/sinusoid/maml.gin \
         --gin_param='Experiment.num_steps=1000' --workdir=runs/sinusoid_maml
 
-Rerunning the same command resumes from the workdir's latest checkpoint. The workdir
+Several GPUs: add --strategy=mirrored. Several machines: run the same command on each
+with --strategy=multi_worker and TF_CONFIG set (see BUILD.md). Rerunning the same command resumes from the workdir's latest checkpoint. The workdir
 receives config.gin (the operative config), checkpoints/, TensorBoard summaries in
 train/ and metrics.json.
 """
@@ -18,9 +19,12 @@ from absl import app, flags, logging
 import metalearn  # noqa: F401  (registers the configurables)
 from metalearn.flags import define_gin_flags, resolve_gin_files
 from metalearn.training import build_experiment, parse_config, train
+from metalearn.training.distribute import STRATEGIES, make_strategy
 
 define_gin_flags()
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, summaries and results.")
+flags.DEFINE_enum("strategy", None, STRATEGIES, "tf.distribute strategy; overrides the "
+                  "gin binding make_strategy.name (default: 'default', one device).")
 flags.mark_flag_as_required("workdir")
 FLAGS = flags.FLAGS
 
@@ -32,8 +36,9 @@ def main(argv) -> None:
         raise app.UsageError("give at least one --gin_file, e.g. "
                              "--gin_file=experiments/sinusoid/maml.gin")
     parse_config(resolve_gin_files(FLAGS.gin_file), FLAGS.gin_param)
-    experiment = build_experiment()
-    metrics = train(experiment, FLAGS.workdir)
+    strategy = make_strategy(name=FLAGS.strategy) if FLAGS.strategy else make_strategy()
+    experiment = build_experiment(strategy)
+    metrics = train(experiment, FLAGS.workdir, strategy)
     logging.info("final metrics: %s", json.dumps(metrics, sort_keys=True))
     print(json.dumps(metrics, sort_keys=True))
 

@@ -6,6 +6,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+# Fake multi-device set-up (as haiku and big_vision do): four logical CPUs, so that
+# MirroredStrategy is tested on one CPU. Must happen before TensorFlow initialises.
+LOGICAL_CPUS = 4
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0],
+    [tf.config.LogicalDeviceConfiguration()] * LOGICAL_CPUS)
 
 SHARED_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared",
                                            "data"))

@@ -56,9 +56,17 @@ def test_resumed_stream_continues_the_uninterrupted_one():
 
 def test_streams_are_disjoint():
     sampler = Sinusoid()
-    s0 = _as_numpy(next(iter(sampler.dataset(3, seed=1, stream=0, num_streams=2))))
-    s1 = _as_numpy(next(iter(sampler.dataset(3, seed=1, stream=1, num_streams=2))))
-    assert not np.allclose(s0[0], s1[0])
+    s0 = [_as_numpy(e) for e in sampler.dataset(3, seed=1, streams=[0], num_streams=2,
+                                                num_steps=2)]
+    s1 = [_as_numpy(e) for e in sampler.dataset(3, seed=1, streams=[1], num_streams=2,
+                                                num_steps=2)]
+    both = [_as_numpy(e) for e in sampler.dataset(3, seed=1, streams=[0, 1], num_streams=2,
+                                                  num_steps=2)]
+    assert not np.allclose(s0[0][0], s1[0][0])
+    for got, want in zip(both, [s0[0], s1[0], s0[1], s1[1]]):  # interleaved per step
+        np.testing.assert_array_equal(got[0], want[0])
+    with pytest.raises(ValueError, match=r"streams must be .* \[0, 2\), got \[2\]"):
+        sampler.dataset(3, streams=[2], num_streams=2)
 
 
 @pytest.mark.parametrize("kwargs, message", [

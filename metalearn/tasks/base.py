@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from typing import Optional
+from typing import Optional, Sequence
 
 import tensorflow as tf
 
@@ -34,31 +34,38 @@ class TaskSampler(abc.ABC):
 
     def dataset(self, num_tasks: int, seed: int = 0, split: str = "train",
                 start_step: int = 0, num_steps: Optional[int] = None,
-                stream: int = 0, num_streams: int = 1) -> tf.data.Dataset:
+                streams: Sequence[int] = (0,), num_streams: int = 1) -> tf.data.Dataset:
         """An endless (or ``num_steps`` long) dataset of episode batches.
 
         Args:
           num_tasks: tasks per element (the meta-batch, or one replica's share of it).
           seed: the run's seed.
           split: ``"train"``, ``"validation"`` or ``"test"``.
-          start_step: index of the first element (to resume a run).
-          num_steps: number of elements, or ``None`` for an endless stream.
-          stream, num_streams: this stream's index among ``num_streams`` disjoint
-            streams (one per replica or worker); element ``step`` of stream ``r`` is
-            drawn from seed ``(seed, split, step * num_streams + r)``.
+          start_step: the first step (to resume a run).
+          num_steps: number of steps, or ``None`` for an endless stream.
+          streams, num_streams: the stream indices this dataset serves among
+            ``num_streams`` disjoint streams (one per replica). Stream ``r`` at step
+            ``s`` is drawn from seed ``(seed, split, s * num_streams + r)``; the dataset
+            yields, for each step in turn, one element per stream in ``streams``, so a
+            worker with several local replicas hands consecutive elements to them.
         """
-        if num_tasks < 1:
+        if int(num_tasks) < 1:
             raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
-        if not 0 <= stream < num_streams:
-            raise ValueError(f"stream must be in [0, {num_streams}), got {stream}")
+        streams = [int(r) for r in streams]
+        if not streams or any(not 0 <= r < num_streams for r in streams):
+            raise ValueError(f"streams must be non-empty indices in [0, {num_streams}), "
+                             f"got {streams}")
         base = split_seed(seed, split)
-        end = 2**62 if num_steps is None else start_step + num_steps
-        steps = tf.data.Dataset.range(start_step, end)
+        local = tf.constant(streams, tf.int64)
+        per_step = len(streams)
+        end = 2**62 if num_steps is None else (start_step + num_steps) * per_step
+        elements = tf.data.Dataset.range(start_step * per_step, end)
 
-        def make(step):
-            index = step * num_streams + stream
+        def make(element):
+            step, position = element // per_step, element % per_step
+            index = step * num_streams + tf.gather(local, position)
             return self.sample(tf.random.experimental.stateless_fold_in(base, index),
-                               num_tasks, split)
+                               int(num_tasks), split)
 
-        return steps.map(make, num_parallel_calls=tf.data.AUTOTUNE,
-                         deterministic=True).prefetch(tf.data.AUTOTUNE)
+        return elements.map(make, num_parallel_calls=tf.data.AUTOTUNE,
+                            deterministic=True).prefetch(tf.data.AUTOTUNE)

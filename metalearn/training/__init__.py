@@ -1,8 +1,11 @@
 """Training: the compiled meta-step, the loop, evaluation and checkpoints."""
 
+from metalearn.training import distribute
+from metalearn.training.distribute import make_distributed_meta_step, make_strategy
 from metalearn.training.evaluation import evaluate, mean_and_interval, restore
 from metalearn.training.experiment import Experiment, build_experiment, parse_config
 from metalearn.training.loop import make_meta_step, train
 
-__all__ = ["Experiment", "build_experiment", "evaluate", "make_meta_step",
+__all__ = ["Experiment", "build_experiment", "distribute", "evaluate",
+           "make_distributed_meta_step", "make_meta_step", "make_strategy",
            "mean_and_interval", "parse_config", "restore", "train"]

@@ -88,7 +88,6 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
     if path is None:
         raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, CHECKPOINT_DIR)!r}")
     step = tf.Variable(0, dtype=tf.int64, trainable=False)
-    experiment.meta_optimizer.build(experiment.learner)
     checkpoint_for(experiment, step).restore(path).assert_existing_objects_matched()
-    experiment.restored_step = int(step)
+    experiment.restored_step = int(step.numpy())
     return experiment

@@ -7,6 +7,7 @@ from typing import Optional
 
 import gin
 import keras
+import tensorflow as tf
 
 from metalearn.learners import Learner
 from metalearn.meta_optimizers import MetaOptimizer
@@ -69,11 +70,19 @@ def _bound_seed() -> int:
         return 0
 
 
-def build_experiment() -> Experiment:
+def build_experiment(strategy: Optional[tf.distribute.Strategy] = None) -> Experiment:
     """Builds the experiment from the parsed gin config, seeding weight initialisation
-    with ``Experiment.seed`` first so that the same config gives the same weights."""
+    with ``Experiment.seed`` first so that the same config gives the same weights.
+
+    Args:
+      strategy: a ``tf.distribute`` strategy whose scope holds every variable (model,
+        adapter state, optimizer slots); defaults to the current one.
+    """
     keras.utils.set_random_seed(_bound_seed())
-    experiment = Experiment()
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        experiment = Experiment()
+        experiment.meta_optimizer.build(experiment.learner)
     experiment.config = gin.config_str()
     return experiment
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+import tempfile
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import gin
 import tensorflow as tf
@@ -15,6 +17,7 @@ from absl import logging
 from metalearn.learners import Learner
 from metalearn.meta_optimizers import MetaOptimizer
 from metalearn.tasks.episode import Episode
+from metalearn.training import distribute
 from metalearn.training.experiment import CONFIG_FILE, Experiment
 
 CHECKPOINT_DIR = "checkpoints"
@@ -26,10 +29,12 @@ MetaStep = Callable[[Episode], Dict[str, tf.Tensor]]
 
 def make_meta_step(learner: Learner, meta_optimizer: MetaOptimizer,
                    jit_compile: bool = False) -> MetaStep:
-    """The whole outer step (inner loops, meta-gradient, update) as one ``tf.function``.
+    """The whole outer step (inner loops, meta-gradient, update) as one ``tf.function``,
+    on one device.
 
     Returns a function of a batch of episodes giving the batch's mean metrics
-    (``{"loss": ..., ...}``) before the update.
+    (``{"loss": ..., ...}``) before the update. For several devices see
+    :func:`metalearn.training.distribute.make_distributed_meta_step`.
     """
     meta_optimizer.build(learner)
 
@@ -54,8 +59,14 @@ def _write_json(path: str, value) -> None:
     os.replace(tmp, path)  # never a half-written file
 
 
-def train(experiment: Experiment, workdir: str) -> Dict[str, float]:
+def train(experiment: Experiment, workdir: str,
+          strategy: Optional[tf.distribute.Strategy] = None) -> Dict[str, float]:
     """Meta-trains ``experiment`` in ``workdir``, resuming from its latest checkpoint.
+
+    Under a ``tf.distribute`` strategy (the experiment must have been built in its
+    scope, see :func:`build_experiment`) each replica adapts its share of every
+    meta-batch; only the chief writes checkpoints, summaries and results, and every
+    worker restores from the chief's checkpoints when the job restarts.
 
     Writes ``config.gin`` (the run's gin bindings), ``operative_config.gin`` (every value
     the run used), ``checkpoints/``, TensorBoard
@@ -69,35 +80,45 @@ def train(experiment: Experiment, workdir: str) -> Dict[str, float]:
       FloatingPointError: the meta-loss became NaN or infinite (the latest checkpoint
         from before that point is kept).
     """
-    os.makedirs(workdir, exist_ok=True)
+    strategy = strategy or tf.distribute.get_strategy()
+    chief = distribute.is_chief(strategy)
     learner, meta_optimizer = experiment.learner, experiment.meta_optimizer
-    meta_step = make_meta_step(learner, meta_optimizer, experiment.jit_compile)
-    step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+    distribute.tasks_per_replica(experiment.meta_batch_size, strategy)  # fail early
+    meta_step = distribute.make_distributed_meta_step(strategy, learner, meta_optimizer,
+                                                      experiment.jit_compile)
+    with strategy.scope():
+        step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
     checkpoint = checkpoint_for(experiment, step)
-    manager = tf.train.CheckpointManager(checkpoint, os.path.join(workdir, CHECKPOINT_DIR),
+    checkpoint_dir = os.path.join(workdir, CHECKPOINT_DIR)
+    # Every worker takes part in saving (collectives); only the chief's copy is kept.
+    write_dir = checkpoint_dir if chief else tempfile.mkdtemp(prefix="metalearn_ckpt_")
+    manager = tf.train.CheckpointManager(checkpoint, write_dir,
                                          max_to_keep=experiment.keep_checkpoints)
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        logging.info("resumed from %s at step %d", manager.latest_checkpoint, int(step))
-    start = int(step)
-    # config.gin: every binding of the run (evaluation's too), parsed by restore();
-    # operative_config.gin: the values the run actually used, defaults included.
-    with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
-        f.write(experiment.config or gin.config_str())
-    with open(os.path.join(workdir, OPERATIVE_CONFIG_FILE), "w") as f:
-        f.write(gin.operative_config_str())
-
-    writer = tf.summary.create_file_writer(os.path.join(workdir, "train"))
-    episodes = experiment.sampler.dataset(
-        experiment.meta_batch_size, seed=experiment.seed, split="train",
-        start_step=start, num_steps=max(experiment.num_steps - start, 0))
+    latest = tf.train.latest_checkpoint(checkpoint_dir)
+    if latest:
+        checkpoint.restore(latest).assert_existing_objects_matched()
+        logging.info("resumed from %s at step %d", latest, int(step.numpy()))
+    start = int(step.numpy())
+    if chief:
+        os.makedirs(workdir, exist_ok=True)
+        # config.gin: every binding of the run (evaluation's too), parsed by restore();
+        # operative_config.gin: the values the run actually used, defaults included.
+        with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
+            f.write(experiment.config or gin.config_str())
+        with open(os.path.join(workdir, OPERATIVE_CONFIG_FILE), "w") as f:
+            f.write(gin.operative_config_str())
+    writer = tf.summary.create_file_writer(os.path.join(workdir, "train")) if chief else \
+        tf.summary.create_noop_writer()
+    episodes = distribute.episode_stream(
+        strategy, experiment.sampler, experiment.meta_batch_size, seed=experiment.seed,
+        split="train", start_step=start, num_steps=max(experiment.num_steps - start, 0))
     window: list = []
     final: Dict[str, float] = {}
     window_start = time.perf_counter()
     for batch in episodes:
         window.append(meta_step(batch))
         step.assign_add(1)
-        current = int(step)
+        current = int(step.numpy())
         done = current >= experiment.num_steps
         if current % experiment.log_every == 0 or done:
             elapsed = time.perf_counter() - window_start
@@ -120,8 +141,14 @@ def train(experiment: Experiment, workdir: str) -> Dict[str, float]:
         if current % experiment.checkpoint_every == 0 or done:
             manager.save(checkpoint_number=current)
     writer.flush()
-    if start < experiment.num_steps or not os.path.exists(os.path.join(workdir, METRICS_FILE)):
-        final["step"] = int(step)
-        _write_json(os.path.join(workdir, METRICS_FILE), final)
-    with open(os.path.join(workdir, METRICS_FILE)) as f:
+    if not chief:
+        shutil.rmtree(write_dir, ignore_errors=True)
+        final["step"] = int(step.numpy())
+        return final
+    metrics_path = os.path.join(workdir, METRICS_FILE)
+    if start < experiment.num_steps or not os.path.exists(metrics_path):
+        final["step"] = int(step.numpy())
+        final["replicas"] = strategy.num_replicas_in_sync
+        _write_json(metrics_path, final)
+    with open(metrics_path) as f:
         return json.load(f)

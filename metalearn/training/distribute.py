@@ -1,0 +1,156 @@
+"""Outer steps under tf.distribute: the meta-batch split across replicas and machines.
+
+Every replica adapts its own share of the meta-batch's tasks; the meta-gradients are
+all-reduced so the update is that of the mean loss over all tasks, whatever the number
+of replicas. The same code path serves one device (the default strategy), several local
+devices (``MirroredStrategy``) and several machines (``MultiWorkerMirroredStrategy``,
+configured by the ``TF_CONFIG`` environment variable).
+
+Rule for the meta-batch: ``meta_batch_size`` must be a multiple of the number of
+replicas, so that every replica adapts the same number of tasks; anything else raises
+``ValueError`` before training starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable, Dict, Optional, Sequence
+
+import gin
+import tensorflow as tf
+
+from metalearn.learners import Learner
+from metalearn.meta_optimizers import MetaOptimizer
+from metalearn.tasks.base import TaskSampler
+from metalearn.tasks.episode import Episode
+
+STRATEGIES = ("default", "mirrored", "multi_worker")
+
+
+CROSS_DEVICE_OPS = {
+    "nccl": lambda: tf.distribute.NcclAllReduce(),
+    "hierarchical_copy": lambda: tf.distribute.HierarchicalCopyAllReduce(),
+    "reduce_to_one_device": lambda: tf.distribute.ReductionToOneDevice(),
+}
+
+
+@gin.configurable
+def make_strategy(name: str = "default", devices: Optional[Sequence[str]] = None,
+                  cross_device_ops: Optional[str] = None) -> tf.distribute.Strategy:
+    """The ``tf.distribute`` strategy called ``name``.
+
+    Args:
+      name: ``"default"`` (one device), ``"mirrored"`` (all local GPUs, or the given
+        ``devices``, e.g. ``["/cpu:0", "/cpu:1"]``), or ``"multi_worker"`` (one process
+        per machine, cluster and role from ``TF_CONFIG``).
+      devices: devices for ``"mirrored"``; ``None`` takes every local GPU (or the CPU).
+      cross_device_ops: all-reduce for ``"mirrored"``: ``None`` (TensorFlow's choice),
+        ``"nccl"``, ``"hierarchical_copy"`` or ``"reduce_to_one_device"``.
+    """
+    if cross_device_ops is not None and cross_device_ops not in CROSS_DEVICE_OPS:
+        raise ValueError(f"cross_device_ops must be one of {sorted(CROSS_DEVICE_OPS)} or "
+                         f"None, got {cross_device_ops!r}")
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy(
+            devices=None if devices is None else list(devices),
+            cross_device_ops=None if cross_device_ops is None
+            else CROSS_DEVICE_OPS[cross_device_ops]())
+    if name == "multi_worker":
+        if "TF_CONFIG" not in os.environ:
+            raise ValueError("strategy 'multi_worker' needs the TF_CONFIG environment "
+                             "variable (cluster and task of this process); see BUILD.md")
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    raise ValueError(f"strategy must be one of {STRATEGIES}, got {name!r}")
+
+
+def tasks_per_replica(meta_batch_size: int, strategy: tf.distribute.Strategy) -> int:
+    """Each replica's share of the meta-batch; raises unless it divides evenly."""
+    replicas = strategy.num_replicas_in_sync
+    if int(meta_batch_size) % replicas:
+        raise ValueError(f"meta_batch_size={meta_batch_size} does not divide among "
+                         f"{replicas} replicas: use a multiple of {replicas}")
+    return int(meta_batch_size) // replicas
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes checkpoints, summaries and results."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not isinstance(strategy,
+                                          tf.distribute.MultiWorkerMirroredStrategy):
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type in (None, "chief"):
+        return True
+    has_chief = "chief" in json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    return task_type == "worker" and task_id == 0 and not has_chief
+
+
+def episode_stream(strategy: tf.distribute.Strategy, sampler: TaskSampler,
+                   meta_batch_size: int, seed: int = 0, split: str = "train",
+                   start_step: int = 0, num_steps: Optional[int] = None):
+    """A distributed dataset giving every replica its own share of each meta-batch.
+
+    Replica ``g`` (of ``R`` in the whole cluster) at step ``s`` draws its tasks from the
+    seed ``(seed, split, s * R + g)``: no two replicas or workers share an episode in a
+    step, and the union over replicas is a function of the seed alone.
+    """
+    share = tasks_per_replica(meta_batch_size, strategy)
+    replicas = strategy.num_replicas_in_sync
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        local = replicas // context.num_input_pipelines
+        first = context.input_pipeline_id * local
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy.OFF  # streams are disjoint by seed
+        return sampler.dataset(share, seed=seed, split=split, start_step=start_step,
+                               num_steps=num_steps, streams=range(first, first + local),
+                               num_streams=replicas).with_options(options)
+
+    return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def split_episodes(strategy: tf.distribute.Strategy, episodes: Episode):
+    """A fixed global batch of episodes split along the task axis, one slice per replica
+    (replica ``g`` gets tasks ``[g * share, (g + 1) * share)``)."""
+    share = tasks_per_replica(episodes.num_tasks, strategy)
+
+    def slice_for(context: tf.distribute.ValueContext) -> Episode:
+        start = context.replica_id_in_sync_group * share
+        return tf.nest.map_structure(lambda t: t[start:start + share], episodes)
+
+    return strategy.experimental_distribute_values_from_function(slice_for)
+
+
+MetaStep = Callable[..., Dict[str, tf.Tensor]]
+
+
+def make_distributed_meta_step(strategy: tf.distribute.Strategy, learner: Learner,
+                               meta_optimizer: MetaOptimizer, jit_compile: bool = False
+                               ) -> MetaStep:
+    """One compiled outer step over per-replica episodes (from :func:`episode_stream`
+    or :func:`split_episodes`); returns the metrics' means over all tasks.
+
+    With ``jit_compile`` each replica's inner loops and meta-gradient are compiled by
+    XLA; the all-reduce and the update run outside XLA.
+    """
+    with strategy.scope():
+        meta_optimizer.build(learner)
+    compute = meta_optimizer.compute_gradients
+    if jit_compile:
+        compute = tf.function(compute, jit_compile=True)
+
+    def replica_step(episodes: Episode) -> Dict[str, tf.Tensor]:
+        gradients, metrics = compute(learner, episodes)
+        meta_optimizer.apply_gradients(learner, gradients)
+        return metrics
+
+    def step(distributed_episodes) -> Dict[str, tf.Tensor]:
+        per_replica = strategy.run(replica_step, args=(distributed_episodes,))
+        return {name: strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=0)
+                for name, value in per_replica.items()}
+
+    return tf.function(step)

@@ -1,0 +1,62 @@
+"""A fixed meta-learning problem run under any tf.distribute strategy (shared by the
+distribution tests and their worker processes)."""
+
+from typing import List, Tuple
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import metalearn
+from metalearn.adapters import GradientDescent
+from metalearn.tasks import Episode
+from metalearn.training import distribute
+
+META_BATCH = 4
+
+
+def episodes() -> Episode:
+    keys = tf.random.experimental.stateless_split([7, 7], 2)
+    labels = tf.tile(tf.range(3)[None], [META_BATCH, 2])
+    inputs = lambda k: tf.random.stateless_normal([META_BATCH, 6, 4], k, dtype=tf.float64)
+    return Episode(inputs(keys[0]), labels, inputs(keys[1]), labels)
+
+
+def loss(y, logits):
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        tf.cast(y, tf.int32), logits))
+
+
+def build(strategy: tf.distribute.Strategy, clipnorm=None):
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = keras.Sequential([  # BatchNorm in the inner loop, small enough to trace fast
+            keras.Input((4,), dtype="float64"),
+            keras.layers.Dense(8, dtype="float64", name="dense"),
+            keras.layers.BatchNormalization(dtype="float64", name="bn"),
+            keras.layers.ReLU(dtype="float64"),
+            keras.layers.Dense(3, dtype="float64", name="head")])
+        learner = metalearn.Learner(model, GradientDescent(steps=2, learning_rate=0.3),
+                                    loss=loss)
+        optimizer = metalearn.MetaOptimizer(keras.optimizers.Adam(0.01), clipnorm=clipnorm)
+        optimizer.build(learner)
+    return learner, optimizer
+
+
+def run(strategy: tf.distribute.Strategy, steps: int = 2, clipnorm=None
+        ) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+    """The first step's all-reduced meta-gradient and the weights after ``steps``."""
+    learner, optimizer = build(strategy, clipnorm)
+    batch = distribute.split_episodes(strategy, episodes())
+
+    @tf.function
+    def gradient(per_replica):
+        grads = strategy.run(lambda e: optimizer.compute_gradients(learner, e)[0],
+                             args=(per_replica,))
+        return [strategy.reduce(tf.distribute.ReduceOp.MEAN, g, axis=None) for g in grads]
+
+    first = [g.numpy() for g in gradient(batch)]
+    step = distribute.make_distributed_meta_step(strategy, learner, optimizer)
+    for _ in range(steps):
+        step(batch)
+    return first, [v.numpy() for v in learner.meta_variables]
