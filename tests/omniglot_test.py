@@ -140,3 +140,35 @@ def test_more_ways_than_test_classes_is_named(omniglot_dir):
     with pytest.raises(ValueError, match="ways=107 is more than the 106 classes the "
                                          "'test' split has"):
         sampler.dataset(4, split="test")
+
+
+def test_minimal_experiment_trains_evaluates_and_restores(omniglot_dir, tmp_path):
+    from metalearn import restore
+    from metalearn.training import build_experiment, evaluate, parse_config, train
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    workdir = str(tmp_path / "run")
+    parse_config([os.path.join(root, "experiments/omniglot/minimal/maml_5way_1shot.gin")],
+                 ["Experiment.num_steps = 3", "Experiment.meta_batch_size = 2",
+                  "Experiment.log_every = 3", f"load_omniglot.path = '{omniglot_dir}'",
+                  "Learner.model = @conv_net()", "conv_net.outputs = 5",
+                  "conv_net.filters = 4", "conv_net.blocks = 2",
+                  "Learner.task_batching = 'unrolled'",
+                  "evaluate.num_tasks = 4", "evaluate.batch_size = 2",
+                  "evaluate.inner_steps = (1, 2)"])
+    metrics = train(build_experiment(), workdir)
+    assert metrics["step"] == 3 and 0.0 <= metrics["accuracy"] <= 1.0
+    experiment = restore(workdir, gin_params=["FewShotClassification.within_group = True"])
+    assert experiment.sampler.preprocessing["image_size"] == 28
+    assert experiment.sampler.preprocessing["invert"] is True
+    report = evaluate(experiment.learner, experiment.sampler)
+    assert sorted(report["results"]) == ["1", "2"]
+    assert set(report["results"]["2"]) == {"loss", "accuracy"}
+    # Research code: adapt the restored learner on images prepared like the run's.
+    with zipfile.ZipFile(os.path.join(omniglot_dir, SMALL1 + ".zip")) as zf:
+        names = sorted(n for n in zf.namelist() if n.endswith(".png"))[:5 * 20:20]
+        raw = np.stack([tf.io.decode_png(zf.read(n), channels=1).numpy() for n in names])
+    prep = experiment.sampler.preprocessing
+    images = omniglot.preprocess(raw, prep["image_size"], prep["invert"])
+    weights = experiment.learner.adapt(images, tf.range(5, dtype=tf.int32), steps=2)
+    assert experiment.learner.predict(weights, images).shape == (5, 5)
