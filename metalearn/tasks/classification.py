@@ -271,7 +271,10 @@ class FewShotClassification(TaskSampler):
 
     def num_classes(self, split: str = "train") -> int:
         """Classes (rotated ones included) that episodes of ``split`` draw from."""
-        return len(self._prepare()[self._check_split(split)]["names"])
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        info = self._prepare().get(split)
+        return len(info["names"]) if info else 0
 
     def _check_split(self, split: str) -> str:
         if split not in SPLITS:
