@@ -105,7 +105,7 @@ def test_same_seed_same_episodes_and_different_seeds_differ():
     # The tf.data stream: the same seed twice, and disjoint per-replica streams.
     first = [np.asarray(t) for t in next(iter(sampler.dataset(4, seed=3)))]
     again = [np.asarray(t) for t in next(iter(sampler.dataset(4, seed=3)))]
-    other = [np.asarray(t) for t in next(iter(sampler.dataset(4, seed=3, stream=1,
+    other = [np.asarray(t) for t in next(iter(sampler.dataset(4, seed=3, streams=[1],
                                                               num_streams=2)))]
     np.testing.assert_array_equal(first[0], again[0])
     assert not np.array_equal(first[0], other[0])

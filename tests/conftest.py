@@ -24,3 +24,12 @@ def shared_data() -> str:
     if not os.path.isdir(SHARED_DATA):
         pytest.fail(f"the shared data folder {SHARED_DATA} is missing")
     return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def _clear_gin():
+    """Gin bindings are global: no test sees another's."""
+    import gin
+    gin.clear_config()
+    yield
+    gin.clear_config()
