@@ -1,5 +1,11 @@
 """Hypernetwork adapter: generated weights, purity, meta-gradients against finite differences."""
 
+import glob
+import os
+import re
+import runpy
+
+import gin
 import keras
 import numpy as np
 import pytest
@@ -9,9 +15,18 @@ import metalearn
 from metalearn import models
 from metalearn.adapters import GradientDescent, Hypernetwork
 from metalearn.tasks import Episode
+from metalearn.training import build_experiment, parse_config, train
 from tests.reference import finite_difference_gradient, relative_error
 
 WAYS, SHOTS, DIM = 3, 2, 4
+
+
+@pytest.fixture(autouse=True)
+def no_gin_bindings():
+    """Tests build by hand: no binding of a gin test may leak into another."""
+    gin.clear_config()
+    yield
+    gin.clear_config()
 
 
 def xent(y, logits):
@@ -313,3 +328,60 @@ def test_bad_arguments_are_named():
     episode = _classification_episodes().task(0)
     with pytest.raises(ValueError, match="takes no inner steps, got steps=3"):
         learner.adapt(episode.support_x, episode.support_y, steps=3)
+
+
+# --- the crash-course experiment and its docs ----------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MNIST_GIN = os.path.join(ROOT, "experiments", "mnist", "hypernetwork.gin")
+
+
+def _logged_losses(workdir):
+    events = glob.glob(os.path.join(workdir, "train", "events.out.tfevents.*"))
+    losses = {}
+    for event in tf.compat.v1.train.summary_iterator(events[0]):
+        for value in event.summary.value:
+            if value.tag == "meta_loss":
+                losses[event.step] = float(tf.make_ndarray(value.tensor))
+    return [losses[s] for s in sorted(losses)]
+
+
+def test_mnist_experiment_logs_the_running_mean(tmp_path, shared_data, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the gin file names ../shared/data/mnist
+    runs = {}
+    for average, log_every in (("window", 1), ("running", 10)):
+        parse_config([MNIST_GIN], ["Experiment.num_steps = 30",
+                                   f"Experiment.log_every = {log_every}",
+                                   f"Experiment.log_average = '{average}'",
+                                   f"load_mnist.path = '{shared_data}/mnist'"])
+        experiment = build_experiment()
+        assert [v.path for v in experiment.learner.meta_variables] == [
+            "generator/dense/kernel", "generator/dense/bias"]
+        workdir = str(tmp_path / average)
+        runs[average] = (train(experiment, workdir), _logged_losses(workdir))
+    per_step = runs["window"][1]                    # one loss per step
+    assert len(per_step) == 30 and len(set(per_step)) == 30
+    running = runs["running"][1]                    # steps 10, 20, 30
+    np.testing.assert_allclose(running, [np.mean(per_step[:n]) for n in (10, 20, 30)],
+                               rtol=1e-5)
+    assert runs["running"][0]["loss"] == pytest.approx(np.mean(per_step), rel=1e-5)
+    with pytest.raises(ValueError, match="log_average must be one of .* got 'ema'"):
+        metalearn.Experiment(experiment.learner, experiment.sampler, log_average="ema")
+
+
+def test_docs_examples_run(tmp_path, shared_data, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)  # the examples name ../shared/data/mnist
+    with open(os.path.join(ROOT, "docs", "hypernetwork.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    assert len(blocks) == 3
+    for i, block in enumerate(blocks):
+        path = tmp_path / f"block{i}.py"  # a real file, so autograph can read the source
+        path.write_text(block)
+        keras.utils.set_random_seed(i)
+        runpy.run_path(str(path), run_name="__docs__")
+        printed = capsys.readouterr().out
+        if i < 2:  # the two crash-course versions: running mean every 100 steps falls
+            means = [float(m) for m in re.findall(r"Loss: ([0-9.]+)", printed)]
+            assert len(means) == 10 and means[1] > means[-1] and means[-1] < 2.5, printed
+        else:
+            assert printed.strip() == "(5, 5)"

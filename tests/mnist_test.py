@@ -5,8 +5,10 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from metalearn.tasks import SupervisedBatches
 from metalearn.tasks.datasets import LabelledImages, load_mnist
 
 TEST_LABEL_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
@@ -70,3 +72,54 @@ def test_online_path_through_tfds_without_network():
     assert data.images.shape == (7, 28, 28, 1) and data.images.dtype == np.uint8
     assert data.labels.shape == (7,) and data.labels.max() < 10
     assert data.num_classes == 10
+
+
+# --- SupervisedBatches: tasks that are batches of a labelled data set -------------------
+
+def _tiny_data(n=40):
+    images = np.arange(n, dtype=np.uint8)[:, None, None, None] * np.ones((1, 2, 3, 1), np.uint8)
+    return LabelledImages(images, np.arange(n) % 10, [str(d) for d in range(10)])
+
+
+def test_supervised_batches_shapes_values_and_labels():
+    data = _tiny_data()
+    sampler = SupervisedBatches(data, batch_size=5, support=3, flatten=True, scale=0.5)
+    episodes = sampler.sample(tf.constant([0, 1]), num_tasks=4)
+    assert episodes.support_x.shape == (4, 3, 6) and episodes.query_x.shape == (4, 5, 6)
+    assert episodes.support_y.shape == (4, 3) and episodes.query_y.dtype == tf.int32
+    for x, y in ((episodes.support_x, episodes.support_y), (episodes.query_x, episodes.query_y)):
+        index = (x.numpy()[..., 0] / 0.5).astype(int)              # example ids
+        np.testing.assert_array_equal(y.numpy(), data.labels[index])
+        assert np.all(x.numpy() == x.numpy()[..., :1])
+    ids = np.concatenate([episodes.support_x[..., 0], episodes.query_x[..., 0]], axis=1)
+    assert all(len(set(row)) == 8 for row in ids.tolist())       # distinct within a task
+    again = sampler.sample(tf.constant([0, 1]), num_tasks=4)
+    np.testing.assert_array_equal(again.query_x, episodes.query_x)
+    other = sampler.sample(tf.constant([0, 2]), num_tasks=4)
+    assert not np.array_equal(other.query_x, episodes.query_x)
+
+
+def test_supervised_batches_splits_are_disjoint():
+    sampler = SupervisedBatches(_tiny_data(), batch_size=2, fractions=(0.5, 0.25, 0.25))
+    parts = [set(sampler.indices[s].tolist()) for s in ("train", "validation", "test")]
+    assert [len(p) for p in parts] == [20, 10, 10] and not (parts[0] & parts[1] | parts[0] & parts[2])
+    seen = set()
+    for step, batch in enumerate(sampler.dataset(3, split="validation", num_steps=5)):
+        seen |= set((batch.query_x.numpy()[..., 0, 0, 0] * 255).round().astype(int).ravel())
+    assert seen <= parts[1]
+
+
+def test_supervised_batches_errors():
+    with pytest.raises(ValueError, match="fractions must be .* got \\(0.8, 0.3, 0.0\\)"):
+        SupervisedBatches(_tiny_data(), fractions=(0.8, 0.3, 0.0))
+    with pytest.raises(ValueError, match="split 'test' has 0 examples"):
+        SupervisedBatches(_tiny_data()).sample(tf.constant([0, 0]), 1, split="test")
+    with pytest.raises(TypeError, match="data must be LabelledImages"):
+        SupervisedBatches(np.zeros((3, 28, 28, 1)))
+
+
+def test_supervised_batches_of_mnist(shared_data):
+    data = load_mnist(os.path.join(shared_data, "mnist"))
+    batch = SupervisedBatches(data, batch_size=1, flatten=True).sample(tf.constant([0, 0]), 1)
+    assert batch.query_x.shape == (1, 1, 784) and batch.support_x.shape == (1, 0, 784)
+    assert 0.0 <= float(tf.reduce_min(batch.query_x)) < float(tf.reduce_max(batch.query_x)) <= 1
