@@ -2,8 +2,10 @@
 
 from metalearn.tasks.base import SPLITS, TaskSampler, split_seed
 from metalearn.tasks.batches import SupervisedBatches
+from metalearn.tasks.classification import FewShotClassification, rotate
+from metalearn.tasks import datasets
 from metalearn.tasks.episode import Episode
 from metalearn.tasks.sinusoid import Sinusoid
 
-__all__ = ["Episode", "SPLITS", "Sinusoid", "SupervisedBatches", "TaskSampler",
-           "split_seed"]
+__all__ = ["Episode", "FewShotClassification", "SPLITS", "Sinusoid", "SupervisedBatches",
+           "TaskSampler", "datasets", "rotate", "split_seed"]
