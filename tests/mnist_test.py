@@ -116,6 +116,8 @@ def test_supervised_batches_errors():
         SupervisedBatches(_tiny_data()).sample(tf.constant([0, 0]), 1, split="test")
     with pytest.raises(TypeError, match="data must be LabelledImages"):
         SupervisedBatches(np.zeros((3, 28, 28, 1)))
+    with pytest.raises(TypeError, match="returned int, expected LabelledImages"):
+        SupervisedBatches(lambda: 3).sample(tf.constant([0, 0]), 1)
 
 
 def test_supervised_batches_of_mnist(shared_data):
@@ -123,3 +125,17 @@ def test_supervised_batches_of_mnist(shared_data):
     batch = SupervisedBatches(data, batch_size=1, flatten=True).sample(tf.constant([0, 0]), 1)
     assert batch.query_x.shape == (1, 1, 784) and batch.support_x.shape == (1, 0, 784)
     assert 0.0 <= float(tf.reduce_min(batch.query_x)) < float(tf.reduce_max(batch.query_x)) <= 1
+
+
+def test_supervised_batches_load_lazily():
+    calls = []
+
+    def load():
+        calls.append(1)
+        return _tiny_data()
+
+    sampler = SupervisedBatches(load, batch_size=2)
+    assert not calls
+    sampler.sample(tf.constant([0, 0]), 1)
+    sampler.sample(tf.constant([0, 1]), 1)
+    assert len(calls) == 1

@@ -8,7 +8,7 @@ episode sampler (labels here are the data set's own class ids, every class at on
 
 from __future__ import annotations
 
-from typing import Dict, Sequence
+from typing import Callable, Dict, Sequence, Union
 
 import gin
 import numpy as np
@@ -28,7 +28,9 @@ class SupervisedBatches(TaskSampler):
     tasks samples with replacement across steps rather than in epochs).
 
     Args:
-      data: the labelled examples, e.g. ``load_mnist(...)``.
+      data: the labelled examples, e.g. ``load_mnist(...)``, or a function returning
+        them (``@load_mnist`` in gin), called when tasks are first drawn so that
+        building an experiment does not load the data.
       batch_size: query examples per task.
       support: support examples per task (0: an empty support set).
       flatten: flatten each image to a vector (``[784]`` for MNIST).
@@ -39,12 +41,14 @@ class SupervisedBatches(TaskSampler):
         partition); ``(1, 0, 0)`` serves every example for training.
     """
 
-    def __init__(self, data: LabelledImages = gin.REQUIRED, batch_size: int = 1,
+    def __init__(self, data: Union[LabelledImages, Callable[[], LabelledImages]] = gin.REQUIRED,
+                 batch_size: int = 1,
                  support: int = 0, flatten: bool = False, scale: float = 1 / 255,
                  dtype: str = "float32",
                  fractions: Sequence[float] = (1.0, 0.0, 0.0)):
-        if not isinstance(data, LabelledImages):
-            raise TypeError(f"data must be LabelledImages, got {type(data).__name__}")
+        if not (isinstance(data, LabelledImages) or callable(data)):
+            raise TypeError("data must be LabelledImages or a function returning them, "
+                            f"got {type(data).__name__}")
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if int(support) < 0:
@@ -53,17 +57,35 @@ class SupervisedBatches(TaskSampler):
         if len(fractions) != len(SPLITS) or min(fractions) < 0 or sum(fractions) > 1 + 1e-9:
             raise ValueError(f"fractions must be {len(SPLITS)} shares of {SPLITS}, each "
                              f">= 0, summing to at most 1; got {fractions}")
-        self.data = data
+        self._data = data
         self.batch_size = int(batch_size)
         self.support = int(support)
         self.flatten = bool(flatten)
         self.scale = float(scale)
         self.dtype = tf.as_dtype(dtype)
         self.fractions = fractions
-        order = np.random.default_rng(0).permutation(len(data.labels))
-        bounds = np.round(np.cumsum((0.0,) + fractions) * len(order)).astype(int)
-        self.indices: Dict[str, np.ndarray] = {
-            split: np.sort(order[bounds[i]:bounds[i + 1]]) for i, split in enumerate(SPLITS)}
+        self._indices: Dict[str, np.ndarray] = {}
+
+    @property
+    def data(self) -> LabelledImages:
+        """The labelled examples (loaded on first use when given as a function)."""
+        if not isinstance(self._data, LabelledImages):
+            data = self._data()
+            if not isinstance(data, LabelledImages):
+                raise TypeError(f"data function {self._data!r} returned "
+                                f"{type(data).__name__}, expected LabelledImages")
+            self._data = data
+        return self._data
+
+    @property
+    def indices(self) -> Dict[str, np.ndarray]:
+        """Example indices of each split: a fixed random partition by ``fractions``."""
+        if not self._indices:
+            order = np.random.default_rng(0).permutation(len(self.data.labels))
+            bounds = np.round(np.cumsum((0.0,) + self.fractions) * len(order)).astype(int)
+            self._indices = {split: np.sort(order[bounds[i]:bounds[i + 1]])
+                             for i, split in enumerate(SPLITS)}
+        return self._indices
 
     def sample(self, seed: tf.Tensor, num_tasks: int, split: str = "train") -> Episode:
         if split not in SPLITS:
