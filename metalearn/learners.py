@@ -124,8 +124,11 @@ class Learner(tf.Module):
     # --- one task ----------------------------------------------------------------
 
     def forward(self, weights: Weights, x: Any, training: bool = True) -> Any:
-        """The model's output on ``x`` with the given weights."""
-        return functional.call(self.model, weights, x, training=training)
+        """The model's output on ``x`` with the given weights (through the adapter's
+        :meth:`~metalearn.adapters.Adapter.forward`, which is a plain call unless the
+        adapter generates weights per input)."""
+        call = lambda w, inputs: functional.call(self.model, w, inputs, training=training)
+        return self.adapter.forward(call, weights, x)
 
     def task_loss(self, y_true: Any, y_pred: Any) -> tf.Tensor:
         """Scalar loss of one task's predictions (override for a custom loss)."""

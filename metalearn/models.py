@@ -21,6 +21,19 @@ def mlp(input_shape: Tuple[int, ...] = (1,), hidden: Sequence[int] = (40, 40),
 
 
 @gin.configurable
+def linear(input_shape: Tuple[int, ...] = (784,), units: int = 10,
+           initializer: str = "random_normal", dtype: Optional[str] = None,
+           name: str = "linear") -> keras.Model:
+    """``x @ kernel + bias``: the ``Linear`` layer of the tf.keras crash course for
+    researchers (kernel and bias both initialised from N(0, 0.05) by default)."""
+    return keras.Sequential([
+        keras.Input(tuple(input_shape), dtype=dtype),
+        keras.layers.Dense(int(units), kernel_initializer=initializer,
+                           bias_initializer=initializer, dtype=dtype, name="dense")],
+        name=name)
+
+
+@gin.configurable
 def conv_net(input_shape: Tuple[int, int, int] = (28, 28, 1), outputs: int = 5,
              filters: int = 64, blocks: int = 4, kernel_size: int = 3,
              downsample: str = "stride", batch_norm: bool = True, pool: str = "mean",

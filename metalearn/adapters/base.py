@@ -13,6 +13,9 @@ from metalearn.functional import Weights
 LossFn = Callable[[Weights, Any, Any], tf.Tensor]
 """``loss_fn(weights, x, y)``: a task's scalar loss of the model run with ``weights``."""
 
+CallFn = Callable[[Weights, Any], Any]
+"""``call(weights, x)``: the model's output on ``x`` run with ``weights``."""
+
 
 class Adapter(tf.Module, abc.ABC):
     """Maps (initial weights, support set) to adapted weights, as a pure function.
@@ -51,6 +54,21 @@ class Adapter(tf.Module, abc.ABC):
     def generated_paths(self, weights: Weights) -> Sequence[str]:
         """Paths of model weights this adapter replaces outright (never meta-trained)."""
         return ()
+
+    def forward(self, call: CallFn, weights: Weights, x: Any) -> Any:
+        """The model's output on a batch ``x`` with (adapted) ``weights``.
+
+        ``Learner.forward`` (so the support loss and query predictions alike) goes
+        through this. The default is ``call(weights, x)``: one set of weights for the
+        whole batch. An adapter whose weights depend on each input (a hypernetwork
+        conditioned on the input itself) overrides it.
+
+        Args:
+          call: runs the model on a batch with the given weights.
+          weights: weights by path, as :meth:`adapt` returned them.
+          x: a batch of inputs.
+        """
+        return call(weights, x)
 
     @abc.abstractmethod
     def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,

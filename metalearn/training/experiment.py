@@ -14,6 +14,7 @@ from metalearn.meta_optimizers import MetaOptimizer
 from metalearn.tasks.base import TaskSampler
 
 CONFIG_FILE = "config.gin"
+LOG_AVERAGES = ("window", "running")
 
 
 @gin.configurable
@@ -31,6 +32,9 @@ class Experiment:
       seed: the run's seed (weight initialisation and task streams).
       jit_compile: compile the meta-step with XLA.
       log_every: outer steps between log lines and summaries.
+      log_average: what a log line averages: ``"window"``, the steps since the previous
+        log line, or ``"running"``, every step since this run (or its resumption)
+        started, like the crash course's ``sum(losses) / len(losses)``.
       checkpoint_every: outer steps between checkpoints.
       keep_checkpoints: checkpoints kept in the workdir.
     """
@@ -39,12 +43,15 @@ class Experiment:
                  meta_optimizer: Optional[MetaOptimizer] = None, meta_batch_size: int = 25,
                  num_steps: int = 1000, seed: int = 0, jit_compile: bool = False,
                  log_every: int = 100, checkpoint_every: int = 1000,
-                 keep_checkpoints: int = 3):
+                 keep_checkpoints: int = 3, log_average: str = "window"):
         for name, value in (("meta_batch_size", meta_batch_size), ("num_steps", num_steps),
                             ("log_every", log_every), ("checkpoint_every", checkpoint_every),
                             ("keep_checkpoints", keep_checkpoints)):
             if int(value) < 1:
                 raise ValueError(f"Experiment.{name} must be >= 1, got {value}")
+        if log_average not in LOG_AVERAGES:
+            raise ValueError(f"Experiment.log_average must be one of {LOG_AVERAGES}, "
+                             f"got {log_average!r}")
         if not isinstance(learner, Learner):
             raise TypeError(f"Experiment.learner must be a metalearn.Learner, got {learner!r}")
         if not isinstance(sampler, TaskSampler):
@@ -58,6 +65,7 @@ class Experiment:
         self.seed = int(seed)
         self.jit_compile = bool(jit_compile)
         self.log_every = int(log_every)
+        self.log_average = log_average
         self.checkpoint_every = int(checkpoint_every)
         self.keep_checkpoints = int(keep_checkpoints)
         self.config: str = ""

@@ -73,8 +73,9 @@ def train(experiment: Experiment, workdir: str,
     summaries under ``train/`` and ``metrics.json`` (the final metrics).
 
     Returns:
-      The final metrics: mean over the last logging window of each per-task metric,
-      plus ``step`` and ``tasks_per_second``.
+      The final metrics: mean over the last logging window (or, with
+      ``Experiment.log_average="running"``, over all steps of this run) of each per-task
+      metric, plus ``step`` and ``tasks_per_second`` (of the last window).
 
     Raises:
       FloatingPointError: the meta-loss became NaN or infinite (the latest checkpoint
@@ -113,23 +114,32 @@ def train(experiment: Experiment, workdir: str,
         strategy, experiment.sampler, experiment.meta_batch_size, seed=experiment.seed,
         split="train", start_step=start, num_steps=max(experiment.num_steps - start, 0))
     window: list = []
+    running_totals: Dict[str, tf.Tensor] = {}  # sums since this run started
+    running_count = 0
     final: Dict[str, float] = {}
     window_start = time.perf_counter()
     for batch in episodes:
         window.append(meta_step(batch))
+        if experiment.log_average == "running":
+            running_totals = {k: running_totals.get(k, 0.0) + v for k, v in window[-1].items()}
+            running_count += 1
         step.assign_add(1)
         current = int(step.numpy())
         done = current >= experiment.num_steps
         if current % experiment.log_every == 0 or done:
             elapsed = time.perf_counter() - window_start
-            final = {k: float(tf.reduce_mean([m[k] for m in window])) for k in window[0]}
+            if experiment.log_average == "running":
+                final = {k: float(v) / running_count for k, v in running_totals.items()}
+            else:
+                final = {k: float(tf.reduce_mean([m[k] for m in window])) for k in window[0]}
             if not all(math.isfinite(v) for v in final.values()):
                 raise FloatingPointError(
                     f"non-finite meta-metrics {final} at step {current}; the latest "
                     f"checkpoint {manager.latest_checkpoint} is from before it")
             final["tasks_per_second"] = len(window) * experiment.meta_batch_size / elapsed
-            logging.info("step %d/%d  meta-loss %.5f  %s  %.0f tasks/s", current,
+            logging.info("step %d/%d  meta-loss %.5f%s  %s  %.0f tasks/s", current,
                          experiment.num_steps, final["loss"],
+                         " (running mean)" if experiment.log_average == "running" else "",
                          "  ".join(f"{k} {v:.4f}" for k, v in final.items()
                                    if k not in ("loss", "tasks_per_second")),
                          final["tasks_per_second"])
