@@ -76,7 +76,9 @@ def conv_net(input_shape: Tuple[int, int, int] = (28, 28, 1), outputs: int = 5,
 def omniglot_conv_net(outputs: int = 5, input_shape: Tuple[int, int, int] = (28, 28, 1),
                       dtype: Optional[str] = None) -> keras.Model:
     """MAML's Omniglot net: 4 x [conv 64 stride 2, BatchNorm, ReLU], mean-pool, linear."""
-    return conv_net(input_shape, outputs, filters=64, downsample="stride", dtype=dtype,
+    # Every argument explicit: gin bindings of conv_net must not change the paper's net.
+    return conv_net(input_shape, outputs, filters=64, blocks=4, kernel_size=3,
+                    downsample="stride", batch_norm=True, pool="mean", dtype=dtype,
                     name="omniglot_conv_net")
 
 
@@ -86,6 +88,6 @@ def mini_imagenet_conv_net(outputs: int = 5,
                            dtype: Optional[str] = None) -> keras.Model:
     """MAML's mini-ImageNet net: 4 x [conv 32, BatchNorm, ReLU, 2x2 max-pool], flatten,
     linear (an 84x84 input leaves a 5x5x32 map: 800 features)."""
-    return conv_net(input_shape, outputs, filters=32, downsample="max_pool", pool="flatten",
-                    dtype=dtype,
+    return conv_net(input_shape, outputs, filters=32, blocks=4, kernel_size=3,
+                    downsample="max_pool", batch_norm=True, pool="flatten", dtype=dtype,
                     name="mini_imagenet_conv_net")

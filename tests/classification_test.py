@@ -230,3 +230,14 @@ def test_bad_configuration(kwargs, error, message):
     with pytest.raises(error, match=message):
         sampler = FewShotClassification(**kwargs)
         sampler.sample(tf.constant([0, 0]), 1)
+
+
+def test_classes_of_different_sizes_never_lend_examples():
+    # MNIST-like: uneven counts per class; draws stay inside each class's examples.
+    counts = [3, 9, 4, 12, 5, 3]
+    sampler = FewShotClassification(_tagged(num_classes=6, counts=counts), ways=4, shots=2,
+                                    queries=1, split_fractions=(1, 0, 0))
+    episode = sampler.sample(tf.constant([9, 9]), 100)
+    _check_episode(episode, 4, 2, 1, range(6))
+    used = {_owner(x)[1] for x in np.asarray(episode.query_x).reshape(-1, SIZE, SIZE, 1)}
+    assert len(used) > 20  # examples beyond the smallest class's count are drawn too

@@ -28,3 +28,14 @@ def test_mini_imagenet_net_is_four_max_pooled_blocks_flatten_and_linear():
 def test_bad_pool_is_named():
     with pytest.raises(ValueError, match="pool must be 'mean' or 'flatten', got 'max'"):
         models.conv_net(pool="max")
+
+
+def test_paper_nets_ignore_conv_net_bindings():
+    import gin
+    gin.parse_config(["conv_net.blocks = 2", "conv_net.pool = 'flatten'"])
+    try:
+        model = models.omniglot_conv_net()
+        assert sum(l.name.startswith("conv") for l in model.layers) == 4
+        assert model.layers[-2].name == "mean_pool"
+    finally:
+        gin.clear_config()

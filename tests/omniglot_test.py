@@ -4,6 +4,7 @@ import io
 import os
 import zipfile
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -142,7 +143,13 @@ def test_more_ways_than_test_classes_is_named(omniglot_dir):
         sampler.dataset(4, split="test")
 
 
-def test_minimal_experiment_trains_evaluates_and_restores(omniglot_dir, tmp_path):
+@pytest.fixture
+def clean_gin():
+    yield
+    gin.clear_config()
+
+
+def test_minimal_experiment_trains_evaluates_and_restores(omniglot_dir, tmp_path, clean_gin):
     from metalearn import restore
     from metalearn.training import build_experiment, evaluate, parse_config, train
 
