@@ -2,7 +2,7 @@
 
 The public surface::
 
-    metalearn.Learner            model + adapter + loss
+    metalearn.Learner            model + adapter + loss (MultiStepLossLearner: MAML++)
     metalearn.adapters           inner loops (GradientDescent, ...)
     metalearn.MetaOptimizer      outer updates
     metalearn.tasks              episodes and task samplers
@@ -19,12 +19,12 @@ import os as _os
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from metalearn import adapters, configurables, functional, models, tasks  # noqa: E402
-from metalearn.learners import Learner, accuracy  # noqa: E402
+from metalearn.learners import Learner, MultiStepLossLearner, accuracy  # noqa: E402
 from metalearn.meta_optimizers import MetaOptimizer  # noqa: E402
 from metalearn import training  # noqa: E402
 from metalearn.training import Experiment, restore  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["Experiment", "Learner", "MetaOptimizer", "accuracy", "adapters", "functional",
-           "models", "restore", "tasks", "training"]
+__all__ = ["Experiment", "Learner", "MetaOptimizer", "MultiStepLossLearner", "accuracy",
+           "adapters", "functional", "models", "restore", "tasks", "training"]

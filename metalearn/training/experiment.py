@@ -13,6 +13,8 @@ from metalearn.meta_optimizers import MetaOptimizer
 from metalearn.tasks.base import TaskSampler
 
 CONFIG_FILE = "config.gin"
+REPOSITORY_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
 
 @gin.configurable
@@ -84,6 +86,9 @@ def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
     ``gin_files`` and ``gin_params`` on top."""
     from metalearn import configurables  # noqa: F401  (registers Keras configurables)
     gin.clear_config()
+    # `include 'experiments/...'` inside a gin file works from any working directory.
+    if REPOSITORY_ROOT not in gin.config._LOCATION_PREFIXES:  # pylint: disable=protected-access
+        gin.add_config_file_search_path(REPOSITORY_ROOT)
     files = list(gin_files)
     if workdir is not None:
         saved = os.path.join(workdir, CONFIG_FILE)

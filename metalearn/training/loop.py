@@ -29,12 +29,16 @@ def make_meta_step(learner: Learner, meta_optimizer: MetaOptimizer,
     """The whole outer step (inner loops, meta-gradient, update) as one ``tf.function``.
 
     Returns a function of a batch of episodes giving the batch's mean metrics
-    (``{"loss": ..., ...}``) before the update.
+    (``{"loss": ..., ...}``) before the update. Each call advances
+    ``learner.meta_step`` by one after the update (what schedules over meta-training,
+    such as MAML++'s annealing, read).
     """
     meta_optimizer.build(learner)
 
     def meta_step(episodes: Episode) -> Dict[str, tf.Tensor]:
         metrics = meta_optimizer.step(learner, episodes)
+        with tf.control_dependencies(tf.nest.flatten(metrics)):
+            learner.meta_step.assign_add(1)
         return {name: tf.reduce_mean(value) for name, value in metrics.items()}
 
     return tf.function(meta_step, jit_compile=jit_compile)
@@ -72,7 +76,7 @@ def train(experiment: Experiment, workdir: str) -> Dict[str, float]:
     os.makedirs(workdir, exist_ok=True)
     learner, meta_optimizer = experiment.learner, experiment.meta_optimizer
     meta_step = make_meta_step(learner, meta_optimizer, experiment.jit_compile)
-    step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+    step = learner.meta_step  # advanced by meta_step(); saved as "step" as before
     checkpoint = checkpoint_for(experiment, step)
     manager = tf.train.CheckpointManager(checkpoint, os.path.join(workdir, CHECKPOINT_DIR),
                                          max_to_keep=experiment.keep_checkpoints)
@@ -96,7 +100,6 @@ def train(experiment: Experiment, workdir: str) -> Dict[str, float]:
     window_start = time.perf_counter()
     for batch in episodes:
         window.append(meta_step(batch))
-        step.assign_add(1)
         current = int(step)
         done = current >= experiment.num_steps
         if current % experiment.log_every == 0 or done:
