@@ -4,7 +4,7 @@ The public surface::
 
     metalearn.Learner            model + adapter + loss (MultiStepLossLearner: MAML++)
     metalearn.adapters           inner loops (GradientDescent, ...)
-    metalearn.MetaOptimizer      outer updates
+    metalearn.MetaOptimizer      outer updates (Reptile: no outer gradient)
     metalearn.tasks              episodes and task samplers
     metalearn.models             plain Keras model builders
     metalearn.functional         weights as tensors; forward with given weights
@@ -20,11 +20,11 @@ _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from metalearn import adapters, configurables, functional, models, tasks  # noqa: E402
 from metalearn.learners import Learner, MultiStepLossLearner, accuracy  # noqa: E402
-from metalearn.meta_optimizers import MetaOptimizer  # noqa: E402
+from metalearn.meta_optimizers import MetaOptimizer, Reptile  # noqa: E402
 from metalearn import training  # noqa: E402
 from metalearn.training import Experiment, restore  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["Experiment", "Learner", "MetaOptimizer", "MultiStepLossLearner", "accuracy",
-           "adapters", "functional", "models", "restore", "tasks", "training"]
+__all__ = ["Experiment", "Learner", "MetaOptimizer", "MultiStepLossLearner", "Reptile",
+           "accuracy", "adapters", "functional", "models", "restore", "tasks", "training"]

@@ -220,7 +220,7 @@ class Learner(tf.Module):
         if weights is None:
             weights = self.initial_weights()  # read once: one tape record for all tasks
         one_task = lambda episode: self.episode_metrics(episode, steps, weights)
-        if self.task_batching == "unrolled":
+        if self.task_batching == "unrolled" or self.adapter.needs_unrolled_tasks:
             results = [one_task(episodes.task(i)) for i in range(episodes.num_tasks)]
             return {k: tf.stack([r[k] for r in results]) for k in self.metric_names}
         signature = {k: tf.TensorSpec([], self.metric_dtype) for k in self.metric_names}

@@ -108,9 +108,9 @@ class LearnerContract(abc.ABC):
 
     def test_chance_accuracy_before_training(self):
         learner = self.make_learner()
-        accuracy = self.chance_metrics(learner, synthetic_classification(1, tasks=150)
+        accuracy = self.chance_metrics(learner, synthetic_classification(1, tasks=60)
                                        )["accuracy"].numpy()
-        assert abs(accuracy.mean() - 1 / WAYS) < 0.08, accuracy.mean()
+        assert abs(accuracy.mean() - 1 / WAYS) < 0.1, accuracy.mean()
 
     def test_meta_step_lowers_the_loss(self):
         learner = self.make_learner()

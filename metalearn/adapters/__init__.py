@@ -2,7 +2,8 @@
 
 from metalearn.adapters.base import Adapter, LossFn, NoAdaptation
 from metalearn.adapters.gradient_descent import GradientDescent
+from metalearn.adapters.implicit import ImplicitGradientDescent
 from metalearn.adapters.learned_rates import MetaSGD, PerStepLearningRates
 
-__all__ = ["Adapter", "GradientDescent", "LossFn", "MetaSGD", "NoAdaptation",
-           "PerStepLearningRates"]
+__all__ = ["Adapter", "GradientDescent", "ImplicitGradientDescent", "LossFn", "MetaSGD",
+           "NoAdaptation", "PerStepLearningRates"]

@@ -32,6 +32,11 @@ class Adapter(tf.Module, abc.ABC):
     it owns variables). See BUILD.md, "Adding an adapter".
     """
 
+    needs_unrolled_tasks = False
+    """True for adapters whose gradient is a ``tf.custom_gradient``: TensorFlow does not
+    apply custom gradients inside ``tf.map_fn``'s loop, so the learner then runs the tasks
+    of a batch unrolled whatever its ``task_batching``."""
+
     def __init__(self, name: Optional[str] = None):
         super().__init__(name=name)
         self._built = False
