@@ -47,6 +47,16 @@ def synthetic_classification(seed: int, tasks: int, ways: int = WAYS, shots: int
                    labels(queries))
 
 
+def uninformative_support(episodes: Episode, seed: int = 0) -> Episode:
+    """``episodes`` with each task's support labels shuffled against its examples, so the
+    support set says nothing about the query labels."""
+    labels = episodes.support_y
+    keys = tf.random.experimental.stateless_split([seed, 11], labels.shape[0])
+    shuffled = tf.stack([tf.gather(labels[i], tf.argsort(tf.random.stateless_uniform(
+        [labels.shape[1]], keys[i]))) for i in range(labels.shape[0])])
+    return episodes._replace(support_y=shuffled)
+
+
 def softmax_cross_entropy(y_true, logits):
     return tf.nn.sparse_softmax_cross_entropy_with_logits(tf.cast(y_true, tf.int32), logits)
 
