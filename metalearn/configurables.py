@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import gin
 import keras
 
@@ -24,3 +26,10 @@ def _register(module, names, gin_module):
 _register(keras.optimizers, _OPTIMIZERS, "keras.optimizers")
 _register(keras.losses, _LOSSES, "keras.losses")
 _register(keras.optimizers.schedules, _SCHEDULES, "keras.optimizers.schedules")
+
+# Gin files include each other by their path from the repository root
+# (`include 'experiments/omniglot/base.gin'`): found from the root as working directory,
+# and from anywhere else through this search path.
+REPOSITORY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.isdir(os.path.join(REPOSITORY_ROOT, "experiments")):
+    gin.add_config_file_search_path(REPOSITORY_ROOT)

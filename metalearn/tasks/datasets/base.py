@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -18,12 +18,15 @@ class LabelledImages:
       class_names: a name per class id (e.g. ``"Greek/character03"`` or ``"7"``).
       groups: optional ``[classes]`` group name per class (Omniglot's alphabet), for
         splits by group.
+      preprocessing: how the images were made from the raw data (e.g. ``{"image_size":
+        28, "invert": True}``), so that a trained run can prepare new images the same way.
     """
 
     images: np.ndarray
     labels: np.ndarray
     class_names: Sequence[str]
     groups: Optional[Sequence[str]] = None
+    preprocessing: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if len(self.images) != len(self.labels):

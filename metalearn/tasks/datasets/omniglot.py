@@ -1,0 +1,244 @@
+"""Omniglot (Lake et al., 2015): from the published zips, or through TFDS when online.
+
+Two ways in, one result (a :class:`LabelledImages` with a class per character, named
+``"<Alphabet>/characterNN"``, grouped by alphabet):
+
+* :func:`load_omniglot` with ``source="zip"`` reads the dataset's published archives
+  (``images_background.zip``, ``images_evaluation.zip``,
+  ``images_background_small1.zip``, ``images_background_small2.zip``) from a local
+  folder with ``zipfile`` and ``tf.io.decode_png``; no network is needed.
+* ``source="tfds"`` goes through tensorflow-datasets' ``omniglot`` builder (splits
+  ``train`` = background, ``test`` = evaluation, ``small1``, ``small2``), which
+  downloads the same archives.
+
+The MAML paper's preprocessing is applied to both: resize to 28x28 (antialiased) and
+invert so that strokes are 1 and the background 0. Rotations by multiples of 90 degrees
+as new classes belong to the class split, so they are an option of the episode sampler
+(:class:`metalearn.tasks.FewShotClassification`), which keeps a character and its
+rotations in the same split.
+
+Decoded arrays are cached in memory per (source, path, archives, preprocessing), and
+optionally as ``.npz`` files in ``cache_dir``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import zipfile
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from metalearn.tasks.datasets.base import LabelledImages
+
+ARCHIVES = ("images_background", "images_evaluation", "images_background_small1",
+            "images_background_small2")
+"""The published archives, each ``<name>.zip`` holding ``<name>/<Alphabet>/characterNN/``."""
+
+TFDS_SPLITS = {"images_background": "train", "images_evaluation": "test",
+               "images_background_small1": "small1", "images_background_small2": "small2"}
+"""The TFDS ``omniglot`` split that holds each archive."""
+
+MINIMAL_SPLIT = {
+    "train": ("Balinese", "Early_Aramaic", "Greek", "Korean", "Latin"),
+    "test": ("Japanese_(katakana)", "Sanskrit", "Tagalog"),
+}
+"""Alphabets of the ready split of the minimal data: meta-train on ``small1``, meta-test
+on the ``small2`` alphabets that ``small1`` lacks (no alphabet shared)."""
+
+ORIGINAL_SIZE = 105
+_PNG = re.compile(r"^([^/]+)/([^/]+)/(character\d+)/(\d+)_(\d+)\.png$")
+_CACHE: Dict[Tuple, LabelledImages] = {}
+
+
+def preprocess(images: Any, image_size: Optional[int] = 28, invert: bool = True) -> tf.Tensor:
+    """The MAML paper's Omniglot preprocessing of raw images.
+
+    Args:
+      images: ``[examples, height, width, channels]`` (or one ``[height, width,
+        channels]`` image), uint8 in [0, 255] or float in [0, 1], white background.
+        Colour images are reduced to their first channel.
+      image_size: side of the square output (antialiased Lanczos resize), or ``None``
+        to keep the size.
+      invert: map strokes to 1 and background to 0.
+
+    Returns:
+      float32 images ``[..., image_size, image_size, 1]`` in [0, 1].
+    """
+    images = tf.convert_to_tensor(images)
+    if images.dtype == tf.uint8:
+        images = tf.cast(images, tf.float32) / 255.0
+    images = tf.cast(images, tf.float32)[..., :1]
+    if image_size is not None:
+        if int(image_size) < 1:
+            raise ValueError(f"image_size must be >= 1 or None, got {image_size}")
+        images = tf.clip_by_value(tf.image.resize(images, (int(image_size),) * 2,
+                                                  method="lanczos3", antialias=True),
+                                  0.0, 1.0)
+    return 1.0 - images if invert else images
+
+
+def _check_archives(archives: Sequence[str]) -> Tuple[str, ...]:
+    archives = (archives,) if isinstance(archives, str) else tuple(archives)
+    if not archives:
+        raise ValueError("archives must name at least one of " f"{ARCHIVES}")
+    for name in archives:
+        if name not in ARCHIVES:
+            raise ValueError(f"unknown Omniglot archive {name!r}; expected one of {ARCHIVES}")
+    return archives
+
+
+def _assemble(records: List[Tuple[str, str, np.ndarray]], preprocessing: Dict[str, Any],
+              image_size: Optional[int], invert: bool) -> LabelledImages:
+    """``records``: (alphabet, character, raw image [H, W, 1] uint8), any order.
+
+    Classes are ordered by name and the drawings of a character by a digest of their
+    pixels: TFDS keeps no drawer id, and this order makes both sources give identical
+    arrays (so the same seed gives the same episodes from either).
+    """
+    seen: Dict[str, int] = {}
+    kept = [(f"{alphabet}/{character}", hashlib.sha1(image.tobytes()).hexdigest(), alphabet,
+             image) for alphabet, character, image in records]
+    kept.sort(key=lambda r: r[:2])
+    names, groups, labels, raw = [], [], [], []
+    for name, _, alphabet, image in kept:
+        if name not in seen:
+            seen[name] = len(names)
+            names.append(name)
+            groups.append(alphabet)
+        labels.append(seen[name])
+        raw.append(image)
+    if not raw:
+        raise ValueError("no Omniglot images found")
+    images = tf.data.Dataset.from_tensor_slices(np.stack(raw)).batch(512).map(
+        lambda x: preprocess(x, image_size, invert), num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True)
+    array = np.concatenate([b.numpy() for b in images])
+    return LabelledImages(array, np.asarray(labels, np.int32), tuple(names), tuple(groups),
+                          preprocessing=preprocessing)
+
+
+def _read_zips(path: str, archives: Sequence[str]):
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"Omniglot folder {path!r} does not exist; give the folder "
+                                f"holding {', '.join(a + '.zip' for a in archives)}")
+    records, seen = [], set()
+    for archive in archives:
+        file = os.path.join(path, archive + ".zip")
+        if not os.path.isfile(file):
+            raise FileNotFoundError(f"Omniglot archive {file!r} not found (folder {path!r} "
+                                    f"holds {sorted(os.listdir(path))})")
+        here = set()
+        with zipfile.ZipFile(file) as zf:
+            for entry in sorted(zf.namelist()):
+                match = _PNG.match(entry)
+                if not match:
+                    continue
+                _, alphabet, character, _, _ = match.groups()
+                name = f"{alphabet}/{character}"
+                if name in seen:  # the same character from an earlier archive
+                    continue
+                here.add(name)
+                png = tf.io.decode_png(zf.read(entry), channels=1).numpy()
+                records.append((alphabet, character, png))
+        seen |= here
+    return records
+
+
+def _read_tfds(archives: Sequence[str], data_dir: Optional[str], download: bool):
+    import tensorflow_datasets as tfds  # imported here: only this path needs it
+
+    builder = tfds.builder("omniglot", data_dir=data_dir)
+    if download:
+        builder.download_and_prepare()
+    records, seen = [], set()
+    for archive in archives:
+        here = set()
+        examples = builder.as_dataset(split=TFDS_SPLITS[archive])
+        alphabet_names = builder.info.features["alphabet"].names
+        for example in tfds.as_numpy(examples):
+            alphabet = alphabet_names[int(example["alphabet"])]
+            character = f"character{int(example['alphabet_char_id']) + 1:02d}"
+            name = f"{alphabet}/{character}"
+            if name in seen:
+                continue
+            here.add(name)
+            records.append((alphabet, character, example["image"][..., :1]))
+        seen |= here
+    return records
+
+
+@gin.configurable
+def load_omniglot(path: Optional[str] = None,
+                  archives: Sequence[str] = ("images_background_small1",
+                                             "images_background_small2"),
+                  source: str = "zip", image_size: Optional[int] = 28, invert: bool = True,
+                  cache_dir: Optional[str] = None, data_dir: Optional[str] = None,
+                  download: bool = True) -> LabelledImages:
+    """Omniglot characters as labelled images, one class per character.
+
+    Args:
+      path: folder holding the published zips (``source="zip"``).
+      archives: which archives (by name without ``.zip``, see :data:`ARCHIVES`); a
+        character present in several (``small1``/``small2`` share Greek and Latin) is
+        taken from the first that has it.
+      source: ``"zip"`` (local archives, no network) or ``"tfds"`` (tensorflow-datasets'
+        ``omniglot`` builder, which downloads when needed).
+      image_size: output side (MAML: 28), or ``None`` for the original 105.
+      invert: strokes 1, background 0 (MAML's convention).
+      cache_dir: if given, decoded arrays are also kept there as ``.npz`` files.
+      data_dir, download: TFDS's data folder, and whether to download and prepare.
+
+    Returns:
+      ``LabelledImages`` with float32 images ``[examples, size, size, 1]`` in [0, 1],
+      class names ``"<Alphabet>/characterNN"``, groups = alphabets, and the
+      preprocessing in ``.preprocessing``.
+
+    Raises:
+      FileNotFoundError: ``path`` or an archive in it does not exist.
+      ValueError: an unknown archive, source or image size.
+    """
+    archives = _check_archives(archives)
+    if source not in ("zip", "tfds"):
+        raise ValueError(f"source must be 'zip' or 'tfds', got {source!r}")
+    if source == "zip" and path is None:
+        raise ValueError("load_omniglot(source='zip') needs path=<folder with the zips>")
+    if image_size is not None and int(image_size) < 1:
+        raise ValueError(f"image_size must be >= 1 or None, got {image_size}")
+    preprocessing = {"dataset": "omniglot", "image_size": image_size or ORIGINAL_SIZE,
+                     "invert": bool(invert), "channels": 1, "range": (0.0, 1.0)}
+    where = os.path.abspath(path) if source == "zip" else str(data_dir)
+    key = (source, where, archives, image_size, bool(invert))
+    if key in _CACHE:
+        return _CACHE[key]
+    cache_file = None
+    if cache_dir is not None:
+        digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+        cache_file = os.path.join(os.path.expanduser(cache_dir), f"omniglot_{digest}.npz")
+        if os.path.isfile(cache_file):
+            with np.load(cache_file) as saved:
+                data = LabelledImages(saved["images"], saved["labels"],
+                                      tuple(saved["class_names"].tolist()),
+                                      tuple(saved["groups"].tolist()),
+                                      preprocessing=preprocessing)
+            _CACHE[key] = data
+            return data
+    records = (_read_zips(path, archives) if source == "zip"
+               else _read_tfds(archives, data_dir, download))
+    data = _assemble(records, preprocessing, image_size, invert)
+    if cache_file is not None:
+        os.makedirs(os.path.dirname(cache_file), exist_ok=True)
+        buffer = io.BytesIO()
+        np.savez(buffer, images=data.images, labels=data.labels,
+                 class_names=np.asarray(data.class_names), groups=np.asarray(data.groups))
+        tmp = cache_file + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(buffer.getvalue())
+        os.replace(tmp, cache_file)
+    _CACHE[key] = data
+    return data
