@@ -48,6 +48,14 @@ def softmax_cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
     return tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
 
 
+def _layer(model: keras.Model, name: str) -> keras.layers.Layer:
+    try:
+        return model.get_layer(name)
+    except ValueError as error:
+        raise ValueError(f"model {model.name!r} has no layer {name!r}; its layers are "
+                         f"{[layer.name for layer in model.layers]}") from error
+
+
 def _classification_loss(loss):
     return softmax_cross_entropy if loss is None else loss
 
@@ -68,16 +76,23 @@ class PrototypicalNetworks(Learner):
       ways: classes per task (support labels are ``0 .. ways - 1``).
       loss: defaults to :func:`softmax_cross_entropy` on the logits.
       metrics, **kwargs: as for :class:`Learner` (no ``adapter``: there is no inner loop).
+      drop_head: name of a last layer of ``model`` to leave out, so the same classifier
+        config serves MAML and ProtoNets: the embedding is that layer's input (the
+        learner's ``model`` is then the network up to it).
     """
 
     def __init__(self, model: keras.Model, ways: int = gin.REQUIRED,
                  loss: Optional[Union[str, MetricFn]] = None,
                  metrics: Optional[Mapping[str, Union[str, MetricFn]]] = None,
-                 **kwargs: Any):
+                 drop_head: Optional[str] = None, **kwargs: Any):
         if "adapter" in kwargs:
             raise TypeError("PrototypicalNetworks has no inner loop and takes no adapter; "
                             "use ProtoMAML to fine-tune from prototypes")
         self.ways = _check_ways(ways)
+        if drop_head is not None:
+            functional.check_built(model)
+            model = keras.Model(model.inputs, _layer(model, drop_head).input,
+                                name=f"{model.name}_embedding")
         super().__init__(model, adapter=NoAdaptation(), loss=_classification_loss(loss),
                          metrics=metrics, **kwargs)
 
@@ -131,12 +146,7 @@ class ProtoMAML(Learner):
                  ways: int = gin.REQUIRED, head: str = "head", **kwargs: Any):
         self.ways = _check_ways(ways)
         functional.check_built(model)
-        try:
-            layer = model.get_layer(head)
-        except ValueError as error:
-            raise ValueError(f"model {model.name!r} has no layer {head!r} to initialise "
-                             f"from prototypes; its layers are "
-                             f"{[l.name for l in model.layers]}") from error
+        layer = _layer(model, head)
         if not isinstance(layer, keras.layers.Dense) or not layer.use_bias \
                 or layer.units != self.ways:
             raise ValueError(f"ProtoMAML's head {head!r} must be a Dense layer with bias "

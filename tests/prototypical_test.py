@@ -68,7 +68,8 @@ def test_proto_maml_head_is_generated_and_equals_protonets_without_steps():
     assert not {"net/head/kernel", "net/head/bias"} & {v.path for v in learner.meta_variables}
     # With no inner step, Proto-MAML's logits differ from ProtoNets' by -||f(x)||^2 per
     # example: the same softmax, so the same loss and accuracy.
-    protonets = metalearn.PrototypicalNetworks(learner.body, ways=WAYS, metrics={"accuracy": "accuracy"})
+    protonets = metalearn.PrototypicalNetworks(learner.model, ways=WAYS, drop_head="head",
+                                               metrics={"accuracy": "accuracy"})
     episodes = _episodes(tasks=3)
     ours, theirs = learner.meta_metrics(episodes), protonets.meta_metrics(episodes)
     for name in ("loss", "accuracy"):
