@@ -223,3 +223,22 @@ def test_bad_arguments():
         metalearn.Learner(_mlp(), GradientDescent(per_step=("nope",)), loss=mse)
     with pytest.raises(ValueError, match="PerStepLearningRates needs steps >= 1, got 0"):
         metalearn.Learner(_mlp(), PerStepLearningRates(steps=0), loss=mse)
+
+
+def test_max_learning_rate_clips_the_rates_in_use():
+    model = models.mlp((2,), hidden=(), outputs=1, dtype="float64")
+    adapter = MetaSGD(steps=1, max_learning_rate=0.05)
+    learner = metalearn.Learner(model, adapter, loss=mse)
+    adapter.learning_rates["mlp/head/kernel"].assign([[1.0], [-1.0]])
+    x = tf.constant([[1.0, 2.0], [3.0, -1.0]], tf.float64)
+    y = tf.constant([[1.0], [0.0]], tf.float64)
+    start = learner.initial_weights()
+    with tf.GradientTape() as tape:
+        tape.watch(start)
+        loss = learner.support_loss(start, x, y)
+    grad = tape.gradient(loss, start)["mlp/head/kernel"]
+    fast = learner.adapt(x, y)
+    np.testing.assert_allclose(fast["mlp/head/kernel"],
+                               start["mlp/head/kernel"] - [[0.05], [-0.05]] * grad)
+    with pytest.raises(ValueError, match="max_learning_rate must be > 0, got 0"):
+        MetaSGD(max_learning_rate=0)

@@ -15,7 +15,23 @@ from metalearn.functional import Weights
 
 
 class _LearnedRates(GradientDescent):
-    """Gradient descent whose step sizes are meta-learned ``keras.Variable``s."""
+    """Gradient descent whose step sizes are meta-learned ``keras.Variable``s.
+
+    Args:
+      max_learning_rate: if set, the learned rates are clipped to
+        ``[-max_learning_rate, max_learning_rate]`` where they are used (no gradient
+        reaches a rate while it is clipped). A safeguard for regression losses whose
+        inner loop diverges above a small rate: the outer optimizer (Adam) moves a rate
+        by about its own learning rate per meta-step, whatever the rate's scale.
+      **kwargs: as for :class:`GradientDescent`.
+    """
+
+    def __init__(self, *args, max_learning_rate: Optional[float] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if max_learning_rate is not None and not float(max_learning_rate) > 0:
+            raise ValueError(f"max_learning_rate must be > 0, got {max_learning_rate}")
+        self.max_learning_rate = None if max_learning_rate is None \
+            else float(max_learning_rate)
 
     def _rate_shape(self, weight: tf.Tensor) -> Sequence[int]:
         raise NotImplementedError
@@ -42,7 +58,10 @@ class _LearnedRates(GradientDescent):
         if path not in self._rate_index:
             raise KeyError(f"no learned rate for weight {path!r}: the adapter was built "
                            f"for {self._rate_paths}")
-        return tf.cast(self._rates[self._rate_index[path]], dtype)
+        rate = tf.cast(self._rates[self._rate_index[path]], dtype)
+        if self.max_learning_rate is not None:
+            rate = tf.clip_by_value(rate, -self.max_learning_rate, self.max_learning_rate)
+        return rate
 
 
 @gin.configurable
