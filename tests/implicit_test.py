@@ -92,4 +92,4 @@ def test_bad_arguments():
 class TestImplicitMAML(LearnerContract):
     def make_learner(self):
         return classification_learner(ImplicitGradientDescent(
-            steps=5, learning_rate=0.1, regularization=1.0, cg_steps=3))
+            steps=3, learning_rate=0.1, regularization=1.0, cg_steps=2))
