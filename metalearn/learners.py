@@ -59,7 +59,13 @@ class Learner(tf.Module):
 
     Methods meant to be overridden in research code: :meth:`task_loss` (the loss of
     one task's predictions), :meth:`split` (how an episode becomes support and query),
-    :meth:`episode_metrics` (what is measured on one task) and :meth:`predict`.
+    :meth:`episode_metrics` (what is measured on one task), :meth:`predict` and
+    :meth:`task_initial_weights` (where one task's inner loop starts).
+
+    :attr:`meta_step` is the outer-step counter (an int64 ``tf.Variable``, also given to
+    the adapter): the compiled meta-step of :mod:`metalearn.training` advances it after
+    each update and the training loop checkpoints it as ``step``. Schedules over
+    meta-training read it inside the graph.
 
     Args:
       model: a built Keras model.
