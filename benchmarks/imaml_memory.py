@@ -82,7 +82,10 @@ def main(argv) -> None:
     for algorithm in ("imaml", "maml"):
         for steps in [int(s) for s in FLAGS.steps.split(",")]:
             out = subprocess.run([sys.executable, __file__, f"--child={algorithm}:{steps}"],
-                                 check=True, capture_output=True, text=True, env=env)
+                                 capture_output=True, text=True, env=env)
+            if out.returncode != 0:
+                raise RuntimeError(f"configuration {algorithm}:{steps} failed with status "
+                                   f"{out.returncode}:\n{out.stderr[-3000:]}")
             result = json.loads(out.stdout.strip().splitlines()[-1])
             print(json.dumps(result), flush=True)
             results.append(result)
