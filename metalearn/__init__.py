@@ -2,9 +2,10 @@
 
 The public surface::
 
-    metalearn.Learner            model + adapter + loss
+    metalearn.Learner            model + adapter + loss (MultiStepLossLearner: MAML++)
+    metalearn.PrototypicalNetworks, ProtoMAML   learners starting from class prototypes
     metalearn.adapters           inner loops (GradientDescent, ...)
-    metalearn.MetaOptimizer      outer updates
+    metalearn.MetaOptimizer      outer updates (Reptile: no outer gradient)
     metalearn.tasks              episodes and task samplers
     metalearn.models             plain Keras model builders
     metalearn.functional         weights as tensors; forward with given weights
@@ -19,12 +20,14 @@ import os as _os
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from metalearn import adapters, configurables, functional, models, tasks  # noqa: E402
-from metalearn.learners import Learner, accuracy  # noqa: E402
-from metalearn.meta_optimizers import MetaOptimizer  # noqa: E402
+from metalearn.learners import Learner, MultiStepLossLearner, accuracy  # noqa: E402
+from metalearn.meta_optimizers import MetaOptimizer, Reptile  # noqa: E402
+from metalearn.prototypical import PrototypicalNetworks, ProtoMAML  # noqa: E402
 from metalearn import training  # noqa: E402
 from metalearn.training import Experiment, restore  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["Experiment", "Learner", "MetaOptimizer", "accuracy", "adapters", "functional",
-           "models", "restore", "tasks", "training"]
+__all__ = ["Experiment", "Learner", "MetaOptimizer", "MultiStepLossLearner",
+           "PrototypicalNetworks", "ProtoMAML", "Reptile", "accuracy", "adapters",
+           "functional", "models", "restore", "tasks", "training"]

@@ -59,7 +59,13 @@ class Learner(tf.Module):
 
     Methods meant to be overridden in research code: :meth:`task_loss` (the loss of
     one task's predictions), :meth:`split` (how an episode becomes support and query),
-    :meth:`episode_metrics` (what is measured on one task) and :meth:`predict`.
+    :meth:`episode_metrics` (what is measured on one task), :meth:`predict` and
+    :meth:`task_initial_weights` (where one task's inner loop starts).
+
+    :attr:`meta_step` is the outer-step counter (an int64 ``tf.Variable``, also given to
+    the adapter): the compiled meta-step of :mod:`metalearn.training` advances it after
+    each update and the training loop checkpoints it as ``step``. Schedules over
+    meta-training read it inside the graph.
 
     Args:
       model: a built Keras model.
@@ -103,6 +109,11 @@ class Learner(tf.Module):
         self.parallel_iterations = int(parallel_iterations)
         dtype = tf.as_dtype(model.trainable_variables[0].dtype)
         self.metric_dtype = tf.float64 if dtype == tf.float64 else tf.float32
+        # The outer-step counter: advanced by the compiled meta-step (training.loop),
+        # checkpointed with the learner, read by schedules over meta-training.
+        self.meta_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="meta_step")
+        if self.adapter.meta_step is None:
+            self.adapter.meta_step = self.meta_step
         if not self.adapter.built:
             self.adapter.build(model, functional.weights(model))
 
@@ -112,7 +123,7 @@ class Learner(tf.Module):
     def meta_variables(self) -> List[keras.Variable]:
         """Everything the outer step differentiates: the model's initial weights (minus
         any the adapter generates) and the adapter's own meta-learned state."""
-        generated = set(self.adapter.generated_paths(self.initial_weights()))
+        generated = set(self.generated_paths())
         model_vars = [v for p, v in functional.variables(self.model).items()
                       if p not in generated]
         return model_vars + list(self.adapter.meta_variables)
@@ -120,6 +131,11 @@ class Learner(tf.Module):
     def initial_weights(self) -> Weights:
         """The model's current weights as tensors (the inner loop's starting point)."""
         return functional.weights(self.model)
+
+    def generated_paths(self) -> List[str]:
+        """Model weight paths that are computed per task rather than meta-learned
+        (the adapter's, plus any a subclass generates, e.g. Proto-MAML's head)."""
+        return list(self.adapter.generated_paths(self.initial_weights()))
 
     # --- one task ----------------------------------------------------------------
 
@@ -148,8 +164,23 @@ class Learner(tf.Module):
           weights: starting weights; defaults to :meth:`initial_weights`.
         """
         weights = self.initial_weights() if weights is None else weights
+        weights = self.task_initial_weights(weights, support_x, support_y)
         return self.adapter.adapt(weights, support_x, support_y, self.support_loss,
                                   steps=steps)
+
+    def adapt_trajectory(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
+                         weights: Optional[Weights] = None) -> List[Weights]:
+        """The weights after 0, 1, ..., ``steps`` inner steps (see :meth:`adapt`)."""
+        weights = self.initial_weights() if weights is None else weights
+        weights = self.task_initial_weights(weights, support_x, support_y)
+        return self.adapter.adapt_trajectory(weights, support_x, support_y,
+                                             self.support_loss, steps=steps)
+
+    def task_initial_weights(self, weights: Weights, support_x: Any,
+                             support_y: Any) -> Weights:
+        """Where one task's inner loop starts: ``weights`` itself by default (override to
+        set some weights from the support set, as Proto-MAML does with its head)."""
+        return weights
 
     def predict(self, weights: Weights, x: Any) -> Any:
         """Predictions of the model with (adapted) ``weights`` on query inputs."""
@@ -170,7 +201,10 @@ class Learner(tf.Module):
         """
         support_x, support_y, query_x, query_y = self.split(episode)
         adapted = self.adapt(support_x, support_y, steps=steps, weights=weights)
-        predictions = self.predict(adapted, query_x)
+        return self.query_metrics(query_y, self.predict(adapted, query_x))
+
+    def query_metrics(self, query_y: Any, predictions: Any) -> Dict[str, tf.Tensor]:
+        """``{"loss": task loss, metric name: value, ...}`` of one task's predictions."""
         results = {"loss": self.task_loss(query_y, predictions)}
         for name, fn in self._metrics.items():
             results[name] = tf.cast(tf.reduce_mean(fn(query_y, predictions)),
@@ -195,7 +229,7 @@ class Learner(tf.Module):
         if weights is None:
             weights = self.initial_weights()  # read once: one tape record for all tasks
         one_task = lambda episode: self.episode_metrics(episode, steps, weights)
-        if self.task_batching == "unrolled":
+        if self.task_batching == "unrolled" or self.adapter.needs_unrolled_tasks:
             results = [one_task(episodes.task(i)) for i in range(episodes.num_tasks)]
             return {k: tf.stack([r[k] for r in results]) for k in self.metric_names}
         signature = {k: tf.TensorSpec([], self.metric_dtype) for k in self.metric_names}
@@ -206,3 +240,56 @@ class Learner(tf.Module):
                   weights: Optional[Weights] = None) -> tf.Tensor:
         """Mean query loss after adaptation over a batch of episodes (leading task axis)."""
         return tf.reduce_mean(self.meta_metrics(episodes, steps, weights)["loss"])
+
+
+@gin.configurable
+class MultiStepLossLearner(Learner):
+    """MAML++'s multi-step loss (Antoniou et al., 2019): the meta-objective is a weighted
+    sum of the query losses after every inner step, the weights annealed towards the
+    last step over ``anneal_steps`` meta-steps.
+
+    The importance of step ``k = 1 .. K`` at meta-step ``t`` is
+    ``(1 - a) / K + a * [k == K]`` with ``a = min(t / anneal_steps, 1)``: uniform at the
+    start, the plain (last-step) MAML loss from meta-step ``anneal_steps`` on (MAML++
+    keeps a small floor on the earlier steps; this does not). ``t`` is
+    :attr:`meta_step`, read inside the compiled step, so nothing retraces.
+
+    The weighted loss is the training objective: it is the ``"loss"`` metric when
+    ``steps`` is left to the adapter (as the meta-step does). Given ``steps``
+    explicitly (as evaluation does) every metric, loss included, is the last step's.
+    Other metrics are always measured after the last step. Needs an adapter with
+    ``adapt_trajectory`` (``GradientDescent`` and its subclasses).
+
+    Args:
+      model, adapter, loss, metrics, **kwargs: as for :class:`Learner`.
+      anneal_steps: meta-steps over which the weights move to the last step (>= 1).
+    """
+
+    def __init__(self, model: keras.Model, adapter: Optional[Adapter] = None,
+                 loss: Optional[Union[str, MetricFn]] = None,
+                 metrics: Optional[Mapping[str, Union[str, MetricFn]]] = None,
+                 anneal_steps: int = 1000, **kwargs: Any):
+        if int(anneal_steps) < 1:
+            raise ValueError(f"anneal_steps must be >= 1, got {anneal_steps}")
+        super().__init__(model, adapter=adapter, loss=loss, metrics=metrics, **kwargs)
+        self.anneal_steps = int(anneal_steps)
+
+    def step_importance(self, num_steps: int) -> tf.Tensor:
+        """The weights of the query losses after steps ``1 .. num_steps``, ``[num_steps]``."""
+        progress = tf.minimum(tf.cast(self.meta_step, self.metric_dtype)
+                              / float(self.anneal_steps), 1.0)
+        last = tf.one_hot(num_steps - 1, num_steps, dtype=self.metric_dtype)
+        return (1.0 - progress) / float(num_steps) + progress * last
+
+    def episode_metrics(self, episode: Episode, steps: Optional[int] = None,
+                        weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
+        if steps is not None:
+            return super().episode_metrics(episode, steps, weights)
+        support_x, support_y, query_x, query_y = self.split(episode)
+        trajectory = self.adapt_trajectory(support_x, support_y, weights=weights)
+        after_steps = trajectory[1:] or trajectory  # no steps: the initial weights
+        losses = [self.task_loss(query_y, self.predict(w, query_x)) for w in after_steps[:-1]]
+        results = self.query_metrics(query_y, self.predict(after_steps[-1], query_x))
+        losses.append(results["loss"])
+        results["loss"] = tf.reduce_sum(self.step_importance(len(losses)) * tf.stack(losses))
+        return results

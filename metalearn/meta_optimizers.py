@@ -78,3 +78,94 @@ class MetaOptimizer:
         gradients, metrics = self.compute_gradients(learner, episodes)
         self.apply_gradients(learner, gradients)
         return metrics
+
+
+@gin.configurable
+class Reptile(MetaOptimizer):
+    """Reptile (Nichol et al., 2018): move the initial weights towards the adapted ones.
+
+    No outer gradient is taken: for each task the learner's adapter runs ``inner_steps``
+    steps from the initial weights ``theta`` to ``phi_i``, and the outer optimizer is
+    given ``theta - phi_i`` as the "gradient", so plain SGD with learning rate
+    ``epsilon`` gives Reptile's update.
+
+    * batched (``serial=False``): one update with the mean over the meta-batch,
+      ``theta <- theta + epsilon * (mean_i phi_i - theta)``;
+    * serial (``serial=True``): the tasks one after another, each adapted from the
+      weights the previous task's update left, ``theta <- theta + epsilon * (phi_i - theta)``.
+
+    Reported metrics are the query metrics after adaptation, before the update.
+
+    Args:
+      optimizer: the outer Keras optimizer; defaults to ``SGD(learning_rate=1.0)``
+        (epsilon = 1; anneal it with a schedule, as the paper does).
+      serial: update after every task instead of once per meta-batch.
+      inner_steps: inner steps per task; defaults to the adapter's ``steps``.
+      clipnorm: as for :class:`MetaOptimizer`.
+    """
+
+    def __init__(self, optimizer: Optional[keras.optimizers.Optimizer] = None,
+                 serial: bool = False, inner_steps: Optional[int] = None,
+                 clipnorm: Optional[float] = None):
+        super().__init__(optimizer if optimizer is not None else
+                         keras.optimizers.SGD(learning_rate=1.0), clipnorm=clipnorm)
+        if inner_steps is not None and int(inner_steps) < 1:
+            raise ValueError(f"inner_steps must be >= 1, got {inner_steps}")
+        self.serial = bool(serial)
+        self.inner_steps = None if inner_steps is None else int(inner_steps)
+
+    @staticmethod
+    def _check(learner: Learner) -> None:
+        if learner.adapter.meta_variables or learner.generated_paths():
+            raise ValueError(
+                "Reptile moves the model's initial weights only; the learner's adapter "
+                f"{type(learner.adapter).__name__} has meta-learned state "
+                f"{[v.path for v in learner.adapter.meta_variables]} or generates weights "
+                f"{learner.generated_paths()} that it cannot train")
+
+    def _adapted(self, learner: Learner, episodes: Episode
+                 ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
+        """Per-task adapted weights (``[tasks, ...]`` by path) and query metrics."""
+        weights = learner.initial_weights()
+
+        def one_task(episode):
+            support_x, support_y, query_x, query_y = learner.split(episode)
+            adapted = learner.adapt(support_x, support_y, steps=self.inner_steps,
+                                    weights=weights)
+            adapted = {p: tf.stop_gradient(adapted[p]) for p in weights}
+            return adapted, learner.query_metrics(query_y, learner.predict(adapted, query_x))
+
+        if learner.task_batching == "unrolled":
+            results = [one_task(episodes.task(i)) for i in range(episodes.num_tasks)]
+            return tf.nest.map_structure(lambda *t: tf.stack(t), *results)
+        signature = ({p: tf.TensorSpec(w.shape, w.dtype) for p, w in weights.items()},
+                     {k: tf.TensorSpec([], learner.metric_dtype)
+                      for k in learner.metric_names})
+        return tf.map_fn(one_task, episodes, fn_output_signature=signature,
+                         parallel_iterations=learner.parallel_iterations)
+
+    def compute_gradients(self, learner: Learner, episodes: Episode
+                          ) -> Tuple[Gradients, Dict[str, tf.Tensor]]:
+        """Reptile's update direction ``theta - mean_i phi_i`` (not a gradient of any
+        loss), one entry per :attr:`Learner.meta_variables`, and per-task metrics."""
+        self._check(learner)
+        adapted, metrics = self._adapted(learner, episodes)
+        directions = [tf.convert_to_tensor(v) - tf.reduce_mean(adapted[v.path], axis=0)
+                      for v in learner.meta_variables]
+        return directions, metrics
+
+    def step(self, learner: Learner, episodes: Episode) -> Dict[str, tf.Tensor]:
+        if not self.serial:
+            return super().step(learner, episodes)
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            raise ValueError("serial Reptile updates after each task in turn, which "
+                             f"{context.num_replicas_in_sync} replicas cannot share; use "
+                             "Reptile(serial=False) under a distribution strategy")
+        per_task = []
+        for i in range(episodes.num_tasks):
+            one = tf.nest.map_structure(lambda t: t[i:i + 1], episodes)  # [1, ...]
+            directions, metrics = self.compute_gradients(learner, one)
+            self.apply_gradients(learner, directions)
+            per_task.append(metrics)
+        return {k: tf.concat([m[k] for m in per_task], axis=0) for k in per_task[0]}

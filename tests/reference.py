@@ -35,3 +35,26 @@ def relative_error(a: Dict[str, np.ndarray], b: Dict[str, np.ndarray]) -> float:
     diff = np.sqrt(sum(np.sum((np.asarray(a[k]) - np.asarray(b[k])) ** 2) for k in b))
     norm = np.sqrt(sum(np.sum(np.asarray(b[k]) ** 2) for k in b))
     return float(diff / norm)
+
+
+def finite_difference_variables(fn: Callable[[], tf.Tensor], variables, eps: float = 1e-5
+                                ) -> Dict[str, np.ndarray]:
+    """Central differences of scalar ``fn()`` in every element of every variable (by
+    path), moving the variables in place and restoring them exactly afterwards."""
+    fn = tf.function(fn)
+    grads = {}
+    for variable in variables:
+        original = variable.numpy()
+        flat = original.ravel()
+        grad = np.zeros(flat.shape, np.float64)
+        for i in range(flat.size):
+            shifted = []
+            for sign in (1.0, -1.0):
+                moved = flat.copy()
+                moved[i] += sign * eps
+                variable.assign(moved.reshape(original.shape))
+                shifted.append(float(fn()))
+            grad[i] = (shifted[0] - shifted[1]) / (2 * eps)
+        variable.assign(original)
+        grads[variable.path] = grad.reshape(original.shape)
+    return grads

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable, List, Optional, Sequence
 
+import gin
 import keras
 import tensorflow as tf
 
@@ -25,13 +26,24 @@ class Adapter(tf.Module, abc.ABC):
     :attr:`meta_variables`, and the outer step trains it with the model's initial
     weights. :meth:`adapt` must never assign to any variable; it returns new tensors.
 
+    Schedules over meta-training (MAML++'s derivative-order annealing) read
+    :attr:`meta_step`, the learner's outer-step counter (an int64 ``tf.Variable`` that
+    the compiled meta-step advances), with ``tf.where``/``tf.cond`` so nothing retraces.
+    :class:`~metalearn.Learner` sets it; it is ``None`` for an adapter used alone.
+
     To write an adapter, subclass this and implement :meth:`adapt` (and :meth:`build` if
     it owns variables). See BUILD.md, "Adding an adapter".
     """
 
+    needs_unrolled_tasks = False
+    """True for adapters whose gradient is a ``tf.custom_gradient``: TensorFlow does not
+    apply custom gradients inside ``tf.map_fn``'s loop, so the learner then runs the tasks
+    of a batch unrolled whatever its ``task_batching``."""
+
     def __init__(self, name: Optional[str] = None):
         super().__init__(name=name)
         self._built = False
+        self.meta_step: Optional[tf.Variable] = None
 
     def build(self, model: keras.Model, weights: Weights) -> None:
         """Creates the adapter's meta-learned state for ``model``; called once by Learner.
@@ -85,3 +97,31 @@ class Adapter(tf.Module, abc.ABC):
           Adapted weights by path (a subset of paths is allowed: missing ones stay at
           the model's variables).
         """
+
+    def adapt_trajectory(self, weights: Weights, support_x: Any, support_y: Any,
+                         loss_fn: LossFn, steps: Optional[int] = None) -> List[Weights]:
+        """The weights after 0, 1, ..., ``steps`` inner steps (``steps + 1`` entries).
+
+        Needed by learners that look at every inner step (MAML++'s multi-step loss);
+        adapters without a notion of steps need not implement it.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not expose its per-step weights "
+            "(adapt_trajectory); the multi-step loss needs an adapter that does, "
+            "e.g. GradientDescent")
+
+
+@gin.configurable
+class NoAdaptation(Adapter):
+    """No inner loop: the adapted weights are the initial ones (Prototypical Networks,
+    or a plain pre-trained model as a baseline)."""
+
+    steps = 0
+
+    def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
+              steps: Optional[int] = None) -> Weights:
+        return dict(weights)
+
+    def adapt_trajectory(self, weights: Weights, support_x: Any, support_y: Any,
+                         loss_fn: LossFn, steps: Optional[int] = None) -> List[Weights]:
+        return [dict(weights)]

@@ -1,15 +1,24 @@
-"""Functional gradient descent in the inner loop: MAML, first-order MAML, ANIL."""
+"""Functional gradient descent in the inner loop: MAML, first-order MAML, ANIL, and the
+MAML++ pieces that live in the inner loop (derivative-order annealing, per-step weights
+such as per-step BatchNorm)."""
 
 from __future__ import annotations
 
 import re
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import gin
+import keras
+import numpy as np
 import tensorflow as tf
 
 from metalearn.adapters.base import Adapter, LossFn
 from metalearn.functional import Weights
+
+
+def variable_name(path: str, suffix: str) -> str:
+    """A Keras variable name for state belonging to weight ``path`` (no ``/`` allowed)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", path) + "_" + suffix
 
 
 @gin.configurable
@@ -26,47 +35,139 @@ class GradientDescent(Adapter):
       adapt: regular expressions over variable paths (``re.search``); only matching
         weights are adapted in the inner loop (e.g. ``("head",)`` for ANIL). ``None``
         adapts every trainable weight.
+      first_order_steps: MAML++'s derivative-order annealing: the meta-gradient is first
+        order while the learner's :attr:`meta_step` is below this, second order from
+        then on (switched with a ``tf.where`` on the counter: no retracing). ``0``
+        (default) never anneals.
+      per_step: regular expressions over variable paths of weights that get their own
+        meta-learned copy for every inner step instead of being adapted (MAML++'s
+        per-step BatchNorm weights: ``("bn",)`` or ``("gamma", "beta")``). The model
+        runs with copy ``k`` whenever it runs with the weights after ``k`` inner steps
+        (``k = 0 .. steps``; more steps at test time reuse the last copy). The copies
+        start at the model's initial values; the model's own variables for these paths
+        are then unused (see :meth:`generated_paths`).
     """
 
     def __init__(self, steps: int = 1, learning_rate: float = 0.01,
                  first_order: bool = False, adapt: Optional[Sequence[str]] = None,
+                 first_order_steps: int = 0, per_step: Optional[Sequence[str]] = None,
                  name: Optional[str] = None):
         super().__init__(name=name)
         if int(steps) < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
+        if int(first_order_steps) < 0:
+            raise ValueError(f"first_order_steps must be >= 0, got {first_order_steps}")
         self.steps = int(steps)
         self.learning_rate = float(learning_rate)
         self.first_order = bool(first_order)
         self.adapt_patterns = None if adapt is None else tuple(adapt)
+        self.first_order_steps = int(first_order_steps)
+        self.per_step_patterns = tuple(per_step or ())
+        self._per_step: List[keras.Variable] = []
+        self._per_step_paths: List[str] = []
+
+    # --- which weights ----------------------------------------------------------
+
+    def per_step_paths(self, weights: Weights) -> List[str]:
+        """Paths of the weights with one meta-learned copy per inner step."""
+        if not self.per_step_patterns:
+            return []
+        paths = [p for p in weights if any(re.search(r, p) for r in self.per_step_patterns)]
+        if not paths:
+            raise ValueError(f"per_step={self.per_step_patterns!r} matches none of the "
+                             f"weights {list(weights)}")
+        return paths
 
     def adapted_paths(self, weights: Weights) -> Sequence[str]:
-        """Paths of the weights the inner loop changes."""
+        """Paths of the weights the inner loop changes (never the per-step ones)."""
+        per_step = set(self.per_step_paths(weights))
         if self.adapt_patterns is None:
-            return list(weights)
-        paths = [p for p in weights if any(re.search(r, p) for r in self.adapt_patterns)]
+            return [p for p in weights if p not in per_step]
+        paths = [p for p in weights if any(re.search(r, p) for r in self.adapt_patterns)
+                 and p not in per_step]
         if not paths:
             raise ValueError(f"adapt={self.adapt_patterns!r} matches none of the weights "
-                             f"{list(weights)}")
+                             f"{list(weights)} (per-step weights {sorted(per_step)} are "
+                             "never adapted)")
         return paths
+
+    def generated_paths(self, weights: Weights) -> Sequence[str]:
+        return self.per_step_paths(weights)
+
+    # --- meta-learned state -----------------------------------------------------
+
+    def build(self, model: keras.Model, weights: Weights) -> None:
+        paths = self.per_step_paths(weights)
+        self._per_step_paths = list(paths)
+        self._per_step = [
+            keras.Variable(np.repeat(np.asarray(weights[p])[None], self.steps + 1, axis=0),
+                           dtype=weights[p].dtype.name, trainable=True,
+                           name=variable_name(p, "per_step"))
+            for p in paths]  # each [steps + 1, *shape]
+        super().build(model, weights)
+
+    @property
+    def meta_variables(self) -> List[keras.Variable]:
+        return list(self._per_step)
 
     def step_size(self, step: int, path: str, dtype: tf.DType) -> tf.Tensor:
         """The inner learning rate of ``path`` at inner step ``step`` (override to learn it)."""
         return tf.constant(self.learning_rate, dtype)
 
-    def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
-              steps: Optional[int] = None) -> Weights:
-        steps = self.steps if steps is None else int(steps)
-        paths = self.adapted_paths(weights)
+    def with_step_weights(self, weights: Weights, step: int) -> Weights:
+        """``weights`` with the per-step copies of inner step ``step`` put in."""
+        if not self._per_step:
+            return weights
         weights = dict(weights)
+        index = min(step, self.steps)
+        for path, copies in zip(self._per_step_paths, self._per_step):
+            weights[path] = tf.convert_to_tensor(copies)[index]
+        return weights
+
+    def second_order_weight(self, dtype: tf.DType) -> Optional[tf.Tensor]:
+        """1 where this meta-step's gradient is second order, 0 where first order;
+        ``None`` when it is fixed (no annealing)."""
+        if self.first_order or self.first_order_steps == 0:
+            return None
+        if self.meta_step is None:
+            raise RuntimeError("first_order_steps needs the learner's meta-step counter: "
+                               "use this adapter inside a metalearn.Learner")
+        return tf.cast(self.meta_step >= self.first_order_steps, dtype)
+
+    # --- the inner loop ---------------------------------------------------------
+
+    def adapt_trajectory(self, weights: Weights, support_x: Any, support_y: Any,
+                         loss_fn: LossFn, steps: Optional[int] = None) -> List[Weights]:
+        steps = self.steps if steps is None else int(steps)
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, got {steps}")
+        paths = self.adapted_paths(weights)
+        weights = self.with_step_weights(dict(weights), 0)
+        trajectory = [weights]
         for step in range(steps):
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch([weights[p] for p in paths])
                 loss = loss_fn(weights, support_x, support_y)
             grads = tape.gradient(loss, [weights[p] for p in paths],
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            weights = dict(weights)
             for path, grad in zip(paths, grads):
-                if self.first_order:
-                    grad = tf.stop_gradient(grad)
+                grad = self._order(grad)
                 value = weights[path]
                 weights[path] = value - self.step_size(step, path, value.dtype) * grad
-        return weights
+            weights = self.with_step_weights(weights, step + 1)
+            trajectory.append(weights)
+        return trajectory
+
+    def _order(self, grad: tf.Tensor) -> tf.Tensor:
+        if self.first_order:
+            return tf.stop_gradient(grad)
+        second = self.second_order_weight(grad.dtype)
+        if second is None:
+            return grad
+        constant = tf.stop_gradient(grad)  # same value; derivative scaled by 0 or 1
+        return constant + second * (grad - constant)
+
+    def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
+              steps: Optional[int] = None) -> Weights:
+        return self.adapt_trajectory(weights, support_x, support_y, loss_fn, steps)[-1]

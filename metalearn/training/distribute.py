@@ -132,25 +132,29 @@ def make_distributed_meta_step(strategy: tf.distribute.Strategy, learner: Learne
                                meta_optimizer: MetaOptimizer, jit_compile: bool = False
                                ) -> MetaStep:
     """One compiled outer step over per-replica episodes (from :func:`episode_stream`
-    or :func:`split_episodes`); returns the metrics' means over all tasks.
+    or :func:`split_episodes`); returns the metrics' means over all tasks and advances
+    ``learner.meta_step``.
 
     With ``jit_compile`` each replica's inner loops and meta-gradient are compiled by
     XLA; the all-reduce and the update run outside XLA.
     """
     with strategy.scope():
         meta_optimizer.build(learner)
-    compute = meta_optimizer.compute_gradients
-    if jit_compile:
-        compute = tf.function(compute, jit_compile=True)
+    compute = tf.function(meta_optimizer.compute_gradients, jit_compile=True)
 
     def replica_step(episodes: Episode) -> Dict[str, tf.Tensor]:
+        if not jit_compile:
+            return meta_optimizer.step(learner, episodes)
         gradients, metrics = compute(learner, episodes)
         meta_optimizer.apply_gradients(learner, gradients)
         return metrics
 
     def step(distributed_episodes) -> Dict[str, tf.Tensor]:
         per_replica = strategy.run(replica_step, args=(distributed_episodes,))
-        return {name: strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=0)
-                for name, value in per_replica.items()}
+        metrics = {name: strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=0)
+                   for name, value in per_replica.items()}
+        with tf.control_dependencies(tf.nest.flatten(metrics)):
+            learner.meta_step.assign_add(1)  # what meta-training schedules read
+        return metrics
 
     return tf.function(step)

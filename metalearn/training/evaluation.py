@@ -87,7 +87,7 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
     path = checkpoint or tf.train.latest_checkpoint(os.path.join(workdir, CHECKPOINT_DIR))
     if path is None:
         raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, CHECKPOINT_DIR)!r}")
-    step = tf.Variable(0, dtype=tf.int64, trainable=False)
+    step = experiment.learner.meta_step
     checkpoint_for(experiment, step).restore(path).assert_existing_objects_matched()
     experiment.restored_step = int(step.numpy())
     return experiment

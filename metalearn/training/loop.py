@@ -33,13 +33,17 @@ def make_meta_step(learner: Learner, meta_optimizer: MetaOptimizer,
     on one device.
 
     Returns a function of a batch of episodes giving the batch's mean metrics
-    (``{"loss": ..., ...}``) before the update. For several devices see
+    (``{"loss": ..., ...}``) before the update. Each call advances
+    ``learner.meta_step`` by one after the update (what schedules over meta-training,
+    such as MAML++'s annealing, read). For several devices see
     :func:`metalearn.training.distribute.make_distributed_meta_step`.
     """
     meta_optimizer.build(learner)
 
     def meta_step(episodes: Episode) -> Dict[str, tf.Tensor]:
         metrics = meta_optimizer.step(learner, episodes)
+        with tf.control_dependencies(tf.nest.flatten(metrics)):
+            learner.meta_step.assign_add(1)
         return {name: tf.reduce_mean(value) for name, value in metrics.items()}
 
     return tf.function(meta_step, jit_compile=jit_compile)
@@ -87,8 +91,7 @@ def train(experiment: Experiment, workdir: str,
     distribute.tasks_per_replica(experiment.meta_batch_size, strategy)  # fail early
     meta_step = distribute.make_distributed_meta_step(strategy, learner, meta_optimizer,
                                                       experiment.jit_compile)
-    with strategy.scope():
-        step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+    step = learner.meta_step  # advanced by meta_step(); saved as "step"
     checkpoint = checkpoint_for(experiment, step)
     checkpoint_dir = os.path.join(workdir, CHECKPOINT_DIR)
     # Every worker takes part in saving (collectives); only the chief's copy is kept.
@@ -123,7 +126,6 @@ def train(experiment: Experiment, workdir: str,
         if experiment.log_average == "running":
             running_totals = {k: running_totals.get(k, 0.0) + v for k, v in window[-1].items()}
             running_count += 1
-        step.assign_add(1)
         current = int(step.numpy())
         done = current >= experiment.num_steps
         if current % experiment.log_every == 0 or done:

@@ -1,0 +1,103 @@
+r"""Peak memory of one meta-step as the number of inner steps grows: implicit MAML
+against second-order MAML.
+
+    PYTHONPATH=. python benchmarks/imaml_memory.py [--steps=5,10,20,50]
+
+Each (algorithm, inner steps) configuration runs in its own subprocess, so peak resident
+memory (``ru_maxrss``) is that configuration's alone. A subprocess builds an MLP
+(1 -> 256 -> 256 -> 1, float32) on one sinusoid task with 1,000 support points (so that
+activations, not weights, dominate), reads its resident memory (``VmRSS``), then runs
+three compiled meta-steps (``metalearn.training.make_meta_step``, SGD) and reads its peak.
+The growth, peak minus the memory before the first meta-step, includes tracing the
+graph and everything the backward pass keeps. Second-order MAML keeps every inner step's
+activations for the backward pass; iMAML keeps none (its inner loop is a
+``tf.while_loop`` under ``stop_gradient``; the backward pass is conjugate gradient at
+the adapted weights). Prints one JSON line per configuration and a summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+
+from absl import app, flags
+
+flags.DEFINE_string("steps", "5,10,20,50", "Inner-step counts, comma separated.")
+flags.DEFINE_string("child", None, "Internal: run one configuration, 'algorithm:steps'.")
+FLAGS = flags.FLAGS
+
+SUPPORT, HIDDEN = 1000, 256
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def _child(algorithm: str, steps: int) -> dict:
+    import keras
+    import tensorflow as tf
+
+    import metalearn
+    from metalearn import models
+    from metalearn.adapters import GradientDescent, ImplicitGradientDescent
+    from metalearn.tasks import Sinusoid
+
+    keras.utils.set_random_seed(0)
+    model = models.mlp((1,), hidden=(HIDDEN, HIDDEN), outputs=1)
+    if algorithm == "imaml":
+        adapter = ImplicitGradientDescent(steps=steps, learning_rate=0.01,
+                                          regularization=1.0, cg_steps=5)
+    elif algorithm == "maml":
+        adapter = GradientDescent(steps=steps, learning_rate=0.01, first_order=False)
+    else:
+        raise ValueError(f"algorithm must be 'imaml' or 'maml', got {algorithm!r}")
+    learner = metalearn.Learner(model, adapter, loss="mse", task_batching="unrolled")
+    episodes = Sinusoid(shots=SUPPORT, queries=100).sample(tf.constant([0, 0]), num_tasks=1)
+    meta_step = metalearn.training.make_meta_step(
+        learner, metalearn.MetaOptimizer(keras.optimizers.SGD(1e-3)))
+    before = _rss_mib()
+    for _ in range(3):
+        loss = float(meta_step(episodes)["loss"])
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return {"algorithm": algorithm, "inner_steps": steps, "rss_before_mib": round(before, 1),
+            "peak_rss_mib": round(peak, 1), "growth_mib": round(peak - before, 1),
+            "loss": loss}
+
+
+def main(argv) -> None:
+    del argv
+    if FLAGS.child:
+        algorithm, steps = FLAGS.child.split(":")
+        print(json.dumps(_child(algorithm, int(steps))))
+        return
+    results = []
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    for algorithm in ("imaml", "maml"):
+        for steps in [int(s) for s in FLAGS.steps.split(",")]:
+            out = subprocess.run([sys.executable, __file__, f"--child={algorithm}:{steps}"],
+                                 capture_output=True, text=True, env=env)
+            if out.returncode != 0:
+                raise RuntimeError(f"configuration {algorithm}:{steps} failed with status "
+                                   f"{out.returncode}:\n{out.stderr[-3000:]}")
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    summary = {}
+    for algorithm in ("imaml", "maml"):
+        rows = [r for r in results if r["algorithm"] == algorithm]
+        summary[algorithm] = {"growth_mib_by_steps": {r["inner_steps"]: r["growth_mib"]
+                                                      for r in rows},
+                              "growth_ratio_last_to_first": round(
+                                  rows[-1]["growth_mib"] / rows[0]["growth_mib"], 2)}
+    print(json.dumps({"summary": summary}))
+
+
+if __name__ == "__main__":
+    app.run(main)

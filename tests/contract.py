@@ -1,0 +1,165 @@
+"""The contract every learner and adapter meets, as an abstract test class.
+
+A new algorithm gets the whole contract by writing one small class::
+
+    class TestMyAdapter(LearnerContract):
+        def make_learner(self):
+            return classification_learner(MyAdapter(steps=2))
+
+The tasks are tiny synthetic N-way classification problems: each task draws ``ways``
+random class centres in ``dim`` dimensions and Gaussian examples around them, so a
+label means nothing across tasks (a model that has not seen the support set is at
+chance) and the classes of one task are well separated (one episode can be fitted).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Dict, List, Optional
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import metalearn
+from metalearn import models
+from metalearn.tasks import Episode
+
+WAYS, SHOTS, QUERIES, DIM = 3, 2, 4, 6
+
+
+def synthetic_classification(seed: int, tasks: int, ways: int = WAYS, shots: int = SHOTS,
+                             queries: int = QUERIES, dim: int = DIM, spread: float = 2.0,
+                             dtype=tf.float32) -> Episode:
+    """A batch of ``ways``-way ``shots``-shot tasks on Gaussian clusters, ``[tasks, ...]``.
+
+    Examples are ordered by class (``ways`` blocks); labels are ``0 .. ways - 1``.
+    """
+    keys = tf.random.experimental.stateless_split([seed, 7], 3)
+    centres = spread * tf.random.stateless_normal([tasks, ways, 1, dim], keys[0], dtype=dtype)
+
+    def examples(key, count):  # [tasks, ways * count, dim]
+        noise = tf.random.stateless_normal([tasks, ways, count, dim], key, dtype=dtype)
+        return tf.reshape(centres + noise, [tasks, ways * count, dim])
+
+    labels = lambda count: tf.tile(tf.repeat(tf.range(ways), count)[None], [tasks, 1])
+    return Episode(examples(keys[1], shots), labels(shots), examples(keys[2], queries),
+                   labels(queries))
+
+
+def uninformative_support(episodes: Episode, seed: int = 0) -> Episode:
+    """``episodes`` with each task's support labels shuffled against its examples, so the
+    support set says nothing about the query labels."""
+    labels = episodes.support_y
+    keys = tf.random.experimental.stateless_split([seed, 11], labels.shape[0])
+    shuffled = tf.stack([tf.gather(labels[i], tf.argsort(tf.random.stateless_uniform(
+        [labels.shape[1]], keys[i]))) for i in range(labels.shape[0])])
+    return episodes._replace(support_y=shuffled)
+
+
+def softmax_cross_entropy(y_true, logits):
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(tf.cast(y_true, tf.int32), logits)
+
+
+def contract_model(dtype: Optional[str] = None, hidden=(16,), ways: int = WAYS) -> keras.Model:
+    keras.utils.set_random_seed(0)
+    return models.mlp((DIM,), hidden=hidden, outputs=ways, activation="relu", dtype=dtype)
+
+
+def classification_learner(adapter, model: Optional[keras.Model] = None,
+                           learner_class=metalearn.Learner, **kwargs) -> metalearn.Learner:
+    """A learner for the synthetic tasks: cross-entropy loss and accuracy."""
+    model = contract_model() if model is None else model
+    return learner_class(model, adapter=adapter, loss=softmax_cross_entropy,
+                         metrics={"accuracy": "accuracy"}, **kwargs)
+
+
+def _state(learner: metalearn.Learner) -> List[np.ndarray]:
+    variables = list(learner.model.variables) + list(learner.adapter.meta_variables)
+    return [np.array(v.numpy(), copy=True) for v in variables] + [learner.meta_step.numpy()]
+
+
+class LearnerContract(abc.ABC):
+    """Abstract test class: subclass it (``class TestX(LearnerContract)``) and implement
+    :meth:`make_learner`; override the other hooks where the algorithm needs to."""
+
+    overfit_steps = 60
+
+    @abc.abstractmethod
+    def make_learner(self) -> metalearn.Learner:
+        """A fresh learner for the synthetic ``WAYS``-way tasks."""
+
+    def make_meta_optimizer(self) -> metalearn.MetaOptimizer:
+        return metalearn.MetaOptimizer(keras.optimizers.Adam(learning_rate=0.01))
+
+    def chance_metrics(self, learner: metalearn.Learner, episodes: Episode
+                       ) -> Dict[str, tf.Tensor]:
+        """Metrics of the untrained learner when it has not seen the task's support set
+        (no inner steps), which must be at chance."""
+        return learner.meta_metrics(episodes, steps=0)
+
+    # --- the contract -------------------------------------------------------------
+
+    def test_shapes(self):
+        learner = self.make_learner()
+        episodes = synthetic_classification(0, tasks=2)
+        task = episodes.task(0)
+        start = learner.initial_weights()
+        adapted = learner.adapt(task.support_x, task.support_y)
+        for path, value in start.items():
+            assert adapted.get(path, value).shape == value.shape, path
+        predictions = learner.predict(adapted, task.query_x)
+        assert predictions.shape == (WAYS * QUERIES, WAYS)
+        metrics = learner.meta_metrics(episodes)
+        assert sorted(metrics) == ["accuracy", "loss"]
+        for value in metrics.values():
+            assert value.shape == (2,)
+            assert np.all(np.isfinite(value))
+
+    def test_chance_accuracy_before_training(self):
+        learner = self.make_learner()
+        accuracy = self.chance_metrics(learner, synthetic_classification(1, tasks=60)
+                                       )["accuracy"].numpy()
+        assert abs(accuracy.mean() - 1 / WAYS) < 0.1, accuracy.mean()
+
+    def test_meta_step_lowers_the_loss(self):
+        learner = self.make_learner()
+        episodes = synthetic_classification(2, tasks=4)
+        before = float(learner.meta_loss(episodes))
+        metalearn.training.make_meta_step(learner, self.make_meta_optimizer())(episodes)
+        after = float(learner.meta_loss(episodes))
+        assert after < before, (before, after)
+
+    def test_overfits_one_episode(self):
+        learner = self.make_learner()
+        episode = synthetic_classification(3, tasks=1)
+        meta_step = metalearn.training.make_meta_step(learner, self.make_meta_optimizer())
+        first = float(learner.meta_loss(episode))
+        for _ in range(self.overfit_steps):
+            meta_step(episode)
+        metrics = learner.meta_metrics(episode)
+        assert float(metrics["accuracy"][0]) == 1.0
+        assert float(metrics["loss"][0]) < 0.25 * first, (first, float(metrics["loss"][0]))
+
+    def test_adaptation_leaves_every_variable_untouched(self):
+        learner = self.make_learner()
+        episodes = synthetic_classification(4, tasks=2)
+        before = _state(learner)
+        learner.adapt(episodes.support_x[0], episodes.support_y[0])
+        learner.meta_metrics(episodes)
+        tf.function(learner.meta_metrics)(episodes)
+        for old, new in zip(before, _state(learner)):
+            assert old.tobytes() == new.tobytes()
+
+    def test_works_under_tf_function(self):
+        learner = self.make_learner()
+        episodes = synthetic_classification(5, tasks=3)
+        eager = learner.meta_metrics(episodes)
+        compiled = tf.function(learner.meta_metrics)(episodes)
+        for name in eager:
+            np.testing.assert_allclose(eager[name], compiled[name], rtol=1e-5, atol=1e-6)
+        meta_step = metalearn.training.make_meta_step(learner, self.make_meta_optimizer())
+        for seed in (6, 7, 8):
+            meta_step(synthetic_classification(seed, tasks=3))
+        assert meta_step.experimental_get_tracing_count() == 1
+        assert int(learner.meta_step) == 3

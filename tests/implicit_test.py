@@ -1,0 +1,95 @@
+"""Implicit MAML: the meta-gradient equals the exact implicit gradient on a quadratic task,
+where the regularised inner optimum and its derivative have closed forms."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import metalearn
+from metalearn import models
+from metalearn.adapters import ImplicitGradientDescent
+from metalearn.adapters.implicit import conjugate_gradient
+from tests.contract import LearnerContract, classification_learner
+from tests.gradient_descent_test import _regression_episodes, mse
+
+LAMBDA = 1.0
+
+
+def _linear_learner(steps=250, cg_steps=3, task_batching="map_fn"):
+    keras.utils.set_random_seed(5)
+    model = models.mlp((2,), hidden=(), outputs=1, dtype="float64")
+    adapter = ImplicitGradientDescent(steps=steps, learning_rate=0.12,
+                                      regularization=LAMBDA, cg_steps=cg_steps)
+    return metalearn.Learner(model, adapter, loss=mse, task_batching=task_batching)
+
+
+def _closed_form(theta, episodes):
+    """phi* and the exact meta-gradient d mean_i L_query(phi*_i) / d theta (theta = [w; b])."""
+    augment = lambda x: np.concatenate([x, np.ones((len(x), 1))], axis=1)
+    phis, grads = [], []
+    for i in range(episodes.num_tasks):
+        xs, ys = augment(episodes.support_x[i].numpy()), episodes.support_y[i].numpy()
+        xq, yq = augment(episodes.query_x[i].numpy()), episodes.query_y[i].numpy()
+        hessian = 2 * xs.T @ xs / len(xs)
+        system = hessian + LAMBDA * np.eye(3)
+        phi = np.linalg.solve(system, LAMBDA * theta + 2 * xs.T @ ys / len(xs))
+        query_grad = 2 * xq.T @ (xq @ phi - yq) / len(xq)
+        grads.append(LAMBDA * np.linalg.solve(system, query_grad))  # (I + H/lam)^-1 g
+        phis.append(phi)
+    return phis, np.mean(grads, axis=0)
+
+
+@pytest.mark.parametrize("task_batching", ["map_fn", "unrolled"])
+def test_meta_gradient_equals_exact_implicit_gradient(task_batching):
+    learner = _linear_learner(task_batching=task_batching)
+    episodes = _regression_episodes(tasks=3, shots=5)
+    w, b = learner.meta_variables
+
+    def meta_gradient(batch):
+        with tf.GradientTape() as tape:
+            loss = learner.meta_loss(batch)
+        return tape.gradient(loss, learner.meta_variables)
+
+    grad_w, grad_b = tf.function(meta_gradient)(episodes)
+    theta = np.concatenate([w.numpy(), b.numpy()[None]], axis=0)  # [3, 1]
+    phis, expected = _closed_form(theta, episodes)
+    np.testing.assert_allclose(np.concatenate([grad_w, grad_b[None]]), expected, rtol=1e-8)
+    task = episodes.task(0)
+    fast = learner.adapt(task.support_x, task.support_y)
+    np.testing.assert_allclose(
+        np.concatenate([fast["mlp/head/kernel"], fast["mlp/head/bias"][None]]), phis[0],
+        rtol=1e-9)
+
+
+def test_conjugate_gradient_solves_a_small_system():
+    rng = np.random.default_rng(0)
+    m = rng.normal(size=(4, 4))
+    a = m @ m.T + 4 * np.eye(4)
+    b = rng.normal(size=(4,))
+    x = conjugate_gradient(lambda v: [tf.linalg.matvec(a, v[0])], [tf.constant(b)], 4)[0]
+    np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-10)
+
+
+def test_differs_from_unrolled_maml_and_uses_proximal_term():
+    learner = _linear_learner()
+    task = _regression_episodes(shots=5).task(0)
+    start = learner.initial_weights()
+    near = learner.adapt(task.support_x, task.support_y)
+    learner.adapter.regularization = 1e-3  # weak prox: phi moves further from theta
+    far = learner.adapt(task.support_x, task.support_y)
+    distance = lambda fast: np.sqrt(sum(np.sum((fast[p] - start[p]) ** 2) for p in start))
+    assert distance(far) > 1.5 * distance(near)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match=r"regularization \(lambda\) must be > 0, got 0"):
+        ImplicitGradientDescent(regularization=0)
+    with pytest.raises(ValueError, match="cg_steps must be >= 1, got 0"):
+        ImplicitGradientDescent(cg_steps=0)
+
+
+class TestImplicitMAML(LearnerContract):
+    def make_learner(self):
+        return classification_learner(ImplicitGradientDescent(
+            steps=3, learning_rate=0.1, regularization=1.0, cg_steps=2))
