@@ -58,6 +58,7 @@ def spec_from_flags() -> sweeps.SweepSpec:
     for text in FLAGS.axis:
         key, values = sweeps.parse_axis(text)
         spec.axes[key] = values
+    spec.eval_params += list(FLAGS.eval_gin_param)
     if FLAGS.zip:
         spec.zipped.append(dict(sweeps.parse_axis(text) for text in FLAGS.zip))
     if not spec.gin_files:
@@ -83,7 +84,6 @@ def main(argv) -> int:
             return 0
         results = sweeps.run_sweep(spec, FLAGS.root, parallel=FLAGS.parallel,
                                    evaluate=FLAGS.evaluate,
-                                   eval_params=FLAGS.eval_gin_param,
                                    ray_address=FLAGS.ray_address,
                                    ray_cpus_per_run=FLAGS.ray_cpus_per_run)
     except sweeps.SweepError as error:

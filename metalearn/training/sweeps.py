@@ -20,6 +20,7 @@ A sweep file is a gin file binding the configurable ``sweep``::
     sweep.axes = {'GradientDescent.learning_rate': [0.001, 0.01, 0.1],
                   'Experiment.seed': [0, 1]}
     sweep.zipped = [{'GradientDescent.steps': [1, 5], 'evaluate.inner_steps': [(1,), (5,)]}]
+    sweep.eval_params = ["Learner.task_batching = 'map_fn'"]   # with --evaluate
 
 Axis values in a sweep file are gin literals; a string starting with ``@`` or ``%`` is
 written into the binding as is (a configurable reference or a macro), e.g.
@@ -147,11 +148,14 @@ class SweepSpec:
       axes: ``{key: [value text, ...]}``, combined as a cartesian product.
       zipped: groups of axes ``{key: [value text, ...]}`` of equal length; each group
         advances together and is one factor of the product.
+      eval_params: bindings for the evaluations only (e.g. more shots, or
+        ``Learner.task_batching = 'map_fn'`` for a smaller evaluation graph).
     """
     gin_files: List[str] = dataclasses.field(default_factory=list)
     gin_params: List[str] = dataclasses.field(default_factory=list)
     axes: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
     zipped: List[Dict[str, List[str]]] = dataclasses.field(default_factory=list)
+    eval_params: List[str] = dataclasses.field(default_factory=list)
 
     def combinations(self) -> List[Tuple[Binding, ...]]:
         """Every run's bindings: the product of the axes and of the zipped groups."""
@@ -198,10 +202,10 @@ def run_name(bindings: Sequence[Binding]) -> str:
     return name
 
 
-@gin.configurable("sweep")
-def sweep_spec(gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
+def _sweep_spec(gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
                axes: Optional[Mapping[str, Sequence[Any]]] = None,
-               zipped: Sequence[Mapping[str, Sequence[Any]]] = ()) -> SweepSpec:
+               zipped: Sequence[Mapping[str, Sequence[Any]]] = (),
+               eval_params: Sequence[str] = ()) -> SweepSpec:
     """The sweep a sweep file declares (``sweep.axes = {...}``); see the module doc."""
     as_texts = lambda group: {check_key(k): [value_text(v) for v in values]
                               for k, values in dict(group).items()}
@@ -213,7 +217,11 @@ def sweep_spec(gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
                 raise SweepError(f"sweep axis {key!r} must be a list of values, "
                                  f"got {values!r}")
     return SweepSpec(list(gin_files), list(gin_params), as_texts(axes or {}),
-                     [as_texts(g) for g in zipped])
+                     [as_texts(g) for g in zipped], list(eval_params))
+
+
+with gin.unlock_config():  # importable even after a config was parsed (and locked)
+    sweep_spec = gin.configurable("sweep")(_sweep_spec)
 
 
 def load_sweep_file(path: str) -> SweepSpec:
@@ -255,6 +263,12 @@ def validate(spec: SweepSpec, runs: Sequence[Run]) -> List[Run]:
     except Exception as error:  # noqa: BLE001  (any failure is the base config's)
         raise SweepError(f"the sweep's base config ({files}, {spec.gin_params}) does not "
                          f"build: {type(error).__name__}: {error}") from error
+    if spec.eval_params:
+        try:
+            _check(files, spec.gin_params + spec.eval_params)
+        except Exception as error:  # noqa: BLE001
+            raise SweepError(f"the evaluation bindings {spec.eval_params} do not build: "
+                             f"{type(error).__name__}: {error}") from error
     checked = []
     for run in runs:
         try:
@@ -401,7 +415,7 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def run_sweep(spec: SweepSpec, root: str, parallel: int = 2, evaluate: bool = False,
-              eval_params: Sequence[str] = (), ray_address: Optional[str] = None,
+              ray_address: Optional[str] = None,
               ray_cpus_per_run: float = 1.0,
               log: Callable[[str], None] = print) -> List[Dict[str, Any]]:
     """Validates every run, then trains (and evaluates) those not finished yet.
@@ -410,8 +424,8 @@ def run_sweep(spec: SweepSpec, root: str, parallel: int = 2, evaluate: bool = Fa
       spec: the sweep.
       root: the sweep's directory; each run trains in ``root/<run name>``.
       parallel: runs at once as local processes (ignored with Ray).
-      evaluate: run ``metalearn.evaluate`` after each run (writes ``eval.json``).
-      eval_params: gin bindings for the evaluations.
+      evaluate: evaluate each run after training, as ``metalearn.evaluate`` does, with
+        ``spec.eval_params`` (writes ``eval.json``).
       ray_address: run each run as a Ray task on this cluster (``"auto"``, an address
         ``"host:6379"``, or ``"local"`` to start a local instance); ``None``: local
         processes. The root must be on a file system every node sees.
@@ -431,13 +445,13 @@ def run_sweep(spec: SweepSpec, root: str, parallel: int = 2, evaluate: bool = Fa
     os.makedirs(os.path.abspath(root), exist_ok=True)
     with open(os.path.join(root, SWEEP_FILE), "w") as f:
         json.dump({"spec": spec.to_json(), "runs": [r.name for r in runs],
-                   "evaluate": bool(evaluate), "eval_params": list(eval_params)}, f,
+                   "evaluate": bool(evaluate)}, f,
                   indent=2)
     log(f"sweep of {len(runs)} runs in {os.path.abspath(root)}")
     payloads = [dict(name=r.name, bindings=list(r.bindings), workdir=r.workdir,
                      num_steps=r.num_steps, gin_files=files,
                      gin_params=list(spec.gin_params), evaluate=bool(evaluate),
-                     eval_params=list(eval_params)) for r in runs]
+                     eval_params=list(spec.eval_params)) for r in runs]
     if ray_address:
         results = _run_on_ray(payloads, ray_address, ray_cpus_per_run)
     else:
