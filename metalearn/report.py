@@ -212,7 +212,8 @@ def plot_sinusoid_adaptation(plt, workdir: str, path: str, steps=(1, 10), seed=0
         axis.plot(grid, np.asarray(learner.predict(adapted, as_tensor(grid))), "--",
                   label=f"{count} grad step{'s' * (count > 1)}")
     axis.plot(support_x, support_y, "^", color="C3", label=f"{sampler.shots} points used")
-    axis.set(xlabel="x", ylabel="y", title=f"adaptation, {os.path.basename(workdir)}"[:60])
+    axis.set(xlabel="x", ylabel="y")
+    axis.set_title(f"one test task, {os.path.basename(os.path.normpath(workdir))}", fontsize=7)
     axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=100)

@@ -85,7 +85,8 @@ def main(argv) -> int:
         results = sweeps.run_sweep(spec, FLAGS.root, parallel=FLAGS.parallel,
                                    evaluate=FLAGS.evaluate,
                                    ray_address=FLAGS.ray_address,
-                                   ray_cpus_per_run=FLAGS.ray_cpus_per_run)
+                                   ray_cpus_per_run=FLAGS.ray_cpus_per_run,
+                                   log=lambda line: print(line, flush=True))
     except sweeps.SweepError as error:
         print(f"sweep error: {error}", file=sys.stderr)
         return 2
