@@ -21,6 +21,7 @@ ROOT``.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from absl import app, flags
@@ -75,6 +76,11 @@ def main(argv) -> int:
         return 0
     if not FLAGS.root:
         raise app.UsageError("give --root, the sweep's directory")
+
+    def stop(signum, frame):  # SIGTERM stops the runs too (they resume on a rerun)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         spec = spec_from_flags()
         if FLAGS.dry_run:

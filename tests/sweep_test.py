@@ -177,3 +177,17 @@ def test_a_locked_run_is_not_started_twice(tmp_path):
     with open(os.path.join(run["workdir"], sweeps.LOCK_FILE), "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         assert sweeps.execute_run(run)["status"] == "locked"
+
+
+def test_runs_as_ray_tasks_on_a_local_ray_instance(tmp_path):
+    # Ray is the optional extra metalearn[ray], part of the test extra
+    spec = sweeps.SweepSpec(["sinusoid/maml.gin"], TINY[:1] + [
+        "Experiment.num_steps = 4", "Experiment.meta_batch_size = 2", "mlp.hidden = (4,)"],
+        {"Experiment.seed": ["0", "1"]})
+    root = str(tmp_path / "root")
+    results = sweeps.run_sweep(spec, root, ray_address="local", log=lambda _: None)
+    assert [r["status"] for r in results] == ["ran", "ran"]
+    assert all(r["pid"] != os.getpid() for r in results)  # ran in Ray's worker processes
+    for seed in ("0", "1"):
+        with open(os.path.join(root, f"Experiment.seed={seed}", "metrics.json")) as f:
+            assert json.load(f)["step"] == 4

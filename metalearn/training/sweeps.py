@@ -345,6 +345,7 @@ def train_and_evaluate(workdir: str) -> None:
 
 _ACTIVE: Dict[int, subprocess.Popen] = {}
 _ACTIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()
 
 
 def _call(args: Sequence[str], log_path: str, pass_fds: Sequence[int] = ()) -> int:
@@ -352,10 +353,12 @@ def _call(args: Sequence[str], log_path: str, pass_fds: Sequence[int] = ()) -> i
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
     with open(log_path, "a") as log:
-        process = subprocess.Popen([sys.executable, *args], stdout=log,
-                                   stderr=subprocess.STDOUT, env=env,
-                                   pass_fds=tuple(pass_fds))
-        with _ACTIVE_LOCK:
+        with _ACTIVE_LOCK:  # no new run once the sweep is stopping
+            if _STOPPING.is_set():
+                return -1
+            process = subprocess.Popen([sys.executable, *args], stdout=log,
+                                       stderr=subprocess.STDOUT, env=env,
+                                       pass_fds=tuple(pass_fds))
             _ACTIVE[process.pid] = process
         try:
             return process.wait()
@@ -386,8 +389,9 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
     a second sweep never trains a run that another (even orphaned) process trains.
 
     Returns:
-      ``{"name", "status"}``: ``"done"`` (nothing to do), ``"ran"``, ``"failed"``
-      (with ``"log"``) or ``"locked"``.
+      ``{"name", "status", "pid"}``: status ``"done"`` (nothing to do), ``"ran"``,
+      ``"failed"`` (with ``"log"``) or ``"locked"``; ``pid``, the process that ran this
+      call.
     """
     workdir = run["workdir"]
     os.makedirs(workdir, exist_ok=True)
@@ -396,20 +400,20 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return {"name": run["name"], "status": "locked"}
+            return {"name": run["name"], "status": "locked", "pid": os.getpid()}
         saved = dict(run, bindings=dict(run["bindings"]))
         tmp = os.path.join(workdir, RUN_FILE + ".tmp")
         with open(tmp, "w") as f:
             json.dump(saved, f, indent=2)
         os.replace(tmp, os.path.join(workdir, RUN_FILE))
         if _is_done(saved):
-            return {"name": run["name"], "status": "done"}
+            return {"name": run["name"], "status": "done", "pid": os.getpid()}
         log = os.path.join(workdir, TRAIN_LOG)
         code = _call(["-m", "metalearn.sweep", "--alsologtostderr",
                       f"--execute={workdir}"], log, pass_fds=(lock,))
         if code != 0 or not _is_done(saved):
-            return {"name": run["name"], "status": "failed", "log": log}
-        return {"name": run["name"], "status": "ran"}
+            return {"name": run["name"], "status": "failed", "log": log, "pid": os.getpid()}
+        return {"name": run["name"], "status": "ran", "pid": os.getpid()}
     finally:
         os.close(lock)
 
@@ -459,12 +463,17 @@ def run_sweep(spec: SweepSpec, root: str, parallel: int = 2, evaluate: bool = Fa
             result = execute_run(payload)
             log(f"{result['status']:>6}  {payload['name']}")
             return result
+        pool = ThreadPoolExecutor(max_workers=int(parallel))
         try:
-            with ThreadPoolExecutor(max_workers=int(parallel)) as pool:
-                results = list(pool.map(one, payloads))
-        except BaseException:
+            results = list(pool.map(one, payloads))
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM): stop the runs, keep results
+            _STOPPING.set()
+            pool.shutdown(wait=False, cancel_futures=True)
             terminate_active()
             raise
+        finally:
+            pool.shutdown(wait=True)
+            _STOPPING.clear()
     return results
 
 
@@ -474,7 +483,12 @@ def _run_on_ray(payloads, address, cpus_per_run):
     except ImportError as error:
         raise ImportError("--ray_address needs Ray: pip install 'metalearn[ray]'") from error
     runtime_env = {"env_vars": {"PYTHONPATH": _PACKAGE_PARENT}}
-    ray.init(address=address, runtime_env=runtime_env, ignore_reinit_error=True,
-             log_to_driver=False)
-    remote = ray.remote(num_cpus=cpus_per_run, max_retries=0)(execute_run)
-    return ray.get([remote.remote(p) for p in payloads])
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+    try:
+        remote = ray.remote(num_cpus=cpus_per_run, max_retries=0)(execute_run)
+        return ray.get([remote.remote(p) for p in payloads])
+    finally:
+        if started:
+            ray.shutdown()
