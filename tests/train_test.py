@@ -94,15 +94,46 @@ def test_command_line_names_a_missing_gin_file(tmp_path):
     assert result.returncode != 0 and "nope/missing.gin" in result.stderr
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "experiments", "**",
-                                                               "*.gin"), recursive=True)))
+EXPERIMENT_FILES = sorted(glob.glob(os.path.join(ROOT, "experiments", "**", "*.gin"),
+                                recursive=True))
+SWEEPS_DIR = os.path.join(ROOT, "experiments", "sweeps")
+
+
+def _header(path):
+    """The leading comment block of a gin file."""
+    lines = []
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("#"):
+                break
+            lines.append(line)
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("path", [p for p in EXPERIMENT_FILES
+                                  if not p.startswith(SWEEPS_DIR + os.sep)],
+                         ids=lambda p: os.path.relpath(p, ROOT))
 def test_every_experiment_config_builds(path):
+    header = _header(path)
+    assert header, "gin files start with a header comment"
+    assert "python -m metalearn.train" in header, \
+        "the header gives the command that runs the file (python -m metalearn.train ...)"
     parse_config([path], ["Experiment.num_steps = 1"])
     experiment = build_experiment()
     assert isinstance(experiment.learner, metalearn.Learner)
-    with open(path) as f:
-        assert f.readline().startswith("#"), "gin files start with a header comment"
     gin.clear_config()
+
+
+@pytest.mark.parametrize("path", [p for p in EXPERIMENT_FILES
+                                  if p.startswith(SWEEPS_DIR + os.sep)],
+                         ids=lambda p: os.path.relpath(p, ROOT))
+def test_every_sweep_file_builds_every_run(path, tmp_path):
+    from metalearn.training import sweeps
+    assert "python -m metalearn.sweep" in _header(path), \
+        "a sweep file's header gives the command that runs it"
+    spec = sweeps.load_sweep_file(path)
+    runs = sweeps.validate(spec, spec.runs(str(tmp_path)))
+    assert len(runs) >= 2 and all(run.num_steps > 0 for run in runs)
 
 
 def test_mean_and_interval():

@@ -1,0 +1,285 @@
+r"""Tables and plots of finished runs: a sweep's root or run directories.
+
+    python -m metalearn.report runs/sweep_inner_lr            # writes runs/sweep_inner_lr/report/
+    python -m metalearn.report runs/a runs/b --output_dir=runs/ab_report \
+        --metrics='eval/loss@*'
+
+Writes into the output directory:
+
+- ``runs.csv``: one row per run (swept bindings, every result column);
+- ``summary.csv`` and ``table.md``: one row per swept value, mean ± 95% interval across
+  seeds (Student's t; the seed binding is ``--seed_key``);
+- ``learning_curves.png``: meta-training loss against step (TensorBoard event files);
+- ``inner_steps.png``: evaluation loss (accuracy if measured) against inner steps;
+- ``sweep_<key>.png``: ``--plot_metric`` against each swept value;
+- ``sinusoid_adaptation.png`` for sinusoid runs: a test task's curve before and after
+  1 and 10 inner steps (the MAML paper's figure), from the best group's first run.
+
+Plots need matplotlib (``pip install 'metalearn[report]'``). TensorBoard stays the live
+view of running jobs (``tensorboard --logdir ROOT``).
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import re
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from absl import app, flags
+
+from metalearn.training import results
+
+flags.DEFINE_string("output_dir", None, "Where to write; default: report/ inside the "
+                    "first directory given.")
+flags.DEFINE_multi_string("metrics", [], "fnmatch patterns of the columns in the table "
+                          "(default: every eval column and train/loss).")
+flags.DEFINE_string("seed_key", results.SEED_KEY, "The binding averaged over.")
+flags.DEFINE_string("plot_metric", None, "Column plotted against the swept values "
+                    "(default: the last eval loss column, else train/loss).")
+flags.DEFINE_bool("plots", True, "Write the plots (needs matplotlib).")
+flags.DEFINE_bool("adaptation_plot", True, "For sinusoid runs, plot a task before and "
+                  "after adaptation (restores a run).")
+FLAGS = flags.FLAGS
+
+
+def pyplot():
+    """matplotlib's pyplot on a file backend, with a clear error when it is missing."""
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise ImportError("plots need matplotlib: pip install 'metalearn[report]' "
+                          "(or run with --noplots)") from error
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def read_scalars(logdir: str) -> Dict[str, Tuple[List[int], List[float]]]:
+    """``tag -> (steps, values)`` of the scalar summaries in a TensorBoard directory."""
+    import tensorflow as tf
+    series: Dict[str, Dict[int, float]] = {}
+    for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.HasField("tensor"):
+                    number = float(tf.make_ndarray(value.tensor))
+                elif value.HasField("simple_value"):
+                    number = float(value.simple_value)
+                else:
+                    continue
+                series.setdefault(value.tag, {})[int(event.step)] = number  # last wins
+    return {tag: (sorted(points), [points[s] for s in sorted(points)])
+            for tag, points in series.items()}
+
+
+def default_columns(runs: Sequence[results.RunResult]) -> List[str]:
+    columns = results.metric_columns(runs)
+    evals = [c for c in columns if not c.startswith("train/")]
+    return ["train/loss"] * ("train/loss" in columns) + evals
+
+
+def _short(key: str) -> str:
+    return key.rsplit(".", 1)[-1]
+
+
+def _label(bindings: Dict[str, str], keys: Sequence[str]) -> str:
+    return ", ".join(f"{_short(k)}={bindings.get(k, '')}" for k in keys) or "run"
+
+
+def plot_learning_curves(plt, runs, keys, seed_key, path, tag="meta_loss") -> bool:
+    figure, axis = plt.subplots(figsize=(5, 3.5))
+    colours, drawn = {}, False
+    for run in runs:
+        scalars = read_scalars(os.path.join(run.workdir, "train"))
+        if tag not in scalars:
+            continue
+        group = _label(run.bindings, keys)
+        first = group not in colours
+        colours.setdefault(group, f"C{len(colours) % 10}")
+        axis.plot(*scalars[tag], color=colours[group], alpha=0.8, linewidth=1,
+                  label=group if first else None)
+        drawn = True
+    if drawn:
+        axis.set(xlabel="meta-step", ylabel="meta-training query loss", yscale="log",
+                 title="learning curves (one line per seed)")
+        axis.legend(fontsize=7)
+        figure.tight_layout()
+        figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return drawn
+
+
+def plot_inner_steps(plt, runs, keys, seed_key, path) -> bool:
+    _, rows = results.summarise(runs, [], seed_key)
+    eval_files = sorted({f for r in runs for f in r.evals})
+    if not eval_files:
+        return False
+    figure, axes = plt.subplots(1, len(eval_files), figsize=(5 * len(eval_files), 3.5),
+                                squeeze=False)
+    for axis, stem in zip(axes[0], eval_files):
+        metric = "loss"
+        for run in runs:
+            if stem in run.evals and any("accuracy" in m for m in
+                                         next(iter(run.evals[stem].values()))):
+                metric = "accuracy"
+        steps = sorted({int(s) for r in runs for s in r.evals.get(stem, {})})
+        columns = [f"{stem}/{metric}@{s}" for s in steps]
+        _, rows = results.summarise(runs, columns, seed_key)
+        for row in rows:
+            points = [(s, row[c]) for s, c in zip(steps, columns) if row[c] is not None]
+            if not points:
+                continue
+            xs = [p[0] for p in points]
+            means = [p[1]["mean"] for p in points]
+            errors = [0 if math.isnan(p[1]["ci95"]) else p[1]["ci95"] for p in points]
+            axis.errorbar(xs, means, yerr=errors, marker="o", capsize=3,
+                          label=_label(row, keys))
+        axis.set(xlabel="inner steps", ylabel=metric, title=f"{stem} (mean ± 95% CI)")
+        if metric == "loss":
+            axis.set_yscale("log")
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return True
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def plot_against_swept(plt, runs, keys, seed_key, metric, output_dir) -> List[str]:
+    written = []
+    for key in keys:
+        others = [k for k in keys if k != key]
+        _, rows = results.summarise(runs, [metric], seed_key)
+        series: Dict[str, list] = {}
+        for row in rows:
+            if row[metric] is not None:
+                series.setdefault(_label(row, others), []).append((row[key], row[metric]))
+        numeric = all(_number(v) is not None for pts in series.values() for v, _ in pts)
+        figure, axis = plt.subplots(figsize=(5, 3.5))
+        for label, points in series.items():
+            xs = [_number(v) if numeric else v for v, _ in points]
+            axis.errorbar(xs, [s["mean"] for _, s in points], marker="o", capsize=3,
+                          yerr=[0 if math.isnan(s["ci95"]) else s["ci95"] for _, s in points],
+                          label=label if others else None)
+        if numeric:
+            values = [_number(v) for pts in series.values() for v, _ in pts]
+            if min(values) > 0 and max(values) / min(values) >= 50:
+                axis.set_xscale("log")
+        axis.set(xlabel=key, ylabel=metric, title=f"{metric} (mean ± 95% CI over seeds)")
+        if others:
+            axis.legend(fontsize=7)
+        figure.tight_layout()
+        path = os.path.join(output_dir, f"sweep_{re.sub(r'[^A-Za-z0-9_.]+', '_', key)}.png")
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def plot_sinusoid_adaptation(plt, workdir: str, path: str, steps=(1, 10), seed=0) -> bool:
+    """The MAML paper's figure: one test task's curve, the meta-learned initial
+    prediction, the predictions after 1 and 10 inner steps, and the support points."""
+    import numpy as np
+    import tensorflow as tf
+    from metalearn.tasks import Sinusoid
+    from metalearn.training import restore
+
+    experiment = restore(workdir)
+    sampler, learner = experiment.sampler, experiment.learner
+    if not isinstance(sampler, Sinusoid):
+        return False
+    rng = np.random.default_rng(seed)
+    amplitude, phase = rng.uniform(*sampler.amplitude), rng.uniform(*sampler.phase)
+    support_x = rng.uniform(*sampler.x_range, size=(sampler.shots, 1))
+    support_y = amplitude * np.sin(support_x - phase)
+    grid = np.linspace(*sampler.x_range, 200)[:, None]
+    as_tensor = lambda a: tf.constant(a, sampler.dtype)
+    figure, axis = plt.subplots(figsize=(5, 3.5))
+    axis.plot(grid, amplitude * np.sin(grid - phase), "k-", label="ground truth")
+    initial = learner.predict(learner.initial_weights(), as_tensor(grid))
+    axis.plot(grid, np.asarray(initial), ":", label="pre-update")
+    for count in steps:
+        adapted = learner.adapt(as_tensor(support_x), as_tensor(support_y), steps=count)
+        axis.plot(grid, np.asarray(learner.predict(adapted, as_tensor(grid))), "--",
+                  label=f"{count} grad step{'s' * (count > 1)}")
+    axis.plot(support_x, support_y, "^", color="C3", label=f"{sampler.shots} points used")
+    axis.set(xlabel="x", ylabel="y")
+    axis.set_title(f"one test task, {os.path.basename(os.path.normpath(workdir))}", fontsize=7)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return True
+
+
+def report(paths: Sequence[str], output_dir: Optional[str] = None,
+           metrics: Sequence[str] = (), seed_key: str = results.SEED_KEY,
+           plot_metric: Optional[str] = None, plots: bool = True,
+           adaptation_plot: bool = True) -> Dict[str, object]:
+    """Writes the CSVs, the Markdown table and the plots of the runs under ``paths``.
+
+    Returns:
+      ``{"table": markdown, "files": [written paths], "rows": summary rows}``.
+    """
+    runs = results.load_runs(paths)
+    output_dir = output_dir or os.path.join(paths[0], "report")
+    os.makedirs(output_dir, exist_ok=True)
+    columns = results.metric_columns(runs, metrics) if metrics else default_columns(runs)
+    if not columns:
+        raise ValueError(f"no result columns match {list(metrics)}; available: "
+                         f"{results.metric_columns(runs)}")
+    keys, rows = results.summarise(runs, columns, seed_key)
+    table = results.markdown_table(keys, rows, columns)
+    files = [os.path.join(output_dir, name) for name in ("runs.csv", "summary.csv",
+                                                         "table.md")]
+    results.write_runs_csv(files[0], runs, results.metric_columns(runs))
+    results.write_summary_csv(files[1], keys, rows, columns)
+    with open(files[2], "w") as f:
+        f.write(table)
+    if plots:
+        plt = pyplot()
+        path = os.path.join(output_dir, "learning_curves.png")
+        if plot_learning_curves(plt, runs, keys, seed_key, path):
+            files.append(path)
+        path = os.path.join(output_dir, "inner_steps.png")
+        if plot_inner_steps(plt, runs, keys, seed_key, path):
+            files.append(path)
+        evals = [c for c in columns if "/loss@" in c and not c.startswith("train/")]
+        metric = plot_metric or (evals[-1] if evals else columns[0])
+        if keys:
+            files += plot_against_swept(plt, runs, keys, seed_key, metric, output_dir)
+        if adaptation_plot:
+            best = min((r for r in rows if r.get(metric)), key=lambda r: r[metric]["mean"],
+                       default=None)
+            chosen = next((run for run in runs if best is not None and all(
+                run.bindings.get(k) == best[k] for k in keys)), runs[0])
+            config = os.path.join(chosen.workdir, "config.gin")
+            if os.path.isfile(config) and "Sinusoid" in open(config).read():
+                path = os.path.join(output_dir, "sinusoid_adaptation.png")
+                if plot_sinusoid_adaptation(plt, chosen.workdir, path):
+                    files.append(path)
+    return {"table": table, "files": files, "rows": rows}
+
+
+def main(argv) -> None:
+    if len(argv) < 2:
+        raise app.UsageError("give run directories or sweep roots: "
+                             "python -m metalearn.report runs/sweep_inner_lr")
+    out = report(argv[1:], FLAGS.output_dir, FLAGS.metrics, FLAGS.seed_key,
+                 FLAGS.plot_metric, FLAGS.plots, FLAGS.adaptation_plot)
+    sys.stdout.write(out["table"])
+    for path in out["files"]:
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,243 @@
+"""Gathering the results of runs: metrics, bindings, seed means and 95% intervals.
+
+A run's results are flat columns: ``train/<metric>`` from ``metrics.json`` (the final
+meta-training window) and ``<eval file>/<metric>@<inner steps>`` (the mean over test
+tasks) from every ``eval*.json``. Its bindings are the swept ones a sweep saved in
+``sweep_run.json``; for runs not made by a sweep, the bindings whose values differ
+between the runs' ``config.gin`` files.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import glob
+import json
+import math
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+SEED_KEY = "Experiment.seed"
+
+# Two-sided 95% quantiles of Student's t with 1..30 degrees of freedom.
+_T_975 = (12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836, 2.446911851,
+          2.364624252, 2.306004135, 2.262157163, 2.228138852, 2.200985160, 2.178812830,
+          2.160368656, 2.144786688, 2.131449546, 2.119905299, 2.109815578, 2.100922040,
+          2.093024054, 2.085963447, 2.079613845, 2.073873068, 2.068657610, 2.063898562,
+          2.059538553, 2.055529439, 2.051830516, 2.048407142, 2.045229642, 2.042272456)
+_Z_975 = 1.959963984540054
+
+
+def t_quantile_975(dof: int) -> float:
+    """The 97.5% quantile of Student's t with ``dof`` degrees of freedom."""
+    if dof < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {dof}")
+    if dof <= len(_T_975):
+        return _T_975[dof - 1]
+    z = _Z_975  # Cornish-Fisher expansion; error < 1e-4 beyond 30 degrees of freedom
+    return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
+
+
+def seed_interval(values: Sequence[float]) -> Dict[str, float]:
+    """Mean and 95% interval half-width across seeds: Student's t, since seeds are few
+    (``t(n-1) * sample std / sqrt(n)``); ``ci95`` is NaN for a single value."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        raise ValueError("no values")
+    if values.size == 1:
+        return {"mean": float(values[0]), "ci95": math.nan, "n": 1}
+    std = float(values.std(ddof=1))
+    return {"mean": float(values.mean()), "n": int(values.size),
+            "ci95": t_quantile_975(values.size - 1) * std / math.sqrt(values.size)}
+
+
+@dataclasses.dataclass
+class RunResult:
+    """One run's bindings and result columns."""
+    workdir: str
+    name: str
+    bindings: Dict[str, str]
+    metrics: Dict[str, float]
+    evals: Dict[str, Dict[str, Dict[str, Dict[str, float]]]]  # file -> steps -> metric
+
+
+def is_run(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "config.gin")) or \
+        os.path.isfile(os.path.join(path, "metrics.json"))
+
+
+def find_runs(paths: Sequence[str]) -> List[str]:
+    """Run directories: each path itself if it is one, else its run subdirectories."""
+    runs = []
+    for path in paths:
+        if is_run(path):
+            runs.append(path)
+            continue
+        found = sorted(p for p in glob.glob(os.path.join(path, "*")) if is_run(p))
+        sweep = os.path.join(path, "sweep.json")
+        if os.path.isfile(sweep):  # keep the sweep's order
+            with open(sweep) as f:
+                order = {name: i for i, name in enumerate(json.load(f)["runs"])}
+            found.sort(key=lambda p: order.get(os.path.basename(p), len(order)))
+        if not found:
+            raise FileNotFoundError(f"{path!r} is neither a run directory nor holds any "
+                                    "(no config.gin or metrics.json)")
+        runs.extend(found)
+    return runs
+
+
+def config_bindings(path: str) -> Dict[str, str]:
+    """``key -> value text`` of a saved gin config (continuation lines joined)."""
+    bindings: Dict[str, str] = {}
+    key = None
+    with open(path) as f:
+        for line in f:
+            stripped = line.split("#", 1)[0].rstrip() if not line.lstrip().startswith(
+                ("'", '"')) else line.rstrip()
+            if not stripped.strip():
+                continue
+            if line[:1] in (" ", "\t") and key is not None:
+                bindings[key] += " " + stripped.strip()
+            elif "=" in stripped and not stripped.startswith(("import ", "include ")):
+                key, value = (s.strip() for s in stripped.split("=", 1))
+                bindings[key] = value
+    return bindings
+
+
+def load_run(workdir: str) -> RunResult:
+    """Reads a run directory's ``sweep_run.json``, ``metrics.json`` and ``eval*.json``."""
+    name, bindings = os.path.basename(os.path.normpath(workdir)), {}
+    run_file = os.path.join(workdir, "sweep_run.json")
+    if os.path.isfile(run_file):
+        with open(run_file) as f:
+            saved = json.load(f)
+        name, bindings = saved["name"], dict(saved["bindings"])
+    metrics: Dict[str, float] = {}
+    metrics_file = os.path.join(workdir, "metrics.json")
+    if os.path.isfile(metrics_file):
+        with open(metrics_file) as f:
+            for key, value in json.load(f).items():
+                if key != "replicas":
+                    metrics[f"train/{key}"] = float(value)
+    evals = {}
+    for path in sorted(glob.glob(os.path.join(workdir, "eval*.json"))):
+        stem = os.path.splitext(os.path.basename(path))[0]
+        with open(path) as f:
+            report = json.load(f)
+        evals[stem] = report["results"]
+        for steps, by_metric in sorted(report["results"].items(), key=lambda s: int(s[0])):
+            for metric, value in by_metric.items():
+                metrics[f"{stem}/{metric}@{steps}"] = float(value["mean"])
+    return RunResult(workdir, name, bindings, metrics, evals)
+
+
+def load_runs(paths: Sequence[str]) -> List[RunResult]:
+    """Every run under ``paths``; runs without saved sweep bindings get the config
+    bindings that differ between them."""
+    runs = [load_run(p) for p in find_runs(paths)]
+    plain = [r for r in runs if not r.bindings]
+    configs = {r.workdir: config_bindings(os.path.join(r.workdir, "config.gin"))
+               for r in plain if os.path.isfile(os.path.join(r.workdir, "config.gin"))}
+    if len(configs) > 1:
+        keys = sorted(set().union(*configs.values()))
+        differ = [k for k in keys if len({c.get(k) for c in configs.values()}) > 1]
+        for run in plain:
+            config = configs.get(run.workdir, {})
+            run.bindings = {k: config.get(k, "(default)") for k in differ}
+    return runs
+
+
+def swept_keys(runs: Sequence[RunResult]) -> List[str]:
+    keys: List[str] = []
+    for run in runs:
+        keys += [k for k in run.bindings if k not in keys]
+    return keys
+
+
+def metric_columns(runs: Sequence[RunResult], patterns: Optional[Sequence[str]] = None
+                   ) -> List[str]:
+    """Result columns present in any run (in first-seen order), optionally only those
+    matching one of the ``fnmatch`` patterns."""
+    import fnmatch
+    columns: List[str] = []
+    for run in runs:
+        columns += [c for c in run.metrics if c not in columns]
+    if patterns:
+        columns = [c for c in columns if any(fnmatch.fnmatch(c, p) for p in patterns)]
+    return columns
+
+
+def summarise(runs: Sequence[RunResult], columns: Sequence[str], seed_key: str = SEED_KEY
+              ) -> Tuple[List[str], List[Dict[str, object]]]:
+    """Groups runs by their bindings other than ``seed_key``; mean and 95% interval of
+    each column across a group's seeds.
+
+    Returns:
+      The group keys, and one row per group (in first-seen order): the group's binding
+      values, ``"seeds"`` (runs in the group) and ``column -> seed_interval(...)``.
+    """
+    keys = [k for k in swept_keys(runs) if k != seed_key]
+    groups: Dict[Tuple[str, ...], List[RunResult]] = {}
+    for run in runs:
+        groups.setdefault(tuple(run.bindings.get(k, "") for k in keys), []).append(run)
+    rows = []
+    for values, members in groups.items():
+        row: Dict[str, object] = dict(zip(keys, values))
+        row["seeds"] = len(members)
+        for column in columns:
+            present = [m.metrics[column] for m in members if column in m.metrics]
+            row[column] = seed_interval(present) if present else None
+        rows.append(row)
+    return keys, rows
+
+
+def _format(value: float) -> str:
+    return "nan" if not math.isfinite(value) else f"{value:.3g}"
+
+
+def markdown_table(keys: Sequence[str], rows: Sequence[Dict[str, object]],
+                   columns: Sequence[str]) -> str:
+    """A Markdown table: one row per group, ``mean ± ci95`` across seeds."""
+    header = list(keys) + ["seeds"] + list(columns)
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header)
+             + " |"]
+    for row in rows:
+        cells = [str(row[k]) for k in keys] + [str(row["seeds"])]
+        for column in columns:
+            stat = row[column]
+            if stat is None:
+                cells.append("")
+            elif stat["n"] == 1:
+                cells.append(_format(stat["mean"]))
+            else:
+                cells.append(f"{_format(stat['mean'])} ± {_format(stat['ci95'])}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_runs_csv(path: str, runs: Sequence[RunResult], columns: Sequence[str]) -> None:
+    """One row per run: workdir, name, every swept binding and every column."""
+    keys = swept_keys(runs)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["workdir", "name"] + keys + list(columns))
+        for run in runs:
+            writer.writerow([run.workdir, run.name] + [run.bindings.get(k, "") for k in keys]
+                            + [run.metrics.get(c, "") for c in columns])
+
+
+def write_summary_csv(path: str, keys: Sequence[str], rows: Sequence[Dict[str, object]],
+                      columns: Sequence[str]) -> None:
+    """One row per group: bindings, seeds, and ``<column>``/``<column> ci95`` pairs."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(list(keys) + ["seeds"] + [h for c in columns
+                                                   for h in (c, f"{c} ci95")])
+        for row in rows:
+            cells = [row[k] for k in keys] + [row["seeds"]]
+            for column in columns:
+                stat = row[column]
+                cells += ["", ""] if stat is None else [stat["mean"], stat["ci95"]]
+            writer.writerow(cells)

@@ -1,0 +1,193 @@
+"""Sweeps: axes, names, validation before any run, parallel runs, kill and resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from metalearn.training import sweeps
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["Experiment.num_steps = 30", "Experiment.log_every = 3",
+        "Experiment.checkpoint_every = 3", "Experiment.meta_batch_size = 2",
+        "mlp.hidden = (4,)", "evaluate.num_tasks = 4", "evaluate.batch_size = 2",
+        "evaluate.inner_steps = (1, 2)"]
+AXES = ["--axis=GradientDescent.learning_rate=[0.01, 0.1]",
+        "--axis=GradientDescent.steps=[1, 2]", "--axis=Experiment.seed=[0, 1]"]
+
+
+def test_parse_axis_splits_at_top_level_commas():
+    assert sweeps.parse_axis("mlp.hidden=[(40, 40), (8,)]") == ("mlp.hidden",
+                                                                ["(40, 40)", "(8,)"])
+    assert sweeps.parse_axis("Learner.adapter = [@GradientDescent(), 'a,b']") == (
+        "Learner.adapter", ["@GradientDescent()", "'a,b'"])
+    assert sweeps.parse_axis("scope/mlp.activation=['relu']") == (
+        "scope/mlp.activation", ["'relu'"])
+    for bad, message in [("mlp.hidden=(1, 2)", "must look like"),
+                         ("mlp.hidden=[]", "no values"),
+                         ("hidden=[1]", "not a gin binding key"),
+                         ("mlp.hidden=[(1, 2]", "unbalanced")]:
+        with pytest.raises(sweeps.SweepError, match=message):
+            sweeps.parse_axis(bad)
+
+
+def test_product_and_zipped_axes():
+    spec = sweeps.SweepSpec(axes={"A.a": ["1", "2"], "B.b": ["3"]},
+                            zipped=[{"C.c": ["4", "5"], "D.d": ["6", "7"]}])
+    assert spec.combinations() == [
+        (("A.a", "1"), ("B.b", "3"), ("C.c", "4"), ("D.d", "6")),
+        (("A.a", "1"), ("B.b", "3"), ("C.c", "5"), ("D.d", "7")),
+        (("A.a", "2"), ("B.b", "3"), ("C.c", "4"), ("D.d", "6")),
+        (("A.a", "2"), ("B.b", "3"), ("C.c", "5"), ("D.d", "7"))]
+    runs = spec.runs("/tmp/sweep")
+    assert runs[0].workdir == "/tmp/sweep/A.a=1,B.b=3,C.c=4,D.d=6"
+    assert sweeps.run_name([("mlp.hidden", "(40, 40)"), ("x.y", "'a/b'")]) == \
+        "mlp.hidden=_40,_40_,x.y=_a_b"
+    with pytest.raises(sweeps.SweepError, match="equal lengths"):
+        sweeps.SweepSpec(zipped=[{"C.c": ["4", "5"], "D.d": ["6"]}]).combinations()
+    with pytest.raises(sweeps.SweepError, match="given twice"):
+        sweeps.SweepSpec(axes={"A.a": ["1"]}, zipped=[{"A.a": ["2"]}]).combinations()
+
+
+def test_sweep_file_declares_axes(tmp_path):
+    path = tmp_path / "s.gin"
+    path.write_text("sweep.gin_files = ['sinusoid/maml.gin']\n"
+                    "sweep.axes = {'GradientDescent.learning_rate': [0.01, 0.1],\n"
+                    "              'Learner.adapter': ['@GradientDescent()']}\n"
+                    "sweep.zipped = [{'mlp.hidden': [(8,), (4, 4)],"
+                    " 'mlp.activation': ['relu', 'tanh']}]\n")
+    spec = sweeps.load_sweep_file(str(path))
+    assert spec.gin_files == ["sinusoid/maml.gin"]
+    assert spec.axes == {"GradientDescent.learning_rate": ["0.01", "0.1"],
+                         "Learner.adapter": ["@GradientDescent()"]}
+    assert spec.zipped == [{"mlp.hidden": ["(8,)", "(4, 4)"],
+                            "mlp.activation": ["'relu'", "'tanh'"]}]
+    runs = sweeps.validate(spec, spec.runs(str(tmp_path / "root")))
+    assert len(runs) == 4 and all(r.num_steps == 70000 for r in runs)
+
+
+def test_bad_binding_fails_before_any_run_starts(tmp_path):
+    spec = sweeps.SweepSpec(gin_files=["sinusoid/maml.gin"], gin_params=TINY,
+                            axes={"GradientDescent.learning_rate": ["0.01", "0.1"],
+                                  "mlp.activation": ["'relu'", "'no_such_activation'"]})
+    root = tmp_path / "root"
+    with pytest.raises(sweeps.SweepError,
+                       match="binding \"mlp.activation = 'no_such_activation'\""):
+        sweeps.run_sweep(spec, str(root))
+    assert not root.exists()  # nothing ran, not even the good runs
+    spec.axes = {"GradientDescent.learing_rate": ["0.01"]}
+    with pytest.raises(sweeps.SweepError, match="GradientDescent.learing_rate"):
+        sweeps.run_sweep(spec, str(root))
+
+
+def _finished(root):
+    return {name for name in os.listdir(root) if os.path.isfile(
+        os.path.join(root, name, "metrics.json"))} if os.path.isdir(root) else set()
+
+
+def _checkpointed_unfinished(root):
+    return {name for name in os.listdir(root)
+            if os.path.isfile(os.path.join(root, name, "checkpoints", "checkpoint"))
+            and not os.path.isfile(os.path.join(root, name, "metrics.json"))} \
+        if os.path.isdir(root) else set()
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed_sweep(tmp_path_factory):
+    """A 2x2 sweep with 2 seeds (8 runs, 2 at once, evaluated), killed midway with its
+    processes, then started again."""
+    root = str(tmp_path_factory.mktemp("sweep") / "root")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    command = [sys.executable, "-m", "metalearn.sweep", "--gin_file=sinusoid/maml.gin",
+               *[f"--gin_param={p}" for p in TINY], *AXES, f"--root={root}",
+               "--parallel=2", "--evaluate"]
+    process = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        if len(_finished(root)) >= 2 and _checkpointed_unfinished(root) or \
+                len(_finished(root)) >= 5:
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, process.stdout.read().decode()[-3000:]
+    os.killpg(process.pid, signal.SIGKILL)  # the sweep and its runs, as a dead machine
+    process.wait()
+    interrupted = _checkpointed_unfinished(root)
+    before = {}
+    for name in _finished(root):
+        with open(os.path.join(root, name, "metrics.json")) as f:
+            before[name] = (json.load(f), os.path.getmtime(os.path.join(root, name,
+                                                                        "metrics.json")))
+    time.sleep(0.5)  # let the killed processes release their locks
+    spec = sweeps.SweepSpec(["sinusoid/maml.gin"], list(TINY), {
+        "GradientDescent.learning_rate": ["0.01", "0.1"], "GradientDescent.steps": ["1", "2"],
+        "Experiment.seed": ["0", "1"]})
+    results = sweeps.run_sweep(spec, root, parallel=2, evaluate=True, log=lambda _: None)
+    return root, before, interrupted, results
+
+
+def test_killed_sweep_resumes_without_rerunning_finished_runs(killed_and_resumed_sweep):
+    root, before, interrupted, results = killed_and_resumed_sweep
+    assert len(results) == 8 and all(r["status"] in ("done", "ran") for r in results)
+    names = sorted(os.listdir(root))
+    assert len([n for n in names if os.path.isdir(os.path.join(root, n))]) == 8
+    assert "GradientDescent.learning_rate=0.1,GradientDescent.steps=2,Experiment.seed=1" \
+        in names
+    for name in names:
+        workdir = os.path.join(root, name)
+        if not os.path.isdir(workdir):
+            continue
+        for file in ("config.gin", "operative_config.gin", "sweep_run.json", "eval.json",
+                     "checkpoints/checkpoint"):
+            assert os.path.isfile(os.path.join(workdir, file)), (name, file)
+        with open(os.path.join(workdir, "metrics.json")) as f:
+            assert json.load(f)["step"] == 30
+        with open(os.path.join(workdir, "operative_config.gin")) as f:
+            operative = f.read()
+        bindings = dict(json.load(open(os.path.join(workdir, "sweep_run.json")))["bindings"])
+        assert f"GradientDescent.learning_rate = {bindings['GradientDescent.learning_rate']}" \
+            in operative
+        with open(os.path.join(workdir, "eval.json")) as f:
+            assert json.load(f)["checkpoint_step"] == 30
+    assert before, "the sweep was killed before any run finished"
+    for name, (metrics, mtime) in before.items():  # finished runs were not run again
+        path = os.path.join(root, name, "metrics.json")
+        assert os.path.getmtime(path) == mtime
+        with open(path) as f:
+            assert json.load(f) == metrics
+        with open(os.path.join(root, name, "train.log")) as f:
+            assert f.read().count("final metrics") == 1
+    status = {r["name"]: r["status"] for r in results}
+    for name in before:
+        assert status[name] in ("done", "ran")  # "ran": only its evaluation was missing
+    for name in interrupted:  # killed midway: resumed from its checkpoint
+        with open(os.path.join(root, name, "train.log")) as f:
+            assert "resumed from" in f.read(), name
+
+
+def test_a_locked_run_is_not_started_twice(tmp_path):
+    run = dict(name="r", bindings=[], workdir=str(tmp_path / "r"), num_steps=5,
+               gin_files=[], gin_params=[], evaluate=False, eval_params=[])
+    os.makedirs(run["workdir"])
+    import fcntl
+    with open(os.path.join(run["workdir"], sweeps.LOCK_FILE), "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert sweeps.execute_run(run)["status"] == "locked"
+
+
+def test_runs_as_ray_tasks_on_a_local_ray_instance(tmp_path):
+    # Ray is the optional extra metalearn[ray], part of the test extra
+    spec = sweeps.SweepSpec(["sinusoid/maml.gin"], TINY[:1] + [
+        "Experiment.num_steps = 4", "Experiment.meta_batch_size = 2", "mlp.hidden = (4,)"],
+        {"Experiment.seed": ["0", "1"]})
+    root = str(tmp_path / "root")
+    results = sweeps.run_sweep(spec, root, ray_address="local", log=lambda _: None)
+    assert [r["status"] for r in results] == ["ran", "ran"]
+    assert all(r["pid"] != os.getpid() for r in results)  # ran in Ray's worker processes
+    for seed in ("0", "1"):
+        with open(os.path.join(root, f"Experiment.seed={seed}", "metrics.json")) as f:
+            assert json.load(f)["step"] == 4
