@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import re
 from typing import Any, Callable, List, Optional, Sequence
 
 import gin
@@ -16,6 +17,25 @@ LossFn = Callable[[Weights, Any, Any], tf.Tensor]
 
 CallFn = Callable[[Weights, Any], Any]
 """``call(weights, x)``: the model's output on ``x`` run with ``weights``."""
+
+
+def select_paths(weights: Weights, patterns: Sequence[str], what: str,
+                 exclude: Sequence[str] = ()) -> List[str]:
+    """The paths of ``weights`` (in order) that a regular expression in ``patterns``
+    matches (``re.search``), minus ``exclude``.
+
+    Raises:
+      ValueError: nothing matches; the message names ``what`` (e.g. ``"adapt"``), the
+        patterns and the available paths.
+    """
+    excluded = set(exclude)
+    paths = [p for p in weights
+             if p not in excluded and any(re.search(r, p) for r in patterns)]
+    if not paths:
+        note = f" ({sorted(excluded)} excluded)" if excluded else ""
+        raise ValueError(f"{what}={tuple(patterns)!r} matches none of the weights "
+                         f"{list(weights)}{note}")
+    return paths
 
 
 class Adapter(tf.Module, abc.ABC):

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from metalearn.adapters.base import Adapter, LossFn
+from metalearn.adapters.base import Adapter, LossFn, select_paths
 from metalearn.functional import Weights
 
 
@@ -72,24 +72,14 @@ class GradientDescent(Adapter):
         """Paths of the weights with one meta-learned copy per inner step."""
         if not self.per_step_patterns:
             return []
-        paths = [p for p in weights if any(re.search(r, p) for r in self.per_step_patterns)]
-        if not paths:
-            raise ValueError(f"per_step={self.per_step_patterns!r} matches none of the "
-                             f"weights {list(weights)}")
-        return paths
+        return select_paths(weights, self.per_step_patterns, "per_step")
 
     def adapted_paths(self, weights: Weights) -> Sequence[str]:
         """Paths of the weights the inner loop changes (never the per-step ones)."""
         per_step = set(self.per_step_paths(weights))
         if self.adapt_patterns is None:
             return [p for p in weights if p not in per_step]
-        paths = [p for p in weights if any(re.search(r, p) for r in self.adapt_patterns)
-                 and p not in per_step]
-        if not paths:
-            raise ValueError(f"adapt={self.adapt_patterns!r} matches none of the weights "
-                             f"{list(weights)} (per-step weights {sorted(per_step)} are "
-                             "never adapted)")
-        return paths
+        return select_paths(weights, self.adapt_patterns, "adapt", exclude=per_step)
 
     def generated_paths(self, weights: Weights) -> Sequence[str]:
         return self.per_step_paths(weights)

@@ -46,7 +46,7 @@ import numpy as np
 import tensorflow as tf
 
 from metalearn import functional
-from metalearn.adapters.base import Adapter, CallFn, LossFn
+from metalearn.adapters.base import Adapter, CallFn, LossFn, select_paths
 from metalearn.functional import Weights
 
 CONDITIONS = ("support", "input")
@@ -143,11 +143,7 @@ class Hypernetwork(Adapter):
         """Paths of the weights the generator produces, in the model's variable order."""
         if self.generate_patterns is None:
             return list(weights)
-        paths = [p for p in weights if any(re.search(r, p) for r in self.generate_patterns)]
-        if not paths:
-            raise ValueError(f"Hypernetwork generate={self.generate_patterns!r} matches "
-                             f"none of the weights {list(weights)}")
-        return paths
+        return select_paths(weights, self.generate_patterns, "Hypernetwork generate")
 
     def generated_paths(self, weights: Weights) -> Sequence[str]:
         """Replaced weights are never meta-trained; residual ones stay meta-learned."""
