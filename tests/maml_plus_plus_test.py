@@ -242,3 +242,17 @@ def test_max_learning_rate_clips_the_rates_in_use():
                                start["mlp/head/kernel"] - [[0.05], [-0.05]] * grad)
     with pytest.raises(ValueError, match="max_learning_rate must be > 0, got 0"):
         MetaSGD(max_learning_rate=0)
+
+
+def test_min_learning_rate_keeps_rates_non_negative():
+    model = models.mlp((2,), hidden=(), outputs=1, dtype="float64")
+    adapter = PerStepLearningRates(steps=2, max_learning_rate=0.05, min_learning_rate=0.0)
+    learner = metalearn.Learner(model, adapter, loss=mse)
+    adapter.learning_rates["mlp/head/kernel"].assign([-1.0, 0.02])
+    assert float(adapter.step_size(0, "mlp/head/kernel", tf.float64)) == 0.0   # clipped
+    assert float(adapter.step_size(1, "mlp/head/kernel", tf.float64)) == 0.02  # inside
+    adapter.learning_rates["mlp/head/kernel"].assign([1.0, 1.0])
+    assert float(adapter.step_size(0, "mlp/head/kernel", tf.float64)) == 0.05
+    with pytest.raises(ValueError, match="min_learning_rate=0.1 must be below "
+                                         "max_learning_rate=0.05"):
+        PerStepLearningRates(max_learning_rate=0.05, min_learning_rate=0.1)

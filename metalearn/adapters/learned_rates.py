@@ -23,15 +23,25 @@ class _LearnedRates(GradientDescent):
         reaches a rate while it is clipped). A safeguard for regression losses whose
         inner loop diverges above a small rate: the outer optimizer (Adam) moves a rate
         by about its own learning rate per meta-step, whatever the rate's scale.
+      min_learning_rate: if set, the lower clipping bound instead of
+        ``-max_learning_rate`` (e.g. ``0.0`` keeps per-layer rates from turning the
+        inner loop into gradient ascent, which diverges).
       **kwargs: as for :class:`GradientDescent`.
     """
 
-    def __init__(self, *args, max_learning_rate: Optional[float] = None, **kwargs):
+    def __init__(self, *args, max_learning_rate: Optional[float] = None,
+                 min_learning_rate: Optional[float] = None, **kwargs):
         super().__init__(*args, **kwargs)
         if max_learning_rate is not None and not float(max_learning_rate) > 0:
             raise ValueError(f"max_learning_rate must be > 0, got {max_learning_rate}")
         self.max_learning_rate = None if max_learning_rate is None \
             else float(max_learning_rate)
+        if min_learning_rate is not None and self.max_learning_rate is not None and \
+                not float(min_learning_rate) < self.max_learning_rate:
+            raise ValueError(f"min_learning_rate={min_learning_rate} must be below "
+                             f"max_learning_rate={self.max_learning_rate}")
+        self.min_learning_rate = None if min_learning_rate is None \
+            else float(min_learning_rate)
 
     def _rate_shape(self, weight: tf.Tensor) -> Sequence[int]:
         raise NotImplementedError
@@ -59,8 +69,10 @@ class _LearnedRates(GradientDescent):
             raise KeyError(f"no learned rate for weight {path!r}: the adapter was built "
                            f"for {self._rate_paths}")
         rate = tf.cast(self._rates[self._rate_index[path]], dtype)
-        if self.max_learning_rate is not None:
-            rate = tf.clip_by_value(rate, -self.max_learning_rate, self.max_learning_rate)
+        if self.max_learning_rate is not None or self.min_learning_rate is not None:
+            high = self.max_learning_rate if self.max_learning_rate is not None else np.inf
+            low = self.min_learning_rate if self.min_learning_rate is not None else -high
+            rate = tf.clip_by_value(rate, low, high)
         return rate
 
 
