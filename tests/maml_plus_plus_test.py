@@ -13,6 +13,18 @@ from tests.gradient_descent_test import _regression_episodes, mse
 from tests.reference import finite_difference_variables, relative_error
 
 
+def _support_gradient(learner):
+    """A two-example linear-regression support set, the learner's initial weights and
+    the support loss's gradient at them."""
+    x = tf.constant([[1.0, 2.0], [3.0, -1.0]], tf.float64)
+    y = tf.constant([[1.0], [0.0]], tf.float64)
+    start = learner.initial_weights()
+    with tf.GradientTape() as tape:
+        tape.watch(start)
+        loss = learner.support_loss(start, x, y)
+    return x, y, start, tape.gradient(loss, start)
+
+
 def _mlp(seed=0):
     keras.utils.set_random_seed(seed)
     return models.mlp((2,), hidden=(3,), outputs=1, activation="tanh", dtype="float64")
@@ -65,13 +77,7 @@ def test_meta_sgd_step_uses_elementwise_rates():
     learner = metalearn.Learner(model, adapter, loss=mse)
     adapter.learning_rates["mlp/head/kernel"].assign([[0.1], [0.0]])
     adapter.learning_rates["mlp/head/bias"].assign([0.5])
-    x = tf.constant([[1.0, 2.0], [3.0, -1.0]], tf.float64)
-    y = tf.constant([[1.0], [0.0]], tf.float64)
-    start = learner.initial_weights()
-    with tf.GradientTape() as tape:
-        tape.watch(start)
-        loss = learner.support_loss(start, x, y)
-    grads = tape.gradient(loss, start)
+    x, y, start, grads = _support_gradient(learner)
     fast = learner.adapt(x, y)
     np.testing.assert_allclose(fast["mlp/head/kernel"], start["mlp/head/kernel"]
                                - [[0.1], [0.0]] * grads["mlp/head/kernel"])
@@ -230,13 +236,8 @@ def test_max_learning_rate_clips_the_rates_in_use():
     adapter = MetaSGD(steps=1, max_learning_rate=0.05)
     learner = metalearn.Learner(model, adapter, loss=mse)
     adapter.learning_rates["mlp/head/kernel"].assign([[1.0], [-1.0]])
-    x = tf.constant([[1.0, 2.0], [3.0, -1.0]], tf.float64)
-    y = tf.constant([[1.0], [0.0]], tf.float64)
-    start = learner.initial_weights()
-    with tf.GradientTape() as tape:
-        tape.watch(start)
-        loss = learner.support_loss(start, x, y)
-    grad = tape.gradient(loss, start)["mlp/head/kernel"]
+    x, y, start, grads = _support_gradient(learner)
+    grad = grads["mlp/head/kernel"]
     fast = learner.adapt(x, y)
     np.testing.assert_allclose(fast["mlp/head/kernel"],
                                start["mlp/head/kernel"] - [[0.05], [-0.05]] * grad)

@@ -13,6 +13,7 @@ from metalearn.prototypical import PROTOTYPES
 from tests.contract import (DIM, WAYS, LearnerContract, contract_model,
                             synthetic_classification, uninformative_support)
 from tests.reference import finite_difference_variables, relative_error
+from tests.gradient_descent_test import _analytic_meta_gradient
 
 
 def _embedding(seed=0, dtype="float64"):
@@ -39,16 +40,17 @@ def test_logits_are_negative_squared_distances_to_class_means():
     np.testing.assert_allclose(logits, expected, rtol=1e-12)
 
 
-def test_protonets_meta_gradient_equals_finite_differences():
-    learner = metalearn.PrototypicalNetworks(_embedding(), ways=WAYS)
-    episodes = _episodes()
-    with tf.GradientTape() as tape:
-        loss = learner.meta_loss(episodes)
-    grads = tape.gradient(loss, learner.meta_variables)
-    analytic = {v.path: g.numpy() for v, g in zip(learner.meta_variables, grads)}
+def _assert_meta_gradient_matches_finite_differences(learner, episodes):
+    analytic = _analytic_meta_gradient(learner, episodes)
     numeric = finite_difference_variables(lambda: learner.meta_loss(episodes),
                                           learner.meta_variables)
     assert relative_error(analytic, numeric) < 1e-6
+
+
+def test_protonets_meta_gradient_equals_finite_differences():
+    learner = metalearn.PrototypicalNetworks(_embedding(), ways=WAYS)
+    episodes = _episodes()
+    _assert_meta_gradient_matches_finite_differences(learner, episodes)
 
 
 def _proto_maml(steps, seed=0, dtype="float64"):
@@ -79,13 +81,7 @@ def test_proto_maml_head_is_generated_and_equals_protonets_without_steps():
 def test_proto_maml_meta_gradient_equals_finite_differences():
     learner = _proto_maml(steps=1)
     episodes = _episodes()
-    with tf.GradientTape() as tape:
-        loss = learner.meta_loss(episodes)
-    grads = tape.gradient(loss, learner.meta_variables)
-    analytic = {v.path: g.numpy() for v, g in zip(learner.meta_variables, grads)}
-    numeric = finite_difference_variables(lambda: learner.meta_loss(episodes),
-                                          learner.meta_variables)
-    assert relative_error(analytic, numeric) < 1e-6
+    _assert_meta_gradient_matches_finite_differences(learner, episodes)
 
 
 def test_bad_arguments():
