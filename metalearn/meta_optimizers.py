@@ -31,6 +31,15 @@ class MetaOptimizer:
                  clipnorm: Optional[float] = None):
         self.optimizer = optimizer if optimizer is not None else \
             keras.optimizers.Adam(learning_rate=1e-3)
+        if not isinstance(self.optimizer, keras.optimizers.Optimizer):
+            raise TypeError(f"optimizer must be a keras.optimizers.Optimizer, got "
+                            f"{self.optimizer!r}")
+        rate = getattr(self.optimizer, "_learning_rate", None)
+        if not isinstance(rate, keras.optimizers.schedules.LearningRateSchedule) \
+                and not callable(rate) and not float(self.optimizer.learning_rate) > 0:
+            raise ValueError(f"the optimizer's learning_rate must be > 0, got "
+                             f"{float(self.optimizer.learning_rate):g} "
+                             f"({type(self.optimizer).__name__})")
         if clipnorm is not None and not float(clipnorm) > 0:
             raise ValueError(f"clipnorm must be > 0, got {clipnorm}")
         self.clipnorm = None if clipnorm is None else float(clipnorm)

@@ -25,6 +25,8 @@ define_gin_flags()
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, summaries and results.")
 flags.DEFINE_enum("strategy", None, STRATEGIES, "tf.distribute strategy; overrides the "
                   "gin binding make_strategy.name (default: 'default', one device).")
+flags.DEFINE_bool("allow_config_change", False, "Resume a workdir whose saved config.gin "
+                  "differs from this config in more than run length and logging.")
 flags.mark_flag_as_required("workdir")
 FLAGS = flags.FLAGS
 
@@ -38,7 +40,8 @@ def main(argv) -> None:
     parse_config(resolve_gin_files(FLAGS.gin_file), FLAGS.gin_param)
     strategy = make_strategy(name=FLAGS.strategy) if FLAGS.strategy else make_strategy()
     experiment = build_experiment(strategy)
-    metrics = train(experiment, FLAGS.workdir, strategy)
+    metrics = train(experiment, FLAGS.workdir, strategy,
+                    allow_config_change=FLAGS.allow_config_change)
     logging.info("final metrics: %s", json.dumps(metrics, sort_keys=True))
     print(json.dumps(metrics, sort_keys=True))
 

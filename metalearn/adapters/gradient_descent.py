@@ -55,6 +55,9 @@ class GradientDescent(Adapter):
         super().__init__(name=name)
         if int(steps) < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
+        if not float(learning_rate) > 0:
+            raise ValueError(f"learning_rate must be > 0, got {learning_rate} (an inner "
+                             "step of gradient descent; a learned rate's initial value)")
         if int(first_order_steps) < 0:
             raise ValueError(f"first_order_steps must be >= 0, got {first_order_steps}")
         self.steps = int(steps)

@@ -79,6 +79,8 @@ class ImplicitGradientDescent(Adapter):
         super().__init__(name=name)
         if int(steps) < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
+        if not float(learning_rate) > 0:
+            raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
         if not float(regularization) > 0:
             raise ValueError(f"regularization (lambda) must be > 0, got {regularization}")
         if int(cg_steps) < 1:

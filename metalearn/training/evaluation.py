@@ -48,6 +48,8 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     """
     if int(num_tasks) < 2:
         raise ValueError(f"num_tasks must be >= 2, got {num_tasks}")
+    if int(batch_size) < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if inner_steps is None:
         inner_steps = [getattr(learner.adapter, "steps", 0)]
     inner_steps = [int(s) for s in inner_steps]

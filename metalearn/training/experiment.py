@@ -7,11 +7,13 @@ from typing import Optional
 
 import gin
 import keras
+import numpy as np
 import tensorflow as tf
 
 from metalearn.learners import Learner
 from metalearn.meta_optimizers import MetaOptimizer
 from metalearn.tasks.base import TaskSampler
+from metalearn.training import validation
 
 CONFIG_FILE = "config.gin"
 LOG_AVERAGES = ("window", "running")
@@ -46,8 +48,12 @@ class Experiment:
                  keep_checkpoints: int = 3, log_average: str = "window"):
         for name, value in (("meta_batch_size", meta_batch_size), ("num_steps", num_steps),
                             ("log_every", log_every), ("checkpoint_every", checkpoint_every),
-                            ("keep_checkpoints", keep_checkpoints)):
-            if int(value) < 1:
+                            ("keep_checkpoints", keep_checkpoints), ("seed", seed)):
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer)) \
+                    or int(value) != value:
+                raise TypeError(f"Experiment.{name} must be an integer, got {value!r} "
+                                f"({type(value).__name__})")
+            if name != "seed" and int(value) < 1:
                 raise ValueError(f"Experiment.{name} must be >= 1, got {value}")
         if log_average not in LOG_AVERAGES:
             raise ValueError(f"Experiment.log_average must be one of {LOG_AVERAGES}, "
@@ -89,7 +95,10 @@ def build_experiment(strategy: Optional[tf.distribute.Strategy] = None) -> Exper
     keras.utils.set_random_seed(_bound_seed())
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
-        experiment = Experiment()
+        try:
+            experiment = Experiment()
+        except Exception as error:  # noqa: BLE001  (re-raised, same type)
+            validation.raise_with_sources(error)  # adds the gin file and line
         experiment.meta_optimizer.build(experiment.learner)
     experiment.config = gin.config_str()
     return experiment
@@ -110,3 +119,4 @@ def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
         files.insert(0, saved)
     gin.parse_config_files_and_bindings(files, list(gin_params),
                                         skip_unknown=skip_unknown)
+    validation.record_sources(files, list(gin_params))

@@ -17,7 +17,7 @@ from absl import logging
 from metalearn.learners import Learner
 from metalearn.meta_optimizers import MetaOptimizer
 from metalearn.tasks.episode import Episode
-from metalearn.training import distribute
+from metalearn.training import distribute, validation
 from metalearn.training.experiment import CONFIG_FILE, Experiment
 
 CHECKPOINT_DIR = "checkpoints"
@@ -64,7 +64,8 @@ def _write_json(path: str, value) -> None:
 
 
 def train(experiment: Experiment, workdir: str,
-          strategy: Optional[tf.distribute.Strategy] = None) -> Dict[str, float]:
+          strategy: Optional[tf.distribute.Strategy] = None,
+          allow_config_change: bool = False) -> Dict[str, float]:
     """Meta-trains ``experiment`` in ``workdir``, resuming from its latest checkpoint.
 
     Under a ``tf.distribute`` strategy (the experiment must have been built in its
@@ -76,6 +77,11 @@ def train(experiment: Experiment, workdir: str,
     the run used), ``checkpoints/``, TensorBoard
     summaries under ``train/`` and ``metrics.json`` (the final metrics).
 
+    Before anything else (and before any file in ``workdir`` is written) the run is
+    checked by :func:`metalearn.training.validation.check_before_training`: a workdir
+    holding a run of another config raises unless ``allow_config_change``; bad tasks,
+    data or model outputs raise.
+
     Returns:
       The final metrics: mean over the last logging window (or, with
       ``Experiment.log_average="running"``, over all steps of this run) of each per-task
@@ -85,6 +91,8 @@ def train(experiment: Experiment, workdir: str,
       FloatingPointError: the meta-loss became NaN or infinite (the latest checkpoint
         from before that point is kept).
     """
+    # --- validation before any work (issue 9); see training/validation.py ---
+    validation.check_before_training(experiment, workdir, allow_config_change)
     strategy = strategy or tf.distribute.get_strategy()
     chief = distribute.is_chief(strategy)
     learner, meta_optimizer = experiment.learner, experiment.meta_optimizer

@@ -90,19 +90,24 @@ def find_runs(paths: Sequence[str]) -> List[str]:
 
 def config_bindings(path: str) -> Dict[str, str]:
     """``key -> value text`` of a saved gin config (continuation lines joined)."""
+    with open(path) as f:
+        return config_text_bindings(f.read())
+
+
+def config_text_bindings(text: str) -> Dict[str, str]:
+    """``key -> value text`` of gin config text as ``gin.config_str()`` writes it."""
     bindings: Dict[str, str] = {}
     key = None
-    with open(path) as f:
-        for line in f:
-            stripped = line.split("#", 1)[0].rstrip() if not line.lstrip().startswith(
-                ("'", '"')) else line.rstrip()
-            if not stripped.strip():
-                continue
-            if line[:1] in (" ", "\t") and key is not None:
-                bindings[key] += " " + stripped.strip()
-            elif "=" in stripped and not stripped.startswith(("import ", "include ")):
-                key, value = (s.strip() for s in stripped.split("=", 1))
-                bindings[key] = value
+    for line in text.splitlines(keepends=True):
+        stripped = line.split("#", 1)[0].rstrip() if not line.lstrip().startswith(
+            ("'", '"')) else line.rstrip()
+        if not stripped.strip():
+            continue
+        if line[:1] in (" ", "\t") and key is not None:
+            bindings[key] += " " + stripped.strip()
+        elif "=" in stripped and not stripped.startswith(("import ", "include ")):
+            key, value = (s.strip() for s in stripped.split("=", 1))
+            bindings[key] = value
     return bindings
 
 

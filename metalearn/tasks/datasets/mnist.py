@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from typing import Optional
 
 import gin
@@ -37,13 +38,23 @@ def mnist_files(path: str, split: str):
 
 def _read_idx(filename: str, magic: int) -> np.ndarray:
     opener = gzip.open if filename.endswith(".gz") else open
-    with opener(filename, "rb") as f:
-        data = f.read()
+    try:
+        with opener(filename, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
+        raise ValueError(f"{filename!r} cannot be read as "
+                         f"{'gzip-compressed ' if filename.endswith('.gz') else ''}IDX data "
+                         f"({type(error).__name__}: {error}); download it again") from error
+    if len(data) < 4:
+        raise ValueError(f"{filename!r} is truncated: {len(data)} bytes, no IDX header")
     header_magic = int.from_bytes(data[0:4], "big")
     if header_magic != magic:
         raise ValueError(f"{filename!r} is not an IDX file of the expected kind: magic "
                          f"number {header_magic}, expected {magic}")
     dims = data[3]
+    if len(data) < 4 + 4 * dims:
+        raise ValueError(f"{filename!r} is truncated inside its IDX header "
+                         f"({len(data)} bytes)")
     shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims))
     values = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims)
     if values.size != int(np.prod(shape)):

@@ -28,6 +28,7 @@ import io
 import os
 import re
 import zipfile
+import zlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
@@ -123,6 +124,21 @@ def _assemble(records: List[Tuple[str, str, np.ndarray]], preprocessing: Dict[st
                           preprocessing=preprocessing)
 
 
+def _decode_png(zf: zipfile.ZipFile, file: str, entry: str) -> np.ndarray:
+    """One PNG of an archive as ``[H, W, 1]`` uint8; a damaged entry names the file."""
+    try:
+        data = zf.read(entry)
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as error:
+        raise ValueError(f"Omniglot archive {file!r} is damaged: entry {entry!r} cannot "
+                         f"be read ({error}); download it again") from error
+    try:
+        return tf.io.decode_png(data, channels=1).numpy()
+    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as error:
+        raise ValueError(f"{entry!r} in {file!r} is not a decodable PNG image "
+                         f"({error.message.splitlines()[0] if error.message else error})"
+                         ) from error
+
+
 def _read_zips(path: str, archives: Sequence[str]):
     if not os.path.isdir(path):
         raise FileNotFoundError(f"Omniglot folder {path!r} does not exist; give the folder "
@@ -134,7 +150,12 @@ def _read_zips(path: str, archives: Sequence[str]):
             raise FileNotFoundError(f"Omniglot archive {file!r} not found (folder {path!r} "
                                     f"holds {sorted(os.listdir(path))})")
         here = set()
-        with zipfile.ZipFile(file) as zf:
+        try:
+            zf = zipfile.ZipFile(file)
+        except (zipfile.BadZipFile, OSError) as error:
+            raise ValueError(f"Omniglot archive {file!r} is not a readable zip file "
+                             f"({error}); download it again") from error
+        with zf:
             for entry in sorted(zf.namelist()):
                 match = _PNG.match(entry)
                 if not match:
@@ -144,8 +165,7 @@ def _read_zips(path: str, archives: Sequence[str]):
                 if name in seen:  # the same character from an earlier archive
                     continue
                 here.add(name)
-                png = tf.io.decode_png(zf.read(entry), channels=1).numpy()
-                records.append((alphabet, character, png))
+                records.append((alphabet, character, _decode_png(zf, file, entry)))
         seen |= here
     return records
 
@@ -171,6 +191,20 @@ def _read_tfds(archives: Sequence[str], data_dir: Optional[str], download: bool)
             records.append((alphabet, character, example["image"][..., :1]))
         seen |= here
     return records
+
+
+def _read_cache(cache_file: str, preprocessing: Dict[str, Any]) -> LabelledImages:
+    """Decoded arrays from a cache file: plain arrays only, never pickled objects."""
+    try:
+        with np.load(cache_file, allow_pickle=False) as saved:
+            return LabelledImages(saved["images"], saved["labels"],
+                                  tuple(saved["class_names"].tolist()),
+                                  tuple(saved["groups"].tolist()),
+                                  preprocessing=preprocessing)
+    except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(f"Omniglot cache file {cache_file!r} is damaged or not a cache "
+                         f"of plain arrays ({type(error).__name__}: {error}); delete it "
+                         "to rebuild it from the archives") from error
 
 
 @gin.configurable
@@ -221,11 +255,7 @@ def load_omniglot(path: Optional[str] = None,
         digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
         cache_file = os.path.join(os.path.expanduser(cache_dir), f"omniglot_{digest}.npz")
         if os.path.isfile(cache_file):
-            with np.load(cache_file) as saved:
-                data = LabelledImages(saved["images"], saved["labels"],
-                                      tuple(saved["class_names"].tolist()),
-                                      tuple(saved["groups"].tolist()),
-                                      preprocessing=preprocessing)
+            data = _read_cache(cache_file, preprocessing)
             _CACHE[key] = data
             return data
     records = (_read_zips(path, archives) if source == "zip"

@@ -1,0 +1,341 @@
+"""Checks before training: problems in the configuration, the data or the workdir are
+reported before the first meta-step, naming the bad value, what was expected and where
+it came from (the gin file and line that bound it).
+
+Three parts:
+
+* **Where a binding came from.** :func:`parse_config` records the gin files and bindings
+  it parsed (:func:`record_sources`); when building the experiment fails, or a check
+  here fails, :func:`raise_with_sources` adds the file and line of every binding of the
+  configurable at fault whose parameter the message names. Gin's own errors for unknown
+  configurables or parameters already carry the file and line.
+* **The workdir's run.** :func:`check_workdir_config` compares the workdir's saved
+  ``config.gin`` with the new run's: only run-length and logging bindings
+  (:data:`RESUMABLE_BINDINGS`) and evaluation settings may differ, so a run can be
+  extended by resuming; anything else raises :class:`ConfigChangeError` before anything
+  in the workdir is touched, unless ``allow_config_change``.
+* **The tasks and the model together.** :func:`check_tasks_and_outputs` draws one
+  meta-training episode and one evaluation-split stream (which checks ways against the
+  classes of each split and shots + queries against the examples per class), and runs
+  the learner on it with no inner step to compare the model's output with the labels:
+  ``ways`` logits for N-way classification, the targets' shape for regression.
+
+:func:`check_before_training` runs the last two; the training loop calls it first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Tuple
+
+import gin
+import tensorflow as tf
+from gin import config_parser
+from gin import utils as gin_utils
+
+from metalearn.training.results import config_bindings, config_text_bindings
+
+RESUMABLE_BINDINGS = ("Experiment.num_steps", "Experiment.log_every",
+                      "Experiment.checkpoint_every", "Experiment.keep_checkpoints",
+                      "Experiment.log_average")
+"""Bindings that may change when a run resumes: how long it runs and how it logs."""
+
+RESUMABLE_CONFIGURABLES = ("evaluate",)
+"""Configurables whose bindings may change when a run resumes (they do not affect
+meta-training)."""
+
+
+OUTPUT_PARAMS = ("outputs", "units", "ways")
+"""Parameters that set a model's output size or the number of classes: their bindings
+are shown with an output-size error."""
+
+
+class ConfigChangeError(ValueError):
+    """The workdir holds a run of another config."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where a gin binding was made: a file (``None`` for a ``--gin_param``) and line."""
+    filename: Optional[str]
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        where = f'file "{self.filename}", line {self.line}' if self.filename else \
+            "--gin_param"
+        return f"{where}: {self.text.strip()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Binding:
+    scope: str
+    selector: str
+    param: str
+    source: Source
+
+
+class _Delegate(config_parser.ParserDelegate):
+    """Parses references and macros as plain names: only locations are wanted here."""
+
+    def configurable_reference(self, scoped_selector, evaluate):
+        return scoped_selector
+
+    def macro(self, name):
+        return name
+
+
+_SOURCES: List[_Binding] = []
+
+
+def _find_file(path: str) -> Optional[str]:
+    """A gin file path as gin's ``include`` finds it (the given path, then the search
+    path that ``metalearn.configurables`` adds)."""
+    prefixes = [""] + list(getattr(gin.config, "_LOCATION_PREFIXES", []))
+    for prefix in prefixes:
+        candidate = os.path.join(prefix, path)
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def _bindings_of(text_or_file, filename: Optional[str], depth: int = 0) -> List[_Binding]:
+    found: List[_Binding] = []
+    if depth > 20:  # an include cycle; gin reports it itself
+        return found
+    for statement in config_parser.ConfigParser(text_or_file, _Delegate()):
+        if isinstance(statement, config_parser.BindingStatement) and statement.arg_name:
+            location = statement.location
+            found.append(_Binding(statement.scope or "", statement.selector,
+                                  statement.arg_name,
+                                  Source(filename, location.line_num,
+                                         location.line_content)))
+        elif isinstance(statement, config_parser.IncludeStatement):
+            path = _find_file(statement.filename)
+            if path is not None:
+                with open(path) as f:
+                    found += _bindings_of(f, path, depth + 1)
+    return found
+
+
+def binding_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()
+                    ) -> List[_Binding]:
+    """Every binding made by ``gin_files`` (includes followed) and ``gin_params``, in
+    parse order, with the file and line that made it. Unreadable input gives no entries
+    (gin reports it when parsing)."""
+    bindings: List[_Binding] = []
+    try:
+        for path in gin_files:
+            found = _find_file(path)
+            if found is not None:
+                with open(found) as f:
+                    bindings += _bindings_of(f, found)
+        for param in gin_params:
+            bindings += _bindings_of(param, None)
+    except Exception:  # noqa: BLE001  (a syntax error: gin's own message names it)
+        return []
+    return bindings
+
+
+def record_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()) -> None:
+    """Remembers where the bindings of the config just parsed came from (gin's config
+    is global, and so is this record)."""
+    _SOURCES[:] = binding_sources(gin_files, gin_params)
+
+
+def sources_for(configurables: Iterable[str], message: str, params: Iterable[str] = (),
+                bindings: Optional[Sequence[_Binding]] = None) -> List[Source]:
+    """Where the bindings of ``configurables`` (by name, e.g. ``"GradientDescent"``)
+    whose parameter ``message`` names as a word were made, and those of any
+    configurable's parameters named in ``params``; the last binding of each key."""
+    bindings = _SOURCES if bindings is None else bindings
+    names, params = set(configurables), set(params)
+    latest: Dict[Tuple[str, str, str], Source] = {}
+    for binding in bindings:
+        name = binding.selector.rsplit(".", 1)[-1]
+        named = name in names and re.search(rf"(?<!\w){re.escape(binding.param)}\b",
+                                            message)
+        if named or binding.param in params:
+            latest[(binding.scope, binding.selector, binding.param)] = binding.source
+    return list(latest.values())
+
+
+def raise_with_sources(error: BaseException, configurables: Sequence[str] = (),
+                       params: Sequence[str] = ()) -> NoReturn:
+    """Re-raises ``error`` (same type) with the gin file and line of each binding it is
+    about appended: bindings of ``configurables`` and of any configurable that gin's
+    message names (``In call to configurable 'X'``) whose parameter the message names,
+    and bindings of any parameter in ``params``."""
+    message = str(error)
+    names = list(configurables) + re.findall(r"In call to configurable '([\w.]+)'", message)
+    sources = [s for s in sources_for(names, message, params) if str(s) not in message]
+    if not sources:
+        raise error
+    gin_utils.augment_exception_message_and_reraise(
+        error, "".join(f"\n  Bound in {s}" for s in sources))
+
+
+# --- the workdir ----------------------------------------------------------------
+
+
+def _resumable(key: str) -> bool:
+    unscoped = key.rsplit("/", 1)[-1]
+    configurable = unscoped.rsplit(".", 1)[0]
+    return unscoped in RESUMABLE_BINDINGS or \
+        configurable.rsplit(".", 1)[-1] in RESUMABLE_CONFIGURABLES
+
+
+def config_differences(saved: Mapping[str, str], new: Mapping[str, str]
+                       ) -> List[Tuple[str, Optional[str], Optional[str]]]:
+    """``(key, saved value, new value)`` of every binding that differs (``None``: not
+    bound), leaving out the bindings allowed to change on resumption."""
+    keys = sorted(set(saved) | set(new))
+    return [(k, saved.get(k), new.get(k)) for k in keys
+            if saved.get(k) != new.get(k) and not _resumable(k)]
+
+
+def check_workdir_config(workdir: str, config: str, allow_config_change: bool = False
+                         ) -> None:
+    """Raises unless ``workdir`` is new or holds a run of the same config.
+
+    Args:
+      workdir: the run directory.
+      config: the new run's gin config (``gin.config_str()``).
+      allow_config_change: resume anyway (the differences are logged).
+
+    Raises:
+      ConfigChangeError: the workdir's ``config.gin`` differs from ``config`` in a
+        binding other than :data:`RESUMABLE_BINDINGS` and evaluation settings; the
+        message names each binding with both values.
+    """
+    from metalearn.training.experiment import CONFIG_FILE  # (imports this module)
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.isfile(path):
+        return
+    differences = config_differences(config_bindings(path), config_text_bindings(config))
+    if not differences:
+        return
+    lines = "\n".join(f"  {key}: {'(not bound)' if old is None else old} in the workdir, "
+                      f"{'(not bound)' if new is None else new} now"
+                      for key, old, new in differences)
+    if allow_config_change:
+        from absl import logging
+        logging.warning("resuming %s with a changed config (allow_config_change):\n%s",
+                        workdir, lines)
+        return
+    raise ConfigChangeError(
+        f"workdir {workdir!r} holds a run of another config: {path} differs in\n{lines}\n"
+        f"Only {', '.join(RESUMABLE_BINDINGS)} and evaluation settings "
+        f"({', '.join(c + '.*' for c in RESUMABLE_CONFIGURABLES)}) may change when a run "
+        "resumes. Use another --workdir, or pass --allow_config_change "
+        "(train(..., allow_config_change=True)) to resume this run with the new config.")
+
+
+# --- tasks and model outputs -----------------------------------------------------
+
+
+def _evaluation_split() -> str:
+    try:
+        return str(gin.query_parameter("evaluate.split"))
+    except ValueError:  # not bound: evaluate's default
+        return "test"
+
+
+def _expected_classes(sampler, labels: tf.Tensor) -> Tuple[Tuple[int, ...], str]:
+    """The numbers of classes the model's output may have, and why."""
+    ways = getattr(sampler, "ways", None)
+    name = type(sampler).__name__
+    if ways is not None:
+        ways = tuple(int(w) for w in (ways if isinstance(ways, (tuple, list)) else (ways,)))
+        return ways, f"{name}.ways={ways[0] if len(ways) == 1 else ways}"
+    data = getattr(sampler, "data", None)
+    if data is not None and hasattr(data, "num_classes"):
+        return (int(data.num_classes),), f"the {data.num_classes} classes of {name}'s data"
+    return (), ""
+
+
+def check_outputs(learner, episode, sampler) -> None:
+    """Runs ``learner`` with no inner step on one task and compares its predictions on
+    the query set with the query labels.
+
+    Integer labels (classification): the output must be ``[queries, N]`` with N the
+    sampler's ``ways`` (at least the largest choice when ways vary) or the data's
+    number of classes, and above every label. Float targets (regression): the output
+    must have the targets' shape (trailing size-1 axes aside).
+
+    Raises:
+      ValueError: naming the model, its output shape and what the tasks need.
+    """
+    support_x, support_y, query_x, query_y = learner.split(episode)
+    adapted = learner.adapt(support_x, support_y, steps=0)
+    predictions = learner.predict(adapted, query_x)
+    shape = tuple(predictions.shape)
+    target = tuple(tf.convert_to_tensor(query_y).shape)
+    model = getattr(getattr(learner, "model", None), "name", "the model")
+    where = f"{type(learner).__name__} (model {model!r})"
+    if tf.as_dtype(tf.convert_to_tensor(query_y).dtype).is_integer:
+        ways, why = _expected_classes(sampler, query_y)
+        if len(shape) != len(target) + 1 or shape[:-1] != target:
+            raise ValueError(f"{where} predicts shape {list(shape)} for {target[0]} query "
+                             f"examples; a classifier must give [examples, classes] logits "
+                             f"({list(target) + ['classes']})")
+        classes = shape[-1]
+        highest = int(tf.reduce_max(query_y)) + 1 if tf.size(query_y) else 0
+        if len(ways) == 1 and classes != ways[0]:
+            raise ValueError(f"{where} outputs {classes} classes (shape {list(shape)}) but "
+                             f"the tasks have {ways[0]} ({why}): the model's output size "
+                             f"must equal the number of ways, e.g. a head of {ways[0]} units")
+        if len(ways) > 1 and classes < max(ways):
+            raise ValueError(f"{where} outputs {classes} classes (shape {list(shape)}) but "
+                             f"tasks have up to {max(ways)} ({why})")
+        if classes < highest:
+            raise ValueError(f"{where} outputs {classes} classes (shape {list(shape)}) but "
+                             f"the query labels go up to {highest - 1}")
+        return
+    squeeze = lambda s: tuple(s[:len(s) - next((i for i, d in enumerate(reversed(s))
+                                                 if d != 1), len(s))])
+    if shape != target and squeeze(shape) != squeeze(target):
+        raise ValueError(f"{where} predicts shape {list(shape)} but the query targets of "
+                         f"{type(sampler).__name__} have shape {list(target)}: the model's "
+                         "output must match the targets (e.g. its number of outputs)")
+
+
+def check_tasks_and_outputs(experiment) -> None:
+    """Draws one meta-training task and opens the evaluation split's stream (each
+    sampler checks its splits there: ways against classes, shots + queries against
+    examples per class), then :func:`check_outputs` on that task.
+
+    Errors name the gin binding that caused them where the config bound it.
+    """
+    sampler, learner = experiment.sampler, experiment.learner
+    name = type(sampler).__name__
+    try:
+        batch = next(iter(sampler.dataset(1, seed=experiment.seed, split="train",
+                                          num_steps=1)))
+        split = _evaluation_split()
+        num_classes = getattr(sampler, "num_classes", None)
+        if split != "train" and (not callable(num_classes) or num_classes(split) > 0):
+            sampler.dataset(1, seed=experiment.seed, split=split, num_steps=1)
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        raise_with_sources(error, [name, "load_omniglot", "load_mnist"])
+    try:
+        check_outputs(learner, batch.task(0), sampler)
+    except ValueError as error:
+        raise_with_sources(error, [name], params=OUTPUT_PARAMS)
+
+
+def check_before_training(experiment, workdir: str, allow_config_change: bool = False
+                          ) -> None:
+    """Everything that can be checked before the first meta-step, in the order that
+    loses nothing: the workdir's config (before any file in it is written), then the
+    tasks and the model's outputs (see :func:`check_tasks_and_outputs`).
+
+    Raises:
+      ConfigChangeError: the workdir holds a run of another config.
+      ValueError, FileNotFoundError: bad tasks, data or model outputs.
+    """
+    check_workdir_config(workdir, experiment.config or gin.config_str(),
+                         allow_config_change)
+    check_tasks_and_outputs(experiment)
