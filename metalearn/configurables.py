@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import gin
+from gin import resource_reader
 import keras
 
 _OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Lion")
@@ -33,3 +34,21 @@ _register(keras.optimizers.schedules, _SCHEDULES, "keras.optimizers.schedules")
 REPOSITORY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if os.path.isdir(os.path.join(REPOSITORY_ROOT, "experiments")):
     gin.add_config_file_search_path(REPOSITORY_ROOT)
+
+
+def _package_file_exists(path: str) -> bool:
+    """gin's reader of config files inside Python packages, minus its crash on
+    namespace packages: with the repository root on ``sys.path`` (``pip install -e``,
+    ``PYTHONPATH``), ``include 'experiments/sinusoid/maml.gin'`` from another working
+    directory makes gin look up the package ``experiments.sinusoid``, which has no
+    origin, and gin raises ``TypeError`` instead of trying the next search path."""
+    try:
+        return resource_reader.system_path_file_exists(path)
+    except TypeError:
+        return False
+
+
+_READERS = getattr(gin.config, "_FILE_READERS", [])
+for _i, (_reader, _exists) in enumerate(_READERS):
+    if _exists is resource_reader.system_path_file_exists:
+        _READERS[_i] = (_reader, _package_file_exists)

@@ -32,10 +32,10 @@ def _choices(name: str, value: IntOrChoices) -> Tuple[int, ...]:
     return tuple(sorted(set(int(v) for v in values)))
 
 
-def _check_names(kind: str, names: Sequence[str], known: Sequence[str]) -> None:
+def _check_names(kind: str, names: Sequence[str], known: Sequence[str], split: str) -> None:
     unknown = sorted(set(names) - set(known))
     if unknown:
-        raise ValueError(f"unknown {kind} {unknown} in the split; the data set has "
+        raise ValueError(f"unknown {kind} {unknown} in the {split!r} split; the data set has "
                          f"{sorted(set(known))[:20]}{' ...' if len(set(known)) > 20 else ''}")
 
 
@@ -185,7 +185,7 @@ class FewShotClassification(TaskSampler):
             names = {s: tuple(v or ()) for s, v in given.items()}
             owner: Dict[str, str] = {}
             for split, members in names.items():
-                _check_names(self.split_by, members, universe)
+                _check_names(self.split_by, members, universe, split)
                 for name in members:
                     if name in owner:
                         raise ValueError(f"{self.split_by} {name!r} is in both the "

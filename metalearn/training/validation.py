@@ -147,16 +147,17 @@ def record_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()
 
 def sources_for(configurables: Iterable[str], message: str, params: Iterable[str] = (),
                 bindings: Optional[Sequence[_Binding]] = None) -> List[Source]:
-    """Where the bindings of ``configurables`` (by name, e.g. ``"GradientDescent"``)
-    whose parameter ``message`` names as a word were made, and those of any
+    """Where the bindings of ``configurables`` (by name, e.g. ``"GradientDescent"``, or
+    named in ``message``) whose parameter ``message`` names as a word were made, and
+    those of any
     configurable's parameters named in ``params``; the last binding of each key."""
     bindings = _SOURCES if bindings is None else bindings
     names, params = set(configurables), set(params)
     latest: Dict[Tuple[str, str, str], Source] = {}
     for binding in bindings:
         name = binding.selector.rsplit(".", 1)[-1]
-        named = name in names and re.search(rf"(?<!\w){re.escape(binding.param)}\b",
-                                            message)
+        about = name in names or re.search(rf"(?<!\w){re.escape(name)}\b", message)
+        named = about and re.search(rf"(?<!\w){re.escape(binding.param)}\b", message)
         if named or binding.param in params:
             latest[(binding.scope, binding.selector, binding.param)] = binding.source
     return list(latest.values())
