@@ -6,12 +6,25 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import gin
 import keras
+import numpy as np
 import tensorflow as tf
 
 from metalearn.learners import Learner
 from metalearn.tasks.episode import Episode
 
 Gradients = List[Optional[tf.Tensor]]
+
+
+def _constant_learning_rate(optimizer: keras.optimizers.Optimizer) -> Optional[float]:
+    """The optimizer's learning rate if it is a constant (``None`` for a schedule, a
+    callable or a value that cannot be read here)."""
+    rate = getattr(optimizer, "_learning_rate", None)
+    if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule) or callable(rate):
+        return None
+    try:
+        return float(np.asarray(optimizer.learning_rate))
+    except (TypeError, ValueError):
+        return None
 
 
 @gin.configurable
@@ -34,11 +47,9 @@ class MetaOptimizer:
         if not isinstance(self.optimizer, keras.optimizers.Optimizer):
             raise TypeError(f"optimizer must be a keras.optimizers.Optimizer, got "
                             f"{self.optimizer!r}")
-        rate = getattr(self.optimizer, "_learning_rate", None)
-        if not isinstance(rate, keras.optimizers.schedules.LearningRateSchedule) \
-                and not callable(rate) and not float(self.optimizer.learning_rate) > 0:
-            raise ValueError(f"the optimizer's learning_rate must be > 0, got "
-                             f"{float(self.optimizer.learning_rate):g} "
+        rate = _constant_learning_rate(self.optimizer)
+        if rate is not None and not rate > 0:
+            raise ValueError(f"the optimizer's learning_rate must be > 0, got {rate:g} "
                              f"({type(self.optimizer).__name__})")
         if clipnorm is not None and not float(clipnorm) > 0:
             raise ValueError(f"clipnorm must be > 0, got {clipnorm}")

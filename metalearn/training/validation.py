@@ -304,9 +304,10 @@ def check_outputs(learner, episode, sampler) -> None:
 
 
 def check_tasks_and_outputs(experiment) -> None:
-    """Draws one meta-training task and opens the evaluation split's stream (each
-    sampler checks its splits there: ways against classes, shots + queries against
-    examples per class), then :func:`check_outputs` on that task.
+    """Draws one meta-training task and, for a classification sampler whose evaluation
+    split has classes, opens that split's stream (the sampler checks its splits there:
+    ways against classes, shots + queries against examples per class), then
+    :func:`check_outputs` on that task.
 
     Errors name the gin binding that caused them where the config bound it.
     """
@@ -317,7 +318,7 @@ def check_tasks_and_outputs(experiment) -> None:
                                           num_steps=1)))
         split = _evaluation_split()
         num_classes = getattr(sampler, "num_classes", None)
-        if split != "train" and (not callable(num_classes) or num_classes(split) > 0):
+        if split != "train" and callable(num_classes) and num_classes(split) > 0:
             sampler.dataset(1, seed=experiment.seed, split=split, num_steps=1)
     except (ValueError, TypeError, FileNotFoundError) as error:
         raise_with_sources(error, [name, "load_omniglot", "load_mnist"])
