@@ -302,6 +302,19 @@ def test_binding_sources_follow_includes(tmp_path):
     assert found[("mlp", "outputs")].filename is None
 
 
+def test_a_sweep_checks_every_run_s_outputs_before_any_run_starts(tmp_path):
+    from metalearn.training import sweeps
+    spec = sweeps.SweepSpec(gin_files=["sinusoid/maml.gin"],
+                            gin_params=["Experiment.num_steps = 2"],
+                            axes={"mlp.outputs": ["1", "3"]})
+    root = tmp_path / "root"
+    with pytest.raises(sweeps.SweepError) as info:
+        sweeps.run_sweep(spec, str(root))
+    assert "binding 'mlp.outputs = 3'" in str(info.value)
+    assert "predicts shape [10, 3]" in str(info.value)
+    assert not root.exists()
+
+
 # --- the entry point shows gin's file and line --------------------------------------
 
 

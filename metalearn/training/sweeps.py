@@ -239,17 +239,24 @@ def _resolve(gin_files: Sequence[str]) -> List[str]:
     return resolve_gin_files(gin_files)
 
 
-def _check(files: Sequence[str], params: Sequence[str]) -> int:
-    """Parses and builds one config; returns its ``num_steps``."""
+def _check(files: Sequence[str], params: Sequence[str], tasks: bool = False) -> int:
+    """Parses and builds one config; returns its ``num_steps``. With ``tasks``, also
+    draws a task and checks the model's outputs against it, as training would first."""
     parse_config(files, params)
     try:
-        return build_experiment().num_steps
+        experiment = build_experiment()
+        if tasks:
+            from metalearn.training.validation import check_tasks_and_outputs
+            check_tasks_and_outputs(experiment)
+        return experiment.num_steps
     finally:
         gin.clear_config()
 
 
 def validate(spec: SweepSpec, runs: Sequence[Run]) -> List[Run]:
-    """Parses and builds every run's experiment before anything trains.
+    """Parses and builds every run's experiment, and checks its tasks against its
+    model's outputs (:func:`metalearn.training.validation.check_tasks_and_outputs`),
+    before anything trains.
 
     Returns:
       The runs with ``num_steps`` filled in.
@@ -272,12 +279,12 @@ def validate(spec: SweepSpec, runs: Sequence[Run]) -> List[Run]:
     checked = []
     for run in runs:
         try:
-            steps = _check(files, spec.gin_params + run.gin_params)
+            steps = _check(files, spec.gin_params + run.gin_params, tasks=True)
         except Exception as error:  # noqa: BLE001
             culprit = None
             for param in run.gin_params:  # name the first binding failing on its own
                 try:
-                    _check(files, spec.gin_params + [param])
+                    _check(files, spec.gin_params + [param], tasks=True)
                 except Exception:  # noqa: BLE001
                     culprit = param
                     break
