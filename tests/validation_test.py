@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import metalearn  # noqa: F401  (registers the configurables)
+from metalearn.tasks import FewShotClassification
 from metalearn.tasks.datasets import LabelledImages, load_mnist, load_omniglot
 from metalearn.training import build_experiment, parse_config, train, validation
 from metalearn.training.evaluation import evaluate
@@ -136,6 +137,15 @@ def workdir_of_another_config(tmp_path) -> None:
         assert sorted(os.listdir(workdir)) == ["config.gin"]
 
 
+def evaluate_more_ways(tmp_path) -> None:
+    (tmp_path / "classification.gin").write_text("\n".join(CLASSIFICATION) + "\n")
+    parse_config([str(tmp_path / "classification.gin")])
+    experiment = build_experiment()  # a 3-way model
+    sampler = FewShotClassification(tiny_images(), ways=4, shots=1, queries=1,
+                                    train=CLASSES[:6], test=CLASSES[6:])
+    evaluate(experiment.learner, sampler, num_tasks=2, batch_size=1)
+
+
 def evaluate_zero_batch(tmp_path) -> None:
     parse_config(["experiments/sinusoid/maml.gin"])
     experiment = build_experiment()
@@ -231,6 +241,10 @@ CASES: List[Case] = [
          "GradientDescent.learning_rate: 0.01 in the workdir, 0.1 now",
          workdir_of_another_config, lambda p: "--allow_config_change",
          "the differing bindings and the override flag"),
+    Case("evaluation tasks of more ways than the model's outputs",
+         "`evaluate(learner, sampler)`, a 3-way model on 4-way tasks", ValueError,
+         "outputs 3 classes (shape [4, 3]) but the tasks have 4 (FewShotClassification.ways=4)",
+         evaluate_more_ways, None, "the sampler's binding"),
     Case("zero evaluation batch", "`evaluate(..., batch_size=0)`", ValueError,
          "batch_size must be >= 1, got 0", evaluate_zero_batch, None, "the argument"),
 ]

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from metalearn.learners import Learner
 from metalearn.tasks.base import TaskSampler
+from metalearn.training import validation
 from metalearn.training.experiment import Experiment, build_experiment, parse_config
 from metalearn.training.loop import CHECKPOINT_DIR, checkpoint_for
 
@@ -58,6 +59,7 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     batches = math.ceil(int(num_tasks) / int(batch_size))
     episodes = list(sampler.dataset(int(batch_size), seed=seed, split=split,
                                     num_steps=batches))
+    validation.check_outputs(learner, episodes[0].task(0), sampler)  # e.g. ways != outputs
     results: Dict[str, Dict[str, Dict[str, float]]] = {}
     for steps in inner_steps:
         run = tf.function(lambda batch, steps=steps: learner.meta_metrics(batch, steps=steps))
