@@ -149,8 +149,8 @@ def sources_for(configurables: Iterable[str], message: str, params: Iterable[str
                 bindings: Optional[Sequence[_Binding]] = None) -> List[Source]:
     """Where the bindings of ``configurables`` (by name, e.g. ``"GradientDescent"``, or
     named in ``message``) whose parameter ``message`` names as a word were made, and
-    those of any
-    configurable's parameters named in ``params``; the last binding of each key."""
+    those of any configurable's parameters in ``params``; the last binding of each key,
+    and only keys gin still binds (the record may be older than gin's config)."""
     bindings = _SOURCES if bindings is None else bindings
     names, params = set(configurables), set(params)
     latest: Dict[Tuple[str, str, str], Source] = {}
@@ -160,7 +160,15 @@ def sources_for(configurables: Iterable[str], message: str, params: Iterable[str
         named = about and re.search(rf"(?<!\w){re.escape(binding.param)}\b", message)
         if named or binding.param in params:
             latest[(binding.scope, binding.selector, binding.param)] = binding.source
-    return list(latest.values())
+    return [source for key, source in latest.items() if _is_bound(*key)]
+
+
+def _is_bound(scope: str, selector: str, param: str) -> bool:
+    try:
+        gin.query_parameter(f"{scope + '/' if scope else ''}{selector}.{param}")
+        return True
+    except (ValueError, KeyError):
+        return False
 
 
 def raise_with_sources(error: BaseException, configurables: Sequence[str] = (),
