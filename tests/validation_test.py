@@ -179,6 +179,8 @@ CASES: List[Case] = [
              "doesn't have a parameter named 'num_stepz'"),
     gin_case("mistyped value", "Experiment.num_steps = '1000'", TypeError,
              "Experiment.num_steps must be an integer, got '1000' (str)"),
+    gin_case("mistyped value, no type check of its own", "GradientDescent.steps = 'two'",
+             ValueError, "invalid literal for int() with base 10: 'two'"),
     gin_case("fractional steps", "Experiment.num_steps = 2.5", TypeError,
              "Experiment.num_steps must be an integer, got 2.5 (float)"),
     gin_case("zero meta-steps", "Experiment.num_steps = 0", ValueError,

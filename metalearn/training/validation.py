@@ -148,9 +148,10 @@ def record_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()
 def sources_for(configurables: Iterable[str], message: str, params: Iterable[str] = (),
                 bindings: Optional[Sequence[_Binding]] = None) -> List[Source]:
     """Where the bindings of ``configurables`` (by name, e.g. ``"GradientDescent"``, or
-    named in ``message``) whose parameter ``message`` names as a word were made, and
-    those of any configurable's parameters in ``params``; the last binding of each key,
-    and only keys gin still binds (the record may be older than gin's config)."""
+    named in ``message``) whose parameter (or quoted value) ``message`` names were
+    made, and those of any configurable's parameters in ``params``; the last binding of
+    each key, and only keys gin still binds (the record may be older than gin's
+    config)."""
     bindings = _SOURCES if bindings is None else bindings
     names, params = set(configurables), set(params)
     latest: Dict[Tuple[str, str, str], Source] = {}
@@ -158,7 +159,10 @@ def sources_for(configurables: Iterable[str], message: str, params: Iterable[str
         name = binding.selector.rsplit(".", 1)[-1]
         about = name in names or re.search(rf"(?<!\w){re.escape(name)}\b", message)
         named = about and re.search(rf"(?<!\w){re.escape(binding.param)}\b", message)
-        if named or binding.param in params:
+        # e.g. int('two') fails naming the value only: "invalid literal ...: 'two'"
+        value = binding.source.text.split("=", 1)[-1].split("#", 1)[0].strip()
+        quoted = about and len(value) > 2 and value[0] in "'\"" and value in message
+        if named or quoted or binding.param in params:
             latest[(binding.scope, binding.selector, binding.param)] = binding.source
     return [source for key, source in latest.items() if _is_bound(*key)]
 
