@@ -20,6 +20,7 @@ from typing import Callable, List, Optional, Tuple, Type
 import gin
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import metalearn  # noqa: F401  (registers the configurables)
 from metalearn.tasks import FewShotClassification
@@ -111,6 +112,28 @@ def undecodable_png(tmp_path) -> None:
     _omniglot_zip(tmp_path / "omniglot", [("Greek/character01/0101_01.png",
                                            b"\x89PNG\r\n\x1a\n garbage")])
     load_omniglot(str(tmp_path / "omniglot"), archives=("images_background_small1",))
+
+
+def corrupted_zip_entry(tmp_path) -> None:
+    png = tf.io.encode_png(tf.zeros([3, 3, 1], tf.uint8)).numpy()
+    path = tmp_path / "omniglot" / "images_background_small1.zip"
+    path.parent.mkdir()
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+        zf.writestr("images_background_small1/Greek/character01/0101_01.png", png)
+    data = bytearray(path.read_bytes())
+    start = data.index(png)  # stored uncompressed: flip a byte of the image itself
+    data[start + len(png) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    load_omniglot(str(path.parent), archives=("images_background_small1",))
+
+
+def swapped_mnist_files(tmp_path) -> None:
+    folder = tmp_path / "mnist"
+    folder.mkdir()
+    labels = gzip.compress(b"\x00\x00\x08\x01" + (3).to_bytes(4, "big") + bytes(3))
+    (folder / "t10k-images-idx3-ubyte.gz").write_bytes(labels)  # a labels file
+    (folder / "t10k-labels-idx1-ubyte.gz").write_bytes(labels)
+    load_mnist(str(folder))
 
 
 def truncated_mnist(tmp_path) -> None:
@@ -231,12 +254,20 @@ CASES: List[Case] = [
     Case("undecodable PNG", "a zip entry `.png` holding no PNG", ValueError,
          "is not a decodable PNG image", undecodable_png,
          lambda p: "images_background_small1/Greek/character01/0101_01.png", "entry and zip"),
+    Case("corrupted zip entry", "a zip whose PNG entry fails its CRC check", ValueError,
+         "is damaged: entry 'images_background_small1/Greek/character01/0101_01.png' cannot "
+         "be read", corrupted_zip_entry,
+         lambda p: str(p / "omniglot" / "images_background_small1.zip"), "entry and zip"),
     Case("missing MNIST files", "`load_mnist(path=<empty folder>)`", FileNotFoundError,
          "MNIST 'test' split: none of",
          lambda p: (p / "mnist").mkdir() or load_mnist(str(p / "mnist")),
          lambda p: str(p / "mnist" / "t10k-images-idx3-ubyte.gz"), "the files looked for"),
     Case("truncated MNIST file", "a cut-off `t10k-images-idx3-ubyte.gz`", ValueError,
          "cannot be read as gzip-compressed IDX data", truncated_mnist,
+         lambda p: str(p / "mnist" / "t10k-images-idx3-ubyte.gz"), "the file"),
+    Case("MNIST file of the wrong kind", "a labels file named `t10k-images-idx3-ubyte.gz`",
+         ValueError, "is not an IDX file of the expected kind: magic number 2049, expected "
+         "2051", swapped_mnist_files,
          lambda p: str(p / "mnist" / "t10k-images-idx3-ubyte.gz"), "the file"),
     Case("workdir of another config", "`train` into a workdir whose `config.gin` has "
          "another `GradientDescent.learning_rate`", validation.ConfigChangeError,
