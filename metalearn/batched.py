@@ -156,6 +156,12 @@ def _per_task(value: tf.Tensor, rank: int) -> tf.Tensor:
     return value[None] if value.shape.rank == rank else value
 
 
+def _in_compute_dtype(layer: keras.layers.Layer, *tensors: tf.Tensor):
+    """``tensors`` cast to the layer's compute dtype (its mixed-precision policy)."""
+    dtype = tf.as_dtype(layer.compute_dtype)
+    return [t if t.dtype == dtype else tf.cast(t, dtype) for t in tensors]
+
+
 def _activation(layer: keras.layers.Layer, y: tf.Tensor) -> tf.Tensor:
     activation = getattr(layer, "activation", None)
     return y if activation is None else activation(y)
@@ -164,7 +170,7 @@ def _activation(layer: keras.layers.Layer, y: tf.Tensor) -> tf.Tensor:
 def _bias(layer, weights, y: tf.Tensor) -> tf.Tensor:
     if not getattr(layer, "use_bias", False):
         return y
-    bias = _per_task(weights["bias"], 1)  # [T or 1, units]
+    bias = tf.cast(_per_task(weights["bias"], 1), y.dtype)  # [T or 1, units]
     middle = y.shape.rank - 2
     return y + tf.reshape(bias, tf.concat([tf.shape(bias)[:1], [1] * middle,
                                            tf.shape(bias)[1:]], 0))
@@ -175,8 +181,7 @@ def _dense(layer: keras.layers.Dense, weights: Dict[str, tf.Tensor], x: tf.Tenso
            training: bool) -> tf.Tensor:
     if getattr(layer, "lora_enabled", False) or getattr(layer, "quantization_mode", None):
         raise ValueError(f"Dense {layer.name!r}: LoRA/quantized Dense has no batched rule")
-    kernel = weights["kernel"]
-    x = tf.cast(x, kernel.dtype) if x.dtype != kernel.dtype else x
+    kernel, x = _in_compute_dtype(layer, weights["kernel"], x)
     shape = tf.shape(x)
     flat = tf.reshape(x, tf.stack([shape[0], -1, shape[-1]]))  # [T, n*..., in]
     if kernel.shape.rank == 2:
@@ -197,8 +202,7 @@ def _conv2d(layer: keras.layers.Conv2D, weights: Dict[str, tf.Tensor], x: tf.Ten
     padding = layer.padding.upper()
     if padding not in ("SAME", "VALID"):
         raise ValueError(f"Conv2D {layer.name!r}: padding {layer.padding!r} unsupported")
-    kernel = weights["kernel"]  # [T, kh, kw, c, f] or [kh, kw, c, f]
-    x = tf.cast(x, kernel.dtype) if x.dtype != kernel.dtype else x
+    kernel, x = _in_compute_dtype(layer, weights["kernel"], x)  # [T,] kh, kw, c, f
     kh, kw, channels, filters = kernel.shape[-4:]
     shape = tf.shape(x)  # [T, n, H, W, C]
     images = tf.reshape(x, tf.concat([[-1], shape[2:]], 0))

@@ -168,7 +168,14 @@ class Learner(tf.Module):
         :meth:`~metalearn.adapters.Adapter.forward`, which is a plain call unless the
         adapter generates weights per input)."""
         call = lambda w, inputs: functional.call(self.model, w, inputs, training=training)
-        return self.adapter.forward(call, weights, x)
+        return self._full_precision(self.adapter.forward(call, weights, x))
+
+    def _full_precision(self, outputs: Any) -> Any:
+        """Outputs of a mixed-precision model (float16/bfloat16) cast to the metric dtype,
+        so losses, metrics and meta-gradients are computed in float32."""
+        low = (tf.float16, tf.bfloat16)
+        return tf.nest.map_structure(
+            lambda t: tf.cast(t, self.metric_dtype) if t.dtype in low else t, outputs)
 
     def task_loss(self, y_true: Any, y_pred: Any) -> tf.Tensor:
         """Scalar loss of one task's predictions (override for a custom loss)."""
@@ -271,13 +278,14 @@ class Learner(tf.Module):
                     for path, value in weights.items()}
 
         def support_losses(task_weights: Weights, x: Any, y: Any) -> tf.Tensor:
-            predictions = batched.call(self.model, task_weights, x, training=True)
+            predictions = self._full_precision(
+                batched.call(self.model, task_weights, x, training=True))
             return tf.vectorized_map(lambda args: self.task_loss(*args), (y, predictions))
 
         adapted = self.adapter.adapt(per_task, support_x, support_y, support_losses,
                                      steps=steps)
-        predictions = batched.call(self.model, adapted, query_x,
-                                   training=self.query_training)
+        predictions = self._full_precision(
+            batched.call(self.model, adapted, query_x, training=self.query_training))
         return tf.vectorized_map(lambda args: self.query_metrics(*args),
                                  (query_y, predictions))
 
