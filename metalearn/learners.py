@@ -8,14 +8,14 @@ import gin
 import keras
 import tensorflow as tf
 
-from metalearn import functional
+from metalearn import batched, functional
 from metalearn.adapters.base import Adapter
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.functional import Weights
 from metalearn.tasks.episode import Episode
 
 MetricFn = Callable[[Any, Any], tf.Tensor]
-TASK_BATCHING = ("map_fn", "unrolled")
+TASK_BATCHING = ("map_fn", "unrolled", "batched")
 
 
 @gin.configurable
@@ -78,8 +78,15 @@ class Learner(tf.Module):
         query batch's statistics (the MAML paper's transductive setting). With ``False``
         it uses the moving statistics, which adaptation never updates.
       task_batching: how a batch of tasks is run: ``"map_fn"`` (a compiled loop whose
-        graph size does not grow with the number of tasks) or ``"unrolled"`` (one copy of
-        the inner loop per task in the graph).
+        graph size, so compile time, does not grow with the number of tasks; the
+        default, fastest on CPUs), ``"unrolled"`` (one copy of the inner loop per task in
+        the graph) or ``"batched"`` (every layer runs once for all tasks, with a leading
+        task axis on inputs and adapted weights, see :mod:`metalearn.batched`; needs a
+        Sequential model whose weighted layers have batched rules, an adapter with
+        ``supports_task_axis``, and none of :meth:`forward`, :meth:`predict`,
+        :meth:`task_initial_weights`, :meth:`episode_metrics` overridden). All three
+        give the same values and meta-gradients; ``benchmarks/meta_step.py`` measures
+        their speed.
       parallel_iterations: tasks run concurrently with ``"map_fn"``.
     """
 
@@ -105,6 +112,8 @@ class Learner(tf.Module):
         if "loss" in self._metrics:
             raise ValueError("'loss' is reserved for the query loss; rename that metric")
         self.query_training = bool(query_training)
+        if task_batching == "batched":
+            self._check_batched()
         self.task_batching = task_batching
         self.parallel_iterations = int(parallel_iterations)
         dtype = tf.as_dtype(model.trainable_variables[0].dtype)
@@ -116,6 +125,21 @@ class Learner(tf.Module):
             self.adapter.meta_step = self.meta_step
         if not self.adapter.built:
             self.adapter.build(model, functional.weights(model))
+
+    def _check_batched(self) -> None:
+        reasons = []
+        if not self.adapter.supports_task_axis:
+            reasons.append(f"adapter {type(self.adapter).__name__} does not support a "
+                           "task axis (Adapter.supports_task_axis)")
+        reason = batched.supports(self.model)
+        if reason:
+            reasons.append(reason)
+        for method in ("forward", "predict", "task_initial_weights", "episode_metrics"):
+            if getattr(type(self), method) is not getattr(Learner, method):
+                reasons.append(f"{type(self).__name__} overrides {method}()")
+        if reasons:
+            raise ValueError("task_batching='batched' is not available: "
+                             + "; ".join(reasons) + ". Use task_batching='map_fn'.")
 
     # --- what the outer step trains ----------------------------------------------
 
@@ -144,7 +168,14 @@ class Learner(tf.Module):
         :meth:`~metalearn.adapters.Adapter.forward`, which is a plain call unless the
         adapter generates weights per input)."""
         call = lambda w, inputs: functional.call(self.model, w, inputs, training=training)
-        return self.adapter.forward(call, weights, x)
+        return self._full_precision(self.adapter.forward(call, weights, x))
+
+    def _full_precision(self, outputs: Any) -> Any:
+        """Outputs of a mixed-precision model (float16/bfloat16) cast to the metric dtype,
+        so losses, metrics and meta-gradients are computed in float32."""
+        low = (tf.float16, tf.bfloat16)
+        return tf.nest.map_structure(
+            lambda t: tf.cast(t, self.metric_dtype) if t.dtype in low else t, outputs)
 
     def task_loss(self, y_true: Any, y_pred: Any) -> tf.Tensor:
         """Scalar loss of one task's predictions (override for a custom loss)."""
@@ -228,6 +259,8 @@ class Learner(tf.Module):
         """
         if weights is None:
             weights = self.initial_weights()  # read once: one tape record for all tasks
+        if self.task_batching == "batched":
+            return self._batched_meta_metrics(episodes, steps, weights)
         one_task = lambda episode: self.episode_metrics(episode, steps, weights)
         if self.task_batching == "unrolled" or self.adapter.needs_unrolled_tasks:
             results = [one_task(episodes.task(i)) for i in range(episodes.num_tasks)]
@@ -235,6 +268,26 @@ class Learner(tf.Module):
         signature = {k: tf.TensorSpec([], self.metric_dtype) for k in self.metric_names}
         return tf.map_fn(one_task, episodes, fn_output_signature=signature,
                          parallel_iterations=self.parallel_iterations)
+
+    def _batched_meta_metrics(self, episodes: Episode, steps: Optional[int],
+                              weights: Weights) -> Dict[str, tf.Tensor]:
+        """:meth:`meta_metrics` with every layer run once for all tasks (task axis)."""
+        support_x, support_y, query_x, query_y = self.split(episodes)
+        tasks = tf.shape(tf.nest.flatten(support_x)[0])[:1]
+        per_task = {path: tf.broadcast_to(value, tf.concat([tasks, tf.shape(value)], 0))
+                    for path, value in weights.items()}
+
+        def support_losses(task_weights: Weights, x: Any, y: Any) -> tf.Tensor:
+            predictions = self._full_precision(
+                batched.call(self.model, task_weights, x, training=True))
+            return tf.vectorized_map(lambda args: self.task_loss(*args), (y, predictions))
+
+        adapted = self.adapter.adapt(per_task, support_x, support_y, support_losses,
+                                     steps=steps)
+        predictions = self._full_precision(
+            batched.call(self.model, adapted, query_x, training=self.query_training))
+        return tf.vectorized_map(lambda args: self.query_metrics(*args),
+                                 (query_y, predictions))
 
     def meta_loss(self, episodes: Episode, steps: Optional[int] = None,
                   weights: Optional[Weights] = None) -> tf.Tensor:

@@ -60,6 +60,14 @@ class Adapter(tf.Module, abc.ABC):
     apply custom gradients inside ``tf.map_fn``'s loop, so the learner then runs the tasks
     of a batch unrolled whatever its ``task_batching``."""
 
+    supports_task_axis = False
+    """True for adapters whose :meth:`adapt` also works on weights with a leading task axis
+    (``[tasks, *shape]``) and a ``loss_fn`` returning one loss per task (``[tasks]``),
+    treating tasks independently: the learner's ``task_batching="batched"`` needs it.
+    Elementwise gradient steps qualify (the gradient of the summed per-task losses is
+    every task's own gradient); anything that mixes values across a whole weight vector
+    (a dot product, a norm) does not, unless written per task."""
+
     def __init__(self, name: Optional[str] = None):
         super().__init__(name=name)
         self._built = False
@@ -137,6 +145,7 @@ class NoAdaptation(Adapter):
     or a plain pre-trained model as a baseline)."""
 
     steps = 0
+    supports_task_axis = True
 
     def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
               steps: Optional[int] = None) -> Weights:

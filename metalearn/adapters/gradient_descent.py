@@ -46,12 +46,21 @@ class GradientDescent(Adapter):
         (``k = 0 .. steps``; more steps at test time reuse the last copy). The copies
         start at the model's initial values; the model's own variables for these paths
         are then unused (see :meth:`generated_paths`).
+      recompute: trade compute for memory: each inner step is a checkpoint whose
+        intermediate activations are not kept for the meta-gradient but recomputed from
+        the step's input weights in the backward pass (a ``tf.custom_gradient``; unlike
+        ``tf.recompute_grad`` it allows the gradient tape inside the step). Same values
+        and meta-gradients. TensorFlow ignores custom gradients inside ``tf.map_fn``, so
+        the learner then runs the tasks unrolled (or batched). Cost and savings:
+        benchmarks/README.md.
     """
+
+    supports_task_axis = True  # elementwise steps: see Adapter.supports_task_axis
 
     def __init__(self, steps: int = 1, learning_rate: float = 0.01,
                  first_order: bool = False, adapt: Optional[Sequence[str]] = None,
                  first_order_steps: int = 0, per_step: Optional[Sequence[str]] = None,
-                 name: Optional[str] = None):
+                 recompute: bool = False, name: Optional[str] = None):
         super().__init__(name=name)
         if int(steps) < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
@@ -66,8 +75,13 @@ class GradientDescent(Adapter):
         self.adapt_patterns = None if adapt is None else tuple(adapt)
         self.first_order_steps = int(first_order_steps)
         self.per_step_patterns = tuple(per_step or ())
+        self.recompute = bool(recompute)
         self._per_step: List[keras.Variable] = []
         self._per_step_paths: List[str] = []
+
+    @property
+    def needs_unrolled_tasks(self) -> bool:  # custom gradients are ignored in tf.map_fn
+        return self.recompute
 
     # --- which weights ----------------------------------------------------------
 
@@ -137,20 +151,49 @@ class GradientDescent(Adapter):
         paths = self.adapted_paths(weights)
         weights = self.with_step_weights(dict(weights), 0)
         trajectory = [weights]
+        inner_step = self._recomputed if self.recompute else self.inner_step
         for step in range(steps):
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch([weights[p] for p in paths])
-                loss = loss_fn(weights, support_x, support_y)
-            grads = tape.gradient(loss, [weights[p] for p in paths],
-                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
-            weights = dict(weights)
-            for path, grad in zip(paths, grads):
-                grad = self._order(grad)
-                value = weights[path]
-                weights[path] = value - self.step_size(step, path, value.dtype) * grad
-            weights = self.with_step_weights(weights, step + 1)
+            weights = inner_step(weights, paths, step, support_x, support_y, loss_fn)
             trajectory.append(weights)
         return trajectory
+
+    def inner_step(self, weights: Weights, paths: Sequence[str], step: int,
+                   support_x: Any, support_y: Any, loss_fn: LossFn) -> Weights:
+        """One gradient step on ``paths`` (inner step number ``step``, from 0)."""
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch([weights[p] for p in paths])
+            loss = loss_fn(weights, support_x, support_y)
+        grads = tape.gradient(loss, [weights[p] for p in paths],
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        weights = dict(weights)
+        for path, grad in zip(paths, grads):
+            grad = self._order(grad)
+            value = weights[path]
+            weights[path] = value - self.step_size(step, path, value.dtype) * grad
+        return self.with_step_weights(weights, step + 1)
+
+    def _recomputed(self, weights: Weights, paths: Sequence[str], step: int,
+                    support_x: Any, support_y: Any, loss_fn: LossFn) -> Weights:
+        """:meth:`inner_step` as a recompute checkpoint (see ``recompute``)."""
+        keys = list(weights)
+        run = lambda values: self.inner_step(dict(zip(keys, values)), paths, step,
+                                             support_x, support_y, loss_fn)
+
+        @tf.custom_gradient
+        def checkpointed(*values):
+            result = run(values)
+
+            def grad(*output_grads, variables=None):
+                variables = list(variables or [])
+                with tf.GradientTape() as tape:
+                    tape.watch(values)
+                    again = run(values)
+                grads = tape.gradient([again[k] for k in keys], list(values) + variables,
+                                      output_gradients=list(output_grads))
+                return grads[:len(values)], grads[len(values):]
+            return [result[k] for k in keys], grad
+
+        return dict(zip(keys, checkpointed(*[weights[k] for k in keys])))
 
     def _order(self, grad: tf.Tensor) -> tf.Tensor:
         if self.first_order:

@@ -39,13 +39,18 @@ class Experiment:
         started, like the crash course's ``sum(losses) / len(losses)``.
       checkpoint_every: outer steps between checkpoints.
       keep_checkpoints: checkpoints kept in the workdir.
+      dtype_policy: the Keras dtype policy the model is built under, e.g.
+        ``"mixed_bfloat16"`` (bfloat16 compute, float32 weights; CPUs and recent GPUs)
+        or ``"mixed_float16"`` (GPUs). Weights, losses, metrics and meta-gradients stay
+        float32. Set globally by :func:`build_experiment` before the model is built.
     """
 
     def __init__(self, learner: Learner = gin.REQUIRED, sampler: TaskSampler = gin.REQUIRED,
                  meta_optimizer: Optional[MetaOptimizer] = None, meta_batch_size: int = 25,
                  num_steps: int = 1000, seed: int = 0, jit_compile: bool = False,
                  log_every: int = 100, checkpoint_every: int = 1000,
-                 keep_checkpoints: int = 3, log_average: str = "window"):
+                 keep_checkpoints: int = 3, log_average: str = "window",
+                 dtype_policy: str = "float32"):
         for name, value in (("meta_batch_size", meta_batch_size), ("num_steps", num_steps),
                             ("log_every", log_every), ("checkpoint_every", checkpoint_every),
                             ("keep_checkpoints", keep_checkpoints), ("seed", seed)):
@@ -74,14 +79,15 @@ class Experiment:
         self.log_average = log_average
         self.checkpoint_every = int(checkpoint_every)
         self.keep_checkpoints = int(keep_checkpoints)
+        self.dtype_policy = keras.dtype_policies.get(dtype_policy).name
         self.config: str = ""
 
 
-def _bound_seed() -> int:
+def _bound(name: str, default):
     try:
-        return int(gin.query_parameter("Experiment.seed"))
+        return gin.query_parameter(f"Experiment.{name}")
     except ValueError:  # not bound: the constructor's default
-        return 0
+        return default
 
 
 def build_experiment(strategy: Optional[tf.distribute.Strategy] = None) -> Experiment:
@@ -92,7 +98,12 @@ def build_experiment(strategy: Optional[tf.distribute.Strategy] = None) -> Exper
       strategy: a ``tf.distribute`` strategy whose scope holds every variable (model,
         adapter state, optimizer slots); defaults to the current one.
     """
-    keras.utils.set_random_seed(_bound_seed())
+    keras.utils.set_random_seed(int(_bound("seed", 0)))
+    policy = _bound("dtype_policy", "float32")
+    try:
+        keras.mixed_precision.set_global_policy(policy)
+    except ValueError as error:
+        raise ValueError(f"Experiment.dtype_policy: {error}") from error
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
         try:

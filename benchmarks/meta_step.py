@@ -1,0 +1,195 @@
+r"""The compiled meta-step, configuration by configuration: one JSON line each.
+
+    python -m benchmarks.meta_step                       # the full grid (~1 hour on 2 cores)
+    python -m benchmarks.meta_step --meta_batch=32 --inner_steps=1 --order=second \
+        --formulation=map_fn,unrolled --xla=false        # one row of the table
+
+Workload (the issue's reference step): the MAML paper's Omniglot net
+(``metalearn.models.omniglot_conv_net``: 4 x [conv 64 stride 2, BatchNorm on batch
+statistics, ReLU], mean-pool, linear), 28x28x1, 5-way 1-shot with 15 queries per class,
+inner learning rate 0.4, Adam outer update, float32. The images are random (the data do
+not change the cost). Each configuration runs in a fresh process, so compile time and
+peak memory are its own, and prints:
+
+- ``compile_s``: the first call (tracing, graph optimisation or XLA compilation, and one
+  execution) minus one median step;
+- ``ms_median``: median wall time of ``--steps`` meta-steps (each ends with a host read
+  of the loss, so it waits for the whole step); ``tasks_per_s`` = meta-batch / median;
+- ``peak_rss_mib``: the process's peak resident memory (``ru_maxrss``), and
+  ``step_rss_mib``: that peak minus the resident memory just before the first step
+  (TensorFlow, the model and the data already loaded), i.e. what the step itself adds;
+- ``gflop``: floating-point operations of one meta-step, counted by TensorFlow's profiler
+  (``tf.compat.v1.profiler``, ``float_operation``) on the graph of the *unrolled*
+  formulation for one task (fully static shapes: forward, inner gradient, second-order
+  backward, optimizer update), times the meta-batch. The same count is used for every
+  formulation, as they do the same arithmetic; ``gflop_per_s`` = gflop / median.
+
+``--formulation`` selects ``Learner(task_batching=...)``; ``recompute`` is ``map_fn``
+with ``GradientDescent(recompute=True)`` (inner steps recomputed in the backward pass).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+flags.DEFINE_list("meta_batch", ["8", "32"], "Meta-batch sizes.")
+flags.DEFINE_list("inner_steps", ["1", "5"], "Inner steps.")
+flags.DEFINE_list("order", ["second", "first"], "Meta-gradient order.")
+flags.DEFINE_list("formulation", ["map_fn", "unrolled", "batched"],
+                  "Learner task_batching values, or 'recompute' (map_fn with recomputed "
+                  "inner steps).")
+flags.DEFINE_list("xla", ["false", "true"], "jit_compile the meta-step.")
+flags.DEFINE_integer("steps", 10, "Timed meta-steps (median reported).")
+flags.DEFINE_integer("warmup", 2, "Untimed meta-steps after the first (compiling) call.")
+flags.DEFINE_integer("timeout", 600, "Seconds per configuration before it is reported "
+                     "as timed out.")
+flags.DEFINE_string("policy", "float32", "Keras dtype policy, e.g. 'mixed_bfloat16' or "
+                    "'mixed_float16' (GPU).")
+flags.DEFINE_string("output", "", "Also append the JSON lines to this file.")
+flags.DEFINE_string("child", "", "Internal: run one configuration (JSON).")
+FLAGS = flags.FLAGS
+
+WAYS, SHOTS, QUERIES, SIZE = 5, 1, 15, 28
+
+
+def _learner(formulation: str, steps: int, order: str):
+    import keras
+    import metalearn
+    model = metalearn.models.omniglot_conv_net(outputs=WAYS)
+    adapter = metalearn.adapters.GradientDescent(
+        steps=steps, learning_rate=0.4, first_order=order == "first",
+        recompute=formulation == "recompute")
+    batching = "map_fn" if formulation == "recompute" else formulation
+    return metalearn.Learner(
+        model, adapter, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        task_batching=batching)
+
+
+def _episodes(tasks: int, seed: int = 0):
+    import numpy as np
+    import tensorflow as tf
+    from metalearn.tasks import Episode
+    rng = np.random.default_rng(seed)
+    labels = lambda n: tf.constant(np.tile(np.repeat(np.arange(WAYS), n), (tasks, 1)),
+                                   tf.int32)
+    images = lambda n: tf.constant(rng.random((tasks, WAYS * n, SIZE, SIZE, 1), np.float32))
+    return Episode(images(SHOTS), labels(SHOTS), images(QUERIES), labels(QUERIES))
+
+
+def count_flops(steps: int, order: str, tasks: int = 1) -> float:
+    """FLOPs of one meta-step of ``tasks`` tasks, by TensorFlow's profiler on the unrolled
+    graph (static shapes)."""
+    import keras
+    import tensorflow as tf
+    import metalearn
+    from metalearn.training.loop import make_meta_step
+    keras.utils.set_random_seed(0)
+    learner = _learner("unrolled", steps, order)
+    step = make_meta_step(learner, metalearn.MetaOptimizer())
+    episodes = _episodes(tasks)
+    spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), episodes)
+    graph = step.get_concrete_function(spec).graph
+    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+    options["output"] = "none"
+    return float(tf.compat.v1.profiler.profile(graph, options=options).total_float_ops)
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def run_one(config: dict) -> dict:
+    """Times one configuration in this process."""
+    import keras
+    import tensorflow as tf
+    import metalearn
+    from metalearn.training.loop import make_meta_step
+    keras.mixed_precision.set_global_policy(config["policy"])
+    keras.utils.set_random_seed(0)
+    learner = _learner(config["formulation"], config["inner_steps"], config["order"])
+    step = make_meta_step(learner, metalearn.MetaOptimizer(),
+                          jit_compile=config["xla"])
+    batches = [_episodes(config["meta_batch"], seed) for seed in range(2)]
+    before = _rss_mib()
+    start = time.perf_counter()
+    float(step(batches[0])["loss"])
+    first = time.perf_counter() - start
+    for i in range(FLAGS.warmup):
+        float(step(batches[i % 2])["loss"])
+    times = []
+    for i in range(FLAGS.steps):
+        start = time.perf_counter()
+        loss = float(step(batches[i % 2])["loss"])
+        times.append(time.perf_counter() - start)
+    times.sort()
+    median = times[len(times) // 2]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result = dict(config)
+    result.update(
+        compile_s=round(first - median, 2), ms_median=round(1000 * median, 1),
+        ms_min=round(1000 * times[0], 1), tasks_per_s=round(config["meta_batch"] / median, 1),
+        peak_rss_mib=round(peak), step_rss_mib=round(peak - before),
+        loss=round(loss, 5), device="gpu" if tf.config.list_physical_devices("GPU") else "cpu")
+    return result
+
+
+def _configs():
+    for batch, steps, order, formulation, xla in itertools.product(
+            FLAGS.meta_batch, FLAGS.inner_steps, FLAGS.order, FLAGS.formulation, FLAGS.xla):
+        yield dict(meta_batch=int(batch), inner_steps=int(steps), order=order,
+                   formulation=formulation, xla=xla.lower() in ("1", "true", "yes"),
+                   policy=FLAGS.policy)
+
+
+def main(argv):
+    del argv
+    if FLAGS.child:
+        print("RESULT " + json.dumps(run_one(json.loads(FLAGS.child))), flush=True)
+        return
+    flops = {}
+    for config in _configs():
+        key = (config["inner_steps"], config["order"])
+        if key not in flops:  # one task; a fresh process keeps it off the timings
+            out = subprocess.run(
+                [sys.executable, "-c", "import json,sys; from benchmarks.meta_step import "
+                 "count_flops; print('FLOPS', count_flops(%d, %r))" % key],
+                capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+            lines = [l for l in out.stdout.splitlines() if l.startswith("FLOPS ")]
+            flops[key] = float(lines[-1].split()[1]) if lines else float("nan")
+        child = [sys.executable, "-m", "benchmarks.meta_step", "--child", json.dumps(config),
+                 f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}"]
+        try:
+            out = subprocess.run(child, capture_output=True, text=True, timeout=FLAGS.timeout,
+                                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+            lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+            if lines:
+                result = json.loads(lines[-1][len("RESULT "):])
+            else:
+                result = dict(config, error=(out.stderr.strip().splitlines() or ["?"])[-1])
+        except subprocess.TimeoutExpired:
+            result = dict(config, error=f"timed out after {FLAGS.timeout} s")
+        gflop = flops[key] * config["meta_batch"] / 1e9
+        result["gflop"] = round(gflop, 2)
+        if "ms_median" in result:
+            result["gflop_per_s"] = round(gflop / (result["ms_median"] / 1000), 1)
+        line = json.dumps(result)
+        print(line, flush=True)
+        if FLAGS.output:
+            with open(FLAGS.output, "a") as f:
+                f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    app.run(main)

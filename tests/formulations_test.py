@@ -1,0 +1,241 @@
+"""Task-batching formulations: every one equals the per-task reference, in float64.
+
+``Learner(task_batching=...)``: "unrolled" (one inner loop per task in the graph, the
+reference, itself checked against finite differences in gradient_descent_test.py),
+"map_fn" (a compiled loop over tasks) and "batched" (metalearn.batched: each layer runs
+once for all tasks with a task axis on inputs and weights).
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import metalearn
+from metalearn import batched, functional
+from metalearn.adapters import GradientDescent, MetaSGD, PerStepLearningRates
+from metalearn.tasks import Episode
+from tests.reference import finite_difference_variables
+
+FORMULATIONS = ("map_fn", "batched")
+
+
+def _episodes(tasks, ways=3, shots=2, queries=2, size=8, channels=1, seed=0):
+    keys = tf.random.experimental.stateless_split([seed, 7], 2)
+    images = lambda key, n: tf.random.stateless_normal(
+        [tasks, ways * n, size, size, channels], key, dtype=tf.float64)
+    labels = lambda n: tf.tile(tf.repeat(tf.range(ways), n)[None], [tasks, 1])
+    return Episode(images(keys[0], shots), labels(shots), images(keys[1], queries),
+                   labels(queries))
+
+
+def _conv_net(**kwargs):
+    keras.utils.set_random_seed(0)
+    options = dict(input_shape=(8, 8, 1), outputs=3, filters=4, blocks=2, dtype="float64")
+    options.update(kwargs)
+    return metalearn.models.conv_net(**options)
+
+
+def _learner(model, adapter, task_batching, **kwargs):
+    # A Keras loss object computes in its own dtype (floatx, float32, by default).
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, dtype="float64")
+    return metalearn.Learner(
+        model, adapter, loss=loss,
+        metrics={"accuracy": "accuracy"}, task_batching=task_batching, **kwargs)
+
+
+def _metrics_and_meta_gradient(learner, episodes):
+    @tf.function
+    def run(episodes):
+        with tf.GradientTape() as tape:
+            metrics = learner.meta_metrics(episodes)
+            loss = tf.reduce_mean(metrics["loss"])
+        return metrics, tape.gradient(loss, learner.meta_variables)
+    metrics, grads = run(episodes)
+    return ({k: v.numpy() for k, v in metrics.items()}, [g.numpy() for g in grads])
+
+
+def _assert_same(learner_fn, episodes, formulation):
+    reference = _metrics_and_meta_gradient(learner_fn("unrolled"), episodes)
+    result = _metrics_and_meta_gradient(learner_fn(formulation), episodes)
+    assert sorted(result[0]) == sorted(reference[0])
+    for name in reference[0]:
+        assert result[0][name].shape == reference[0][name].shape
+        np.testing.assert_allclose(result[0][name], reference[0][name], rtol=1e-10,
+                                   atol=1e-12, err_msg=name)
+    assert len(result[1]) == len(reference[1])
+    for got, want in zip(result[1], reference[1]):
+        assert np.abs(want).max() > 0  # a real gradient, not an unconnected zero
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("formulation", FORMULATIONS)
+@pytest.mark.parametrize("tasks,first_order", [(1, False), (3, False), (3, True)])
+def test_conv_batchnorm_equals_per_task_reference(formulation, tasks, first_order):
+    model = _conv_net()
+    make = lambda batching: _learner(
+        model, GradientDescent(steps=2, learning_rate=0.3, first_order=first_order),
+        batching)
+    _assert_same(make, _episodes(tasks), formulation)
+
+
+@pytest.mark.parametrize("formulation", FORMULATIONS)
+def test_mini_imagenet_layout_equals_reference(formulation):
+    # Max-pooling, flatten, no bias on a 1x1 conv, stride 1 'valid': other rule branches.
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([
+        keras.Input((8, 8, 2), dtype="float64"),
+        keras.layers.Conv2D(3, 3, padding="valid", dtype="float64", name="c0"),
+        keras.layers.BatchNormalization(dtype="float64", name="bn"),
+        keras.layers.ReLU(dtype="float64"),
+        keras.layers.MaxPooling2D(2, dtype="float64"),
+        keras.layers.Conv2D(4, 1, strides=2, use_bias=False, activation="tanh",
+                            dtype="float64", name="c1"),
+        keras.layers.Flatten(dtype="float64"),
+        keras.layers.Dense(5, activation="relu", dtype="float64", name="hidden"),
+        keras.layers.Dense(3, dtype="float64", name="head")])
+    make = lambda batching: _learner(model, GradientDescent(1, 0.5), batching)
+    _assert_same(make, _episodes(4, channels=2), formulation)
+
+
+@pytest.mark.parametrize("formulation", FORMULATIONS)
+def test_learned_rates_anil_and_per_step_batchnorm(formulation):
+    model = _conv_net()
+    adapters = {
+        "meta_sgd": lambda: MetaSGD(steps=2, learning_rate=0.2),
+        "lslr_per_step_bn": lambda: PerStepLearningRates(steps=2, learning_rate=0.2,
+                                                         per_step=("bn",)),
+        "anil": lambda: GradientDescent(steps=2, learning_rate=0.2, adapt=("head",)),
+    }
+    for name, adapter in adapters.items():
+        make = lambda batching: _learner(model, adapter(), batching)
+        _assert_same(make, _episodes(2), formulation)
+
+
+def test_batched_second_order_meta_gradient_matches_finite_differences():
+    model = _conv_net(filters=2, blocks=1)
+    learner = _learner(model, GradientDescent(2, 0.4), "batched")
+    episodes = _episodes(2)
+    with tf.GradientTape() as tape:
+        loss = learner.meta_loss(episodes)
+    grads = tape.gradient(loss, learner.meta_variables)
+    numeric = finite_difference_variables(lambda: learner.meta_loss(episodes),
+                                          learner.meta_variables)
+    for variable, grad in zip(learner.meta_variables, grads):
+        np.testing.assert_allclose(grad.numpy(), numeric[variable.path], rtol=1e-6,
+                                   atol=1e-8, err_msg=variable.path)
+
+
+def test_batched_call_equals_functional_call_per_task():
+    model = _conv_net()
+    base = functional.weights(model)
+    tasks = 3
+    noise = lambda w, t: w + 0.1 * t * tf.ones_like(w)
+    per_task = {p: tf.stack([noise(w, t) for t in range(tasks)]) for p, w in base.items()}
+    head_bias = next(p for p in base if p.endswith("head/bias"))
+    per_task[head_bias] = base[head_bias]  # a shared weight (no task axis)
+    x = _episodes(tasks).query_x
+    for training in (True, False):
+        got = batched.call(model, per_task, x, training=training)
+        for t in range(tasks):
+            weights_t = {p: (w[t] if w.shape.rank > base[p].shape.rank else w)
+                         for p, w in per_task.items()}
+            want = functional.call(model, weights_t, x[t], training=training)
+            np.testing.assert_allclose(got[t].numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_graph_size_does_not_grow_with_meta_batch():
+    """Compile time independent of B: the traced graph of map_fn/batched is the same size
+    for 2 and 8 tasks, while the unrolled one grows."""
+    model = _conv_net()
+
+    def graph_ops(batching, tasks):
+        learner = _learner(model, GradientDescent(1, 0.3), batching)
+        spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype),
+                                     _episodes(tasks))
+
+        @tf.function
+        def step(episodes):
+            with tf.GradientTape() as tape:
+                loss = learner.meta_loss(episodes)
+            return tape.gradient(loss, learner.meta_variables)
+        graph = step.get_concrete_function(spec).graph.as_graph_def()
+        return len(graph.node) + sum(len(f.node_def) for f in graph.library.function)
+
+    for batching in FORMULATIONS:  # equal up to a few shape constants
+        small, large = graph_ops(batching, 2), graph_ops(batching, 8)
+        assert abs(large - small) <= 0.01 * small, (batching, small, large)
+    assert graph_ops("unrolled", 8) > 2 * graph_ops("unrolled", 2)
+
+
+def test_batched_refuses_what_it_cannot_run():
+    model = _conv_net()
+    with pytest.raises(ValueError, match="does not support a task axis"):
+        _learner(model, metalearn.adapters.ImplicitGradientDescent(), "batched")
+    with pytest.raises(ValueError, match="overrides episode_metrics"):
+        metalearn.MultiStepLossLearner(model, GradientDescent(2, 0.1), loss="mse",
+                                       task_batching="batched")
+    inputs = keras.Input((4,), dtype="float64")
+    functional_model = keras.Model(inputs, keras.layers.Dense(2, dtype="float64")(inputs))
+    with pytest.raises(ValueError, match="supports keras.Sequential"):
+        _learner(functional_model, GradientDescent(1, 0.1), "batched")
+
+    class Custom(keras.layers.Layer):
+        def build(self, shape):
+            self.w = self.add_weight(shape=(shape[-1],), dtype="float64")
+
+        def call(self, x):
+            return x * self.w
+    custom = keras.Sequential([keras.Input((4,), dtype="float64"),
+                               Custom(dtype="float64", name="custom")])
+    with pytest.raises(ValueError, match="'custom' \\(Custom\\) has weights and no batched"):
+        _learner(custom, GradientDescent(1, 0.1), "batched")
+    with pytest.raises(ValueError, match="task_batching must be one of"):
+        _learner(model, GradientDescent(1, 0.1), "vmap")
+
+
+def test_registered_rule_extends_batched():
+    class Scale(keras.layers.Layer):
+        def build(self, shape):
+            self.w = self.add_weight(shape=(shape[-1],), dtype="float64", name="w")
+
+        def call(self, x):
+            return x * self.w
+
+    @batched.register(Scale)
+    def _scale(layer, weights, x, training):
+        w = weights["w"]
+        return x * (w[:, None, :] if w.shape.rank == 2 else w)
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,), dtype="float64"),
+                              Scale(dtype="float64", name="scale"),
+                              keras.layers.Dense(1, dtype="float64", name="out")])
+    episodes = Episode(*[tf.random.stateless_normal([3, 5, d], [i, 0], dtype=tf.float64)
+                         for i, d in enumerate((4, 1, 4, 1))])
+    make = lambda batching: metalearn.Learner(model, GradientDescent(2, 0.1), loss="mse",
+                                              task_batching=batching)
+    reference = _metrics_and_meta_gradient(make("unrolled"), episodes)
+    result = _metrics_and_meta_gradient(make("batched"), episodes)
+    np.testing.assert_allclose(result[0]["loss"], reference[0]["loss"], rtol=1e-10)
+    for got, want in zip(result[1], reference[1]):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("formulation", ["unrolled", "batched"])
+def test_recomputed_inner_steps_equal_stored_ones(formulation):
+    """GradientDescent(recompute=True): same values and meta-gradients (variables read
+    inside the step included: per-step BatchNorm copies, learned rates)."""
+    model = _conv_net()
+    adapters = [lambda r: GradientDescent(3, 0.3, recompute=r),
+                lambda r: PerStepLearningRates(2, 0.3, per_step=("bn",), recompute=r)]
+    for adapter in adapters:
+        recomputing = _learner(model, adapter(True), formulation)
+        if formulation == "unrolled":
+            assert recomputing.adapter.needs_unrolled_tasks
+        reference = _metrics_and_meta_gradient(_learner(model, adapter(False), "unrolled"),
+                                               _episodes(2))
+        result = _metrics_and_meta_gradient(recomputing, _episodes(2))
+        np.testing.assert_allclose(result[0]["loss"], reference[0]["loss"], rtol=1e-12)
+        for got, want in zip(result[1], reference[1]):
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-13)
