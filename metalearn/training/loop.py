@@ -126,10 +126,6 @@ def checkpoint_for(experiment: Experiment, step: tf.Variable,
     return tf.train.Checkpoint(**parts)
 
 
-def _write_json(path: str, value) -> None:
-    files.write_json(path, value)  # never a half-written file
-
-
 def _non_finite_error(flags, step: int, learner: Learner, checkpoint_dir: str
                       ) -> FloatingPointError:
     culprits = []
@@ -137,14 +133,15 @@ def _non_finite_error(flags, step: int, learner: Learner, checkpoint_dir: str
         culprits.append("meta-loss")
     bad = [v.path for v, flag in zip(learner.meta_variables, flags[1:]) if flag]
     if bad:
-        culprits.append(f"meta-gradient of {', '.join(bad)}")
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        culprits.append(f"meta-gradient of {shown}")
     latest = tf.train.latest_checkpoint(checkpoint_dir)
-    kept = f"the latest checkpoint, {latest}, is from before it" if latest else \
-        "there is no checkpoint yet"
+    kept = (f"the latest checkpoint, {latest}, is from before it (rerunning resumes "
+            "from there)") if latest else "there is no checkpoint yet"
     return FloatingPointError(
         f"non-finite (NaN or infinite) {' and '.join(culprits)} at step {step}; its "
-        f"update was not applied and {kept}. Rerunning resumes from there; "
-        "Experiment.on_non_finite = 'skip' would skip such steps instead")
+        f"update was not applied and {kept}. Experiment.on_non_finite = 'skip' "
+        "would skip such steps instead")
 
 
 def train(experiment: Experiment, workdir: str,
@@ -267,6 +264,6 @@ def train(experiment: Experiment, workdir: str,
     if start < experiment.num_steps or not os.path.exists(metrics_path):
         final["step"] = int(step.numpy())
         final["replicas"] = strategy.num_replicas_in_sync
-        _write_json(metrics_path, final)
+        files.write_json(metrics_path, final)  # never a half-written file
     with open(metrics_path) as f:
         return json.load(f)
