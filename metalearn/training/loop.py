@@ -67,8 +67,9 @@ class Progress:
     variable (plain data: loading it runs no code)."""
 
     def __init__(self):
-        self.state = tf.Variable("", dtype=tf.string, trainable=False,
-                                 name="progress")  # what the checkpoint holds
+        with tf.device("/cpu:0"):  # host data, whatever the accelerator
+            self.state = tf.Variable("", dtype=tf.string, trainable=False,
+                                     name="progress")  # what the checkpoint holds
         self.reset()
 
     def reset(self) -> None:
