@@ -18,7 +18,7 @@ from absl import app, flags, logging
 import metalearn  # noqa: F401
 from metalearn.flags import define_gin_flags, resolve_gin_files
 from metalearn.training import evaluate, restore
-from metalearn.training.loop import _write_json
+from metalearn.training.files import write_json
 
 define_gin_flags()
 flags.DEFINE_string("workdir", None, "A run directory written by metalearn.train.")
@@ -34,7 +34,7 @@ def main(argv) -> None:
     experiment = restore(FLAGS.workdir, gin_params=params + list(FLAGS.gin_param))
     report = evaluate(experiment.learner, experiment.sampler)
     report["checkpoint_step"] = experiment.restored_step
-    _write_json(os.path.join(FLAGS.workdir, FLAGS.output), report)
+    write_json(os.path.join(FLAGS.workdir, FLAGS.output), report)
     for steps, metrics in report["results"].items():
         logging.info("%s inner steps: %s", steps, "  ".join(
             f"{name} {m['mean']:.4f} ± {m['ci95']:.4f}" for name, m in metrics.items()))

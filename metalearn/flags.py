@@ -18,6 +18,19 @@ def define_gin_flags() -> None:
                               "e.g. --gin_param='Experiment.num_steps=100'.")
 
 
+def define_determinism_flag() -> None:
+    flags.DEFINE_bool("deterministic", False, "Turn on TensorFlow's op determinism and "
+                      "seed every generator from Experiment.seed (the binding "
+                      "Experiment.deterministic=True, recorded in config.gin): the same "
+                      "config and seed then give the same weights and metrics on the "
+                      "same machine.")
+
+
+def determinism_params(deterministic: bool) -> List[str]:
+    """The gin binding the ``--deterministic`` flag adds (none when it is off)."""
+    return ["Experiment.deterministic = True"] if deterministic else []
+
+
 def resolve_gin_files(paths: Sequence[str]) -> List[str]:
     """Each path as given if it exists, else under the repository's experiments/."""
     resolved = []

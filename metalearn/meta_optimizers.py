@@ -74,13 +74,57 @@ class MetaOptimizer:
                              "depend on them (is the graph disconnected?)")
         return gradients, metrics
 
-    def apply_gradients(self, learner: Learner, gradients: Sequence[tf.Tensor]) -> None:
+    def apply_gradients(self, learner: Learner, gradients: Sequence[tf.Tensor],
+                        only_if: Optional[tf.Tensor] = None) -> None:
         """Applies (clipped) meta-gradients to the learner's meta-variables.
 
         Inside a ``tf.distribute`` replica context, ``gradients`` are this replica's
         (mean over its own tasks; every replica holds as many tasks) and the update uses
         their mean over all replicas, i.e. the meta-gradient of the whole meta-batch.
+
+        Args:
+          learner: whose meta-variables are updated.
+          gradients: one per :attr:`Learner.meta_variables`.
+          only_if: a scalar boolean, the same on every replica (e.g. from
+            :meth:`non_finite`): when false, nothing changes (weights, optimizer slots
+            and the optimizer's iteration count), inside the compiled step.
         """
+        if only_if is None:
+            self._apply(learner, gradients)
+            return
+        context = tf.distribute.get_replica_context()
+        if context is None or tf.__internal__.distribute.strategy_supports_no_merge_call():
+            tf.cond(only_if, lambda: self._apply(learner, gradients), lambda: None)
+            return
+
+        # A cond in a replica context cannot hold a merge_call (which the Keras
+        # optimizer makes): decide in the cross-replica context, as Keras'
+        # LossScaleOptimizer does. ``only_if`` agrees on every replica.
+        def cross_replica(strategy, gradients, only_if):
+            agreed = strategy.experimental_local_results(only_if)[0]
+            tf.cond(agreed, lambda: strategy.extended.call_for_each_replica(
+                self._apply, args=(learner, gradients)), lambda: None)
+
+        context.merge_call(cross_replica, args=(gradients, only_if))
+
+    def non_finite(self, loss: tf.Tensor, gradients: Sequence[tf.Tensor]) -> tf.Tensor:
+        """Which of the loss and the gradients hold a NaN or an infinity.
+
+        Returns:
+          A float32 vector ``[1 + len(gradients)]``: entry 0 counts the replicas whose
+          loss is not finite, entry ``1 + i`` those whose gradient ``i`` is not. Inside a
+          ``tf.distribute`` replica context it is summed over all replicas, so every
+          replica (and worker) sees the same vector and takes the same decision.
+        """
+        flags = [tf.logical_not(tf.reduce_all(tf.math.is_finite(loss)))]
+        flags += [tf.logical_not(tf.reduce_all(tf.math.is_finite(g))) for g in gradients]
+        flags = tf.cast(tf.stack(flags), tf.float32)
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            flags = context.all_reduce(tf.distribute.ReduceOp.SUM, flags)
+        return flags
+
+    def _apply(self, learner: Learner, gradients: Sequence[tf.Tensor]) -> None:
         gradients = list(gradients)
         replicas = tf.distribute.get_replica_context()
         replicas = replicas.num_replicas_in_sync if replicas is not None else 1
@@ -98,6 +142,20 @@ class MetaOptimizer:
         gradients, metrics = self.compute_gradients(learner, episodes)
         self.apply_gradients(learner, gradients)
         return metrics
+
+    def finite_step(self, learner: Learner, episodes: Episode
+                    ) -> Tuple[Dict[str, tf.Tensor], tf.Tensor]:
+        """One outer step that changes nothing unless the meta-loss and every
+        meta-gradient are finite (on every replica).
+
+        Returns:
+          The per-task metrics (as :meth:`step`) and :meth:`non_finite`'s vector
+          (all zero when the update was applied).
+        """
+        gradients, metrics = self.compute_gradients(learner, episodes)
+        flags = self.non_finite(metrics["loss"], gradients)
+        self.apply_gradients(learner, gradients, only_if=tf.reduce_all(flags == 0))
+        return metrics, flags
 
 
 @gin.configurable
@@ -189,3 +247,20 @@ class Reptile(MetaOptimizer):
             self.apply_gradients(learner, directions)
             per_task.append(metrics)
         return {k: tf.concat([m[k] for m in per_task], axis=0) for k in per_task[0]}
+
+    def finite_step(self, learner: Learner, episodes: Episode
+                    ) -> Tuple[Dict[str, tf.Tensor], tf.Tensor]:
+        """As :meth:`MetaOptimizer.finite_step`; serially, each task's update is applied
+        only if it and every earlier task's are finite, so the tasks of the batch before
+        the first non-finite one keep their updates."""
+        if not self.serial:
+            return super().finite_step(learner, episodes)
+        per_task, flags = [], None
+        for i in range(episodes.num_tasks):
+            one = tf.nest.map_structure(lambda t: t[i:i + 1], episodes)  # [1, ...]
+            directions, metrics = self.compute_gradients(learner, one)
+            task_flags = self.non_finite(metrics["loss"], directions)
+            flags = task_flags if flags is None else flags + task_flags
+            self.apply_gradients(learner, directions, only_if=tf.reduce_all(flags == 0))
+            per_task.append(metrics)
+        return {k: tf.concat([m[k] for m in per_task], axis=0) for k in per_task[0]}, flags

@@ -31,6 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from absl import app, flags
 
 from metalearn.training import results
+from metalearn.training.files import write_text
 
 flags.DEFINE_string("output_dir", None, "Where to write; default: report/ inside the "
                     "first directory given.")
@@ -243,8 +244,7 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
                                                          "table.md")]
     results.write_runs_csv(files[0], runs, results.metric_columns(runs))
     results.write_summary_csv(files[1], keys, rows, columns)
-    with open(files[2], "w") as f:
-        f.write(table)
+    write_text(files[2], table)
     if plots:
         plt = pyplot()
         path = os.path.join(output_dir, "learning_curves.png")

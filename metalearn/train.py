@@ -6,7 +6,9 @@ r"""Meta-trains an experiment described by gin.
 Several GPUs: add --strategy=mirrored. Several machines: run the same command on each
 with --strategy=multi_worker and TF_CONFIG set (see BUILD.md). Rerunning the same command resumes from the workdir's latest checkpoint. The workdir
 receives config.gin (the operative config), checkpoints/, TensorBoard summaries in
-train/ and metrics.json.
+train/ and metrics.json. --deterministic turns on TensorFlow's op determinism (the
+binding Experiment.deterministic=True): a run killed at any moment then resumes to the
+same weights as an uninterrupted one, and the same config and seed repeat exactly.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import gin
 from absl import app, flags, logging
 
 import metalearn  # noqa: F401  (registers the configurables)
-from metalearn.flags import define_gin_flags, resolve_gin_files
+from metalearn.flags import (define_determinism_flag, define_gin_flags,
+                             determinism_params, resolve_gin_files)
 from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.distribute import STRATEGIES, make_strategy
 
 define_gin_flags()
+define_determinism_flag()
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, summaries and results.")
 flags.DEFINE_enum("strategy", None, STRATEGIES, "tf.distribute strategy; overrides the "
                   "gin binding make_strategy.name (default: 'default', one device).")
@@ -37,7 +41,8 @@ def main(argv) -> None:
     if not FLAGS.gin_file:
         raise app.UsageError("give at least one --gin_file, e.g. "
                              "--gin_file=experiments/sinusoid/maml.gin")
-    parse_config(resolve_gin_files(FLAGS.gin_file), FLAGS.gin_param)
+    parse_config(resolve_gin_files(FLAGS.gin_file),
+                 list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic))
     strategy = make_strategy(name=FLAGS.strategy) if FLAGS.strategy else make_strategy()
     experiment = build_experiment(strategy)
     metrics = train(experiment, FLAGS.workdir, strategy,

@@ -323,6 +323,7 @@ def test_run_length_and_logging_may_change_on_resume(tmp_path):
     (tmp_path / "config.gin").write_text(_config([]))
     changed = _config(["Experiment.num_steps = 90000", "Experiment.log_every = 10",
                        "Experiment.checkpoint_every = 7", "Experiment.keep_checkpoints = 9",
+                       "Experiment.on_non_finite = 'skip'", "Experiment.deterministic = True",
                        "evaluate.num_tasks = 100"])
     validation.check_workdir_config(str(tmp_path), changed)  # no error
 

@@ -17,6 +17,18 @@ from metalearn.training import validation
 
 CONFIG_FILE = "config.gin"
 LOG_AVERAGES = ("window", "running")
+ON_NON_FINITE = ("raise", "skip")
+
+
+def enable_determinism(seed: Optional[int] = None) -> None:
+    """Turns on TensorFlow's op determinism (``tf.config.experimental.
+    enable_op_determinism``: every op gives the same result for the same inputs, and
+    ops without a deterministic kernel raise) and, if ``seed`` is given, seeds Python,
+    NumPy, TensorFlow and Keras (``keras.utils.set_random_seed``). Process-wide, and
+    cannot be turned off again in the same process."""
+    if seed is not None:
+        keras.utils.set_random_seed(int(seed))
+    tf.config.experimental.enable_op_determinism()
 
 
 @gin.configurable
@@ -35,10 +47,18 @@ class Experiment:
       jit_compile: compile the meta-step with XLA.
       log_every: outer steps between log lines and summaries.
       log_average: what a log line averages: ``"window"``, the steps since the previous
-        log line, or ``"running"``, every step since this run (or its resumption)
-        started, like the crash course's ``sum(losses) / len(losses)``.
+        log line, or ``"running"``, every step since the run started (across
+        resumptions: the sums are checkpointed), like the crash course's
+        ``sum(losses) / len(losses)``.
       checkpoint_every: outer steps between checkpoints.
       keep_checkpoints: checkpoints kept in the workdir.
+      on_non_finite: what a NaN or infinite meta-loss or meta-gradient does (checked
+        at every step; the step's update is never applied): ``"raise"`` stops the run
+        with ``FloatingPointError`` naming the step (the latest checkpoint is from
+        before it), ``"skip"`` carries on and counts the step in ``skipped_steps``.
+      deterministic: turn on TensorFlow's op determinism (see
+        :func:`enable_determinism`); :func:`build_experiment` does so before building
+        anything, this constructor otherwise.
       dtype_policy: the Keras dtype policy the model is built under, e.g.
         ``"mixed_bfloat16"`` (bfloat16 compute, float32 weights; CPUs and recent GPUs)
         or ``"mixed_float16"`` (GPUs). Weights, losses, metrics and meta-gradients stay
@@ -50,6 +70,7 @@ class Experiment:
                  num_steps: int = 1000, seed: int = 0, jit_compile: bool = False,
                  log_every: int = 100, checkpoint_every: int = 1000,
                  keep_checkpoints: int = 3, log_average: str = "window",
+                 on_non_finite: str = "raise", deterministic: bool = False,
                  dtype_policy: str = "float32"):
         for name, value in (("meta_batch_size", meta_batch_size), ("num_steps", num_steps),
                             ("log_every", log_every), ("checkpoint_every", checkpoint_every),
@@ -63,6 +84,9 @@ class Experiment:
         if log_average not in LOG_AVERAGES:
             raise ValueError(f"Experiment.log_average must be one of {LOG_AVERAGES}, "
                              f"got {log_average!r}")
+        if on_non_finite not in ON_NON_FINITE:
+            raise ValueError(f"Experiment.on_non_finite must be one of {ON_NON_FINITE}, "
+                             f"got {on_non_finite!r}")
         if not isinstance(learner, Learner):
             raise TypeError(f"Experiment.learner must be a metalearn.Learner, got {learner!r}")
         if not isinstance(sampler, TaskSampler):
@@ -79,6 +103,10 @@ class Experiment:
         self.log_average = log_average
         self.checkpoint_every = int(checkpoint_every)
         self.keep_checkpoints = int(keep_checkpoints)
+        self.on_non_finite = on_non_finite
+        self.deterministic = bool(deterministic)
+        if self.deterministic:
+            enable_determinism()
         self.dtype_policy = keras.dtype_policies.get(dtype_policy).name
         self.config: str = ""
 
@@ -92,13 +120,18 @@ def _bound(name: str, default):
 
 def build_experiment(strategy: Optional[tf.distribute.Strategy] = None) -> Experiment:
     """Builds the experiment from the parsed gin config, seeding weight initialisation
-    with ``Experiment.seed`` first so that the same config gives the same weights.
+    with ``Experiment.seed`` first so that the same config gives the same weights (and,
+    with ``Experiment.deterministic = True``, turning on op determinism first).
 
     Args:
       strategy: a ``tf.distribute`` strategy whose scope holds every variable (model,
         adapter state, optimizer slots); defaults to the current one.
     """
-    keras.utils.set_random_seed(int(_bound("seed", 0)))
+    seed = int(_bound("seed", 0))
+    if _bound("deterministic", False):
+        enable_determinism(seed)
+    else:
+        keras.utils.set_random_seed(seed)
     policy = _bound("dtype_policy", "float32")
     try:
         keras.mixed_precision.set_global_policy(policy)

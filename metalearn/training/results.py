@@ -12,12 +12,15 @@ from __future__ import annotations
 import csv
 import dataclasses
 import glob
+import io
 import json
 import math
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from metalearn.training.files import write_text
 
 SEED_KEY = "Experiment.seed"
 
@@ -225,24 +228,26 @@ def markdown_table(keys: Sequence[str], rows: Sequence[Dict[str, object]],
 def write_runs_csv(path: str, runs: Sequence[RunResult], columns: Sequence[str]) -> None:
     """One row per run: workdir, name, every swept binding and every column."""
     keys = swept_keys(runs)
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["workdir", "name"] + keys + list(columns))
-        for run in runs:
-            writer.writerow([run.workdir, run.name] + [run.bindings.get(k, "") for k in keys]
-                            + [run.metrics.get(c, "") for c in columns])
+    f = io.StringIO()
+    writer = csv.writer(f)
+    writer.writerow(["workdir", "name"] + keys + list(columns))
+    for run in runs:
+        writer.writerow([run.workdir, run.name] + [run.bindings.get(k, "") for k in keys]
+                        + [run.metrics.get(c, "") for c in columns])
+    write_text(path, f.getvalue())
 
 
 def write_summary_csv(path: str, keys: Sequence[str], rows: Sequence[Dict[str, object]],
                       columns: Sequence[str]) -> None:
     """One row per group: bindings, seeds, and ``<column>``/``<column> ci95`` pairs."""
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(list(keys) + ["seeds"] + [h for c in columns
-                                                   for h in (c, f"{c} ci95")])
-        for row in rows:
-            cells = [row[k] for k in keys] + [row["seeds"]]
-            for column in columns:
-                stat = row[column]
-                cells += ["", ""] if stat is None else [stat["mean"], stat["ci95"]]
-            writer.writerow(cells)
+    f = io.StringIO()
+    writer = csv.writer(f)
+    writer.writerow(list(keys) + ["seeds"] + [h for c in columns
+                                               for h in (c, f"{c} ci95")])
+    for row in rows:
+        cells = [row[k] for k in keys] + [row["seeds"]]
+        for column in columns:
+            stat = row[column]
+            cells += ["", ""] if stat is None else [stat["mean"], stat["ci95"]]
+        writer.writerow(cells)
+    write_text(path, f.getvalue())

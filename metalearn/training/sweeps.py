@@ -44,6 +44,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import gin
 
 from metalearn.training.experiment import build_experiment, parse_config
+from metalearn.training.files import write_json, write_text
 
 RUN_FILE = "sweep_run.json"
 SWEEP_FILE = "sweep.json"
@@ -331,7 +332,7 @@ def train_and_evaluate(workdir: str) -> None:
     process.
     """
     from metalearn.training.evaluation import evaluate, restore
-    from metalearn.training.loop import _write_json, train
+    from metalearn.training.loop import train
 
     run = _read_json(os.path.join(workdir, RUN_FILE))
     if run is None:
@@ -346,7 +347,7 @@ def train_and_evaluate(workdir: str) -> None:
         experiment = restore(workdir, gin_params=run["eval_params"])
         report = evaluate(experiment.learner, experiment.sampler)
         report["checkpoint_step"] = experiment.restored_step
-        _write_json(os.path.join(workdir, EVAL_OUTPUT), report)
+        write_json(os.path.join(workdir, EVAL_OUTPUT), report)
         print("evaluation: " + json.dumps(report["results"], sort_keys=True), flush=True)
 
 
@@ -409,10 +410,7 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
         except BlockingIOError:
             return {"name": run["name"], "status": "locked", "pid": os.getpid()}
         saved = dict(run, bindings=dict(run["bindings"]))
-        tmp = os.path.join(workdir, RUN_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(saved, f, indent=2)
-        os.replace(tmp, os.path.join(workdir, RUN_FILE))
+        write_text(os.path.join(workdir, RUN_FILE), json.dumps(saved, indent=2))
         if _is_done(saved):
             return {"name": run["name"], "status": "done", "pid": os.getpid()}
         log = os.path.join(workdir, TRAIN_LOG)
@@ -454,10 +452,9 @@ def run_sweep(spec: SweepSpec, root: str, parallel: int = 2, evaluate: bool = Fa
     runs = validate(spec, spec.runs(root))
     files = _resolve(spec.gin_files)
     os.makedirs(os.path.abspath(root), exist_ok=True)
-    with open(os.path.join(root, SWEEP_FILE), "w") as f:
-        json.dump({"spec": spec.to_json(), "runs": [r.name for r in runs],
-                   "evaluate": bool(evaluate)}, f,
-                  indent=2)
+    write_text(os.path.join(root, SWEEP_FILE),
+               json.dumps({"spec": spec.to_json(), "runs": [r.name for r in runs],
+                           "evaluate": bool(evaluate)}, indent=2))
     log(f"sweep of {len(runs)} runs in {os.path.abspath(root)}")
     payloads = [dict(name=r.name, bindings=list(r.bindings), workdir=r.workdir,
                      num_steps=r.num_steps, gin_files=files,

@@ -39,8 +39,11 @@ from metalearn.training.results import config_bindings, config_text_bindings
 
 RESUMABLE_BINDINGS = ("Experiment.num_steps", "Experiment.log_every",
                       "Experiment.checkpoint_every", "Experiment.keep_checkpoints",
-                      "Experiment.log_average")
-"""Bindings that may change when a run resumes: how long it runs and how it logs."""
+                      "Experiment.log_average", "Experiment.on_non_finite",
+                      "Experiment.deterministic")
+"""Bindings that may change when a run resumes: how long it runs, how it logs, what a
+non-finite step does (resume a run stopped by a NaN with ``'skip'``) and op
+determinism (``--deterministic``)."""
 
 RESUMABLE_CONFIGURABLES = ("evaluate",)
 """Configurables whose bindings may change when a run resumes (they do not affect

@@ -1,0 +1,67 @@
+"""``python -m metalearn.train`` that SIGKILLs itself at a chosen point (tests only).
+
+    CRASH_AT=step:13 python -m tests.crash_driver --gin_file=... --workdir=...
+
+``CRASH_AT`` (unset: no kill, plain ``metalearn.train``):
+  * ``step:N``: right after meta-step N has run (before any checkpoint of step N);
+  * ``mid_save:N``: inside the save of checkpoint N, after its data and index files
+    are written and before the ``checkpoint`` state file records it;
+  * ``after_save:N``: right after checkpoint N is saved and recorded.
+The kill is ``SIGKILL`` to this process: no handler, no cleanup, no flush.
+"""
+
+import os
+import signal
+
+from absl import app
+from tensorflow.python.checkpoint import checkpoint_management
+
+from metalearn import train as entry_point
+from metalearn.training import distribute
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _install(spec: str) -> None:
+    where, number = spec.split(":")
+    number = int(number)
+    if where == "step":
+        make = distribute.make_distributed_meta_step
+
+        def make_killing(strategy, learner, *args, **kwargs):
+            step = make(strategy, learner, *args, **kwargs)
+
+            def killing(batch):
+                result = step(batch)
+                if int(learner.meta_step.numpy()) == number:
+                    _die()
+                return result
+            return killing
+        distribute.make_distributed_meta_step = make_killing
+    elif where == "mid_save":
+        record = checkpoint_management.update_checkpoint_state_internal
+
+        def record_or_die(*args, **kwargs):
+            if kwargs["model_checkpoint_path"].endswith(f"ckpt-{number}"):
+                _die()
+            return record(*args, **kwargs)
+        checkpoint_management.update_checkpoint_state_internal = record_or_die
+    elif where == "after_save":
+        save = checkpoint_management.CheckpointManager.save
+
+        def save_then_die(self, checkpoint_number=None, **kwargs):
+            path = save(self, checkpoint_number=checkpoint_number, **kwargs)
+            if checkpoint_number == number:
+                _die()
+            return path
+        checkpoint_management.CheckpointManager.save = save_then_die
+    else:
+        raise ValueError(f"CRASH_AT must be step:N, mid_save:N or after_save:N, got {spec!r}")
+
+
+if __name__ == "__main__":
+    if os.environ.get("CRASH_AT"):
+        _install(os.environ["CRASH_AT"])
+    app.run(entry_point.main)
