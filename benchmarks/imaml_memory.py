@@ -21,11 +21,14 @@ import json
 import os
 import resource
 import subprocess
+import time
 import sys
 
 from absl import app, flags
 
 flags.DEFINE_string("steps", "5,10,20,50", "Inner-step counts, comma separated.")
+flags.DEFINE_string("algorithms", "imaml,maml", "Comma separated: imaml, maml, "
+                    "maml_recompute (GradientDescent(recompute=True)).")
 flags.DEFINE_string("child", None, "Internal: run one configuration, 'algorithm:steps'.")
 FLAGS = flags.FLAGS
 
@@ -54,21 +57,26 @@ def _child(algorithm: str, steps: int) -> dict:
     if algorithm == "imaml":
         adapter = ImplicitGradientDescent(steps=steps, learning_rate=0.01,
                                           regularization=1.0, cg_steps=5)
-    elif algorithm == "maml":
-        adapter = GradientDescent(steps=steps, learning_rate=0.01, first_order=False)
+    elif algorithm in ("maml", "maml_recompute"):
+        adapter = GradientDescent(steps=steps, learning_rate=0.01, first_order=False,
+                                  recompute=algorithm == "maml_recompute")
     else:
-        raise ValueError(f"algorithm must be 'imaml' or 'maml', got {algorithm!r}")
+        raise ValueError("algorithm must be 'imaml', 'maml' or 'maml_recompute', got "
+                         f"{algorithm!r}")
     learner = metalearn.Learner(model, adapter, loss="mse", task_batching="unrolled")
     episodes = Sinusoid(shots=SUPPORT, queries=100).sample(tf.constant([0, 0]), num_tasks=1)
     meta_step = metalearn.training.make_meta_step(
         learner, metalearn.MetaOptimizer(keras.optimizers.SGD(1e-3)))
     before = _rss_mib()
+    times = []
     for _ in range(3):
+        start = time.perf_counter()
         loss = float(meta_step(episodes)["loss"])
+        times.append(time.perf_counter() - start)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     return {"algorithm": algorithm, "inner_steps": steps, "rss_before_mib": round(before, 1),
             "peak_rss_mib": round(peak, 1), "growth_mib": round(peak - before, 1),
-            "loss": loss}
+            "ms_per_step": round(1000 * min(times[1:]), 1), "loss": loss}
 
 
 def main(argv) -> None:
@@ -79,7 +87,8 @@ def main(argv) -> None:
         return
     results = []
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    for algorithm in ("imaml", "maml"):
+    algorithms = FLAGS.algorithms.split(",")
+    for algorithm in algorithms:
         for steps in [int(s) for s in FLAGS.steps.split(",")]:
             out = subprocess.run([sys.executable, __file__, f"--child={algorithm}:{steps}"],
                                  capture_output=True, text=True, env=env)
@@ -90,7 +99,7 @@ def main(argv) -> None:
             print(json.dumps(result), flush=True)
             results.append(result)
     summary = {}
-    for algorithm in ("imaml", "maml"):
+    for algorithm in algorithms:
         rows = [r for r in results if r["algorithm"] == algorithm]
         summary[algorithm] = {"growth_mib_by_steps": {r["inner_steps"]: r["growth_mib"]
                                                       for r in rows},

@@ -185,10 +185,15 @@ class GradientDescent(Adapter):
 
             def grad(*output_grads, variables=None):
                 variables = list(variables or [])
+                # Inputs that depend on the incoming gradients: the recomputation can
+                # only start in the backward pass, and graph optimisation cannot merge
+                # it with the forward ops (which would keep their activations alive).
+                with tf.control_dependencies(output_grads):
+                    inputs = [tf.identity(v) for v in values]
                 with tf.GradientTape() as tape:
-                    tape.watch(values)
-                    again = run(values)
-                grads = tape.gradient([again[k] for k in keys], list(values) + variables,
+                    tape.watch(inputs)
+                    again = run(inputs)
+                grads = tape.gradient([again[k] for k in keys], inputs + variables,
                                       output_gradients=list(output_grads))
                 return grads[:len(values)], grads[len(values):]
             return [result[k] for k in keys], grad
