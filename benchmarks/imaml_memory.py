@@ -21,10 +21,12 @@ import json
 import os
 import resource
 import subprocess
-import time
 import sys
+import time
 
 from absl import app, flags
+
+from benchmarks import rss_mib
 
 flags.DEFINE_string("steps", "5,10,20,50", "Inner-step counts, comma separated.")
 flags.DEFINE_string("algorithms", "imaml,maml", "Comma separated: imaml, maml, "
@@ -35,12 +37,6 @@ FLAGS = flags.FLAGS
 SUPPORT, HIDDEN = 1000, 256
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def _child(algorithm: str, steps: int) -> dict:
@@ -67,7 +63,7 @@ def _child(algorithm: str, steps: int) -> dict:
     episodes = Sinusoid(shots=SUPPORT, queries=100).sample(tf.constant([0, 0]), num_tasks=1)
     meta_step = metalearn.training.make_meta_step(
         learner, metalearn.MetaOptimizer(keras.optimizers.SGD(1e-3)))
-    before = _rss_mib()
+    before = rss_mib()
     times = []
     for _ in range(3):
         start = time.perf_counter()

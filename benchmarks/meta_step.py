@@ -40,6 +40,8 @@ import time
 
 from absl import app, flags
 
+from benchmarks import rss_mib
+
 flags.DEFINE_list("meta_batch", ["8", "32"], "Meta-batch sizes.")
 flags.DEFINE_list("inner_steps", ["1", "5"], "Inner steps.")
 flags.DEFINE_list("order", ["second", "first"], "Meta-gradient order.")
@@ -102,12 +104,6 @@ def count_flops(steps: int, order: str, tasks: int = 1) -> float:
     return float(tf.compat.v1.profiler.profile(graph, options=options).total_float_ops)
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def run_one(config: dict) -> dict:
@@ -122,7 +118,7 @@ def run_one(config: dict) -> dict:
     step = make_meta_step(learner, metalearn.MetaOptimizer(),
                           jit_compile=config["xla"])
     batches = [_episodes(config["meta_batch"], seed) for seed in range(2)]
-    before = _rss_mib()
+    before = rss_mib()
     start = time.perf_counter()
     float(step(batches[0])["loss"])
     first = time.perf_counter() - start

@@ -71,6 +71,11 @@ def _sublayers(model: keras.Model):
     return model.layers
 
 
+def _no_rule(layer: keras.layers.Layer) -> str:
+    return (f"layer {layer.name!r} ({type(layer).__name__}) has weights and no batched "
+            "rule (see metalearn.batched.register)")
+
+
 def supports(model: keras.Model) -> Optional[str]:
     """``None`` if :func:`call` can run ``model``, else the reason it cannot."""
     try:
@@ -80,8 +85,7 @@ def supports(model: keras.Model) -> Optional[str]:
                 if reason:
                     return reason
             elif layer.weights and _rule_for(layer) is None:
-                return (f"layer {layer.name!r} ({type(layer).__name__}) has weights and no "
-                        "batched rule (see metalearn.batched.register)")
+                return _no_rule(layer)
     except ValueError as error:
         return str(error)
     return None
@@ -128,10 +132,7 @@ def _run(model: keras.Model, weights: Mapping[str, tf.Tensor], x: tf.Tensor,
         rule = _rule_for(layer)
         if rule is None:
             if layer.weights:
-                raise ValueError(f"layer {layer.name!r} ({type(layer).__name__}) has "
-                                 "weights and no batched rule: use "
-                                 "Learner(task_batching='map_fn') or "
-                                 "metalearn.batched.register a rule for it")
+                raise ValueError(_no_rule(layer) + ": use Learner(task_batching='map_fn')")
             x = _folded(layer, x, training)
             continue
         layer_weights = {}
