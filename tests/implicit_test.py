@@ -16,11 +16,13 @@ from tests.gradient_descent_test import _regression_episodes, mse
 LAMBDA = 1.0
 
 
-def _linear_learner(steps=250, cg_steps=3, task_batching="map_fn"):
+def _linear_learner(steps=250, cg_steps=3, task_batching="map_fn", learning_rate=0.12,
+                    clip_norm=None):
     keras.utils.set_random_seed(5)
     model = models.mlp((2,), hidden=(), outputs=1, dtype="float64")
-    adapter = ImplicitGradientDescent(steps=steps, learning_rate=0.12,
-                                      regularization=LAMBDA, cg_steps=cg_steps)
+    adapter = ImplicitGradientDescent(steps=steps, learning_rate=learning_rate,
+                                      regularization=LAMBDA, cg_steps=cg_steps,
+                                      clip_norm=clip_norm)
     return metalearn.Learner(model, adapter, loss=mse, task_batching=task_batching)
 
 
@@ -40,9 +42,13 @@ def _closed_form(theta, episodes):
     return phis, np.mean(grads, axis=0)
 
 
-@pytest.mark.parametrize("task_batching", ["map_fn", "unrolled"])
-def test_meta_gradient_equals_exact_implicit_gradient(task_batching):
-    learner = _linear_learner(task_batching=task_batching)
+@pytest.mark.parametrize("task_batching,clip_norm",
+                         [("map_fn", None), ("unrolled", None), ("unrolled", 0.05)])
+def test_meta_gradient_equals_exact_implicit_gradient(task_batching, clip_norm):
+    # clip_norm=0.05 clips the first inner steps (another trajectory, the same optimum):
+    # the implicit meta-gradient depends only on the point reached.
+    learner = _linear_learner(task_batching=task_batching, clip_norm=clip_norm,
+                              steps=250 if clip_norm is None else 600)
     episodes = _regression_episodes(tasks=3, shots=5)
     w, b = learner.meta_variables
 
@@ -82,11 +88,37 @@ def test_differs_from_unrolled_maml_and_uses_proximal_term():
     assert distance(far) > 1.5 * distance(near)
 
 
+def test_clipping_keeps_an_unstable_inner_loop_finite():
+    # learning_rate 1.5 is above 2 / (largest curvature + lambda) for these tasks: plain
+    # gradient descent blows up; clipped, every step is at most 1.5 * clip_norm long.
+    task = _regression_episodes(shots=5).task(0)
+    blown = _linear_learner(steps=200, learning_rate=1.5).adapt(task.support_x, task.support_y)
+    assert not all(np.all(np.abs(w) < 1e6) for w in blown.values())
+    learner = _linear_learner(steps=200, learning_rate=1.5, clip_norm=1.0)
+    start = learner.initial_weights()
+    clipped = learner.adapt(task.support_x, task.support_y)
+    distance = np.sqrt(sum(np.sum((clipped[p] - start[p]) ** 2) for p in start))
+    assert np.isfinite(distance) and distance <= 200 * 1.5 * 1.0
+
+
+def test_clipping_applies_to_the_whole_update():
+    # A first step from theta (no proximal term yet) is -lr * clip(g): its norm is
+    # lr * min(||g||, clip_norm).
+    task = _regression_episodes(shots=5).task(0)
+    learner = _linear_learner(steps=1, learning_rate=0.1, clip_norm=1e-3)
+    start = learner.initial_weights()
+    moved = learner.adapt(task.support_x, task.support_y)
+    distance = np.sqrt(sum(np.sum((moved[p] - start[p]) ** 2) for p in start))
+    np.testing.assert_allclose(distance, 0.1 * 1e-3, rtol=1e-9)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match=r"regularization \(lambda\) must be > 0, got 0"):
         ImplicitGradientDescent(regularization=0)
     with pytest.raises(ValueError, match="cg_steps must be >= 1, got 0"):
         ImplicitGradientDescent(cg_steps=0)
+    with pytest.raises(ValueError, match=r"clip_norm must be > 0 \(or None for no clipping\), got -1"):
+        ImplicitGradientDescent(clip_norm=-1)
 
 
 class TestImplicitMAML(LearnerContract):

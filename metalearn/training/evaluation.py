@@ -92,6 +92,8 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
     if path is None:
         raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, CHECKPOINT_DIR)!r}")
     step = experiment.learner.meta_step
-    checkpoint_for(experiment, step).restore(path).assert_existing_objects_matched()
+    status = checkpoint_for(experiment, step).restore(path)
+    status.assert_existing_objects_matched()
+    status.expect_partial()  # the training loop's progress is not needed here
     experiment.restored_step = int(step.numpy())
     return experiment
