@@ -189,6 +189,14 @@ def test_variable_ways_and_shots():
     assert len(shapes) > 1
 
 
+def test_train_shots_apply_to_meta_training_episodes_only():
+    sampler = FewShotClassification(_tagged(), ways=3, shots=1, train_shots=4, queries=1,
+                                    train=[f"c{i:02d}" for i in range(8)],
+                                    test=[f"c{i:02d}" for i in range(8, 12)])
+    _check_episode(sampler.sample(tf.constant([1, 2]), 5, "train"), 3, 4, 1, range(8))
+    _check_episode(sampler.sample(tf.constant([1, 2]), 5, "test"), 3, 1, 1, range(8, 12))
+
+
 def test_per_split_data_sets():
     train, test = _tagged(num_classes=6), _tagged(num_classes=3)
     sampler = FewShotClassification({"train": train, "test": test}, ways=3)
@@ -216,6 +224,8 @@ def test_loader_given_by_reference_runs_when_first_needed():
     ({"ways": 0}, ValueError, r"ways must be a positive integer .* got 0"),
     ({"shots": 4, "queries": 3}, ValueError,
      r"4 shots \+ 3 queries need 7 examples per class, but class 'c00' .* has 6"),
+    ({"train_shots": 6}, ValueError,
+     r"6 shots \+ 1 queries need 7 examples per class, but class 'c00' of the 'train'"),
     ({"train": ["c00", "c01"], "test": ["c01"]}, ValueError,
      r"class 'c01' is in both the 'train' and the 'test' split"),
     ({"train": ["c00", "nope"]}, ValueError, r"unknown class \['nope'\]"),

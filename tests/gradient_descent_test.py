@@ -66,17 +66,21 @@ def test_second_order_meta_gradient_equals_finite_differences(kind):
     assert relative_error(analytic, numeric) < 1e-6
 
 
-def _hand_unrolled_meta_loss(learner, episodes, weights, steps, lr, stop_inner_gradient):
-    """An independent copy of the MAML objective, written out step by step."""
+def _hand_unrolled_meta_loss(learner, episodes, weights, steps, lr, stop_inner_gradient,
+                             batches=None):
+    """An independent copy of the MAML objective, written out step by step (inner step
+    ``k`` on the support examples ``batches[k]`` when given)."""
     losses = []
     for t in range(episodes.num_tasks):
         task = episodes.task(t)
         fast = dict(weights)
-        for _ in range(steps):
+        for k in range(steps):
+            x, y = task.support_x, task.support_y
+            if batches is not None:
+                x, y = tf.gather(x, batches[k]), tf.gather(y, batches[k])
             with tf.GradientTape() as tape:
                 tape.watch(fast)
-                inner = learner.task_loss(task.support_y,
-                                          functional.call(learner.model, fast, task.support_x))
+                inner = learner.task_loss(y, functional.call(learner.model, fast, x))
             grads = tape.gradient(inner, fast)
             if stop_inner_gradient:
                 grads = {k: tf.stop_gradient(g) for k, g in grads.items()}
@@ -97,6 +101,47 @@ def test_meta_gradient_equals_hand_unrolled_reference(first_order):
         loss = _hand_unrolled_meta_loss(learner, episodes, weights, 2, 0.3, first_order)
     reference = {k: g.numpy() for k, g in tape.gradient(loss, weights).items()}
     assert relative_error(analytic, reference) < 1e-10
+
+
+def test_mini_batch_inner_steps_equal_hand_unrolled_reference_and_finite_differences():
+    learner = _learner("mlp", steps=4, batch_size=2)
+    episodes = _regression_episodes(shots=6)
+    batches = [[0, 3], [1, 4], [2, 5], [0, 3]]  # 6 examples, 2 per step: stride 3
+    analytic = _analytic_meta_gradient(learner, episodes)
+    weights = learner.initial_weights()
+    with tf.GradientTape() as tape:
+        tape.watch(weights)
+        loss = _hand_unrolled_meta_loss(learner, episodes, weights, 4, 0.3, False, batches)
+    reference = {k: g.numpy() for k, g in tape.gradient(loss, weights).items()}
+    assert relative_error(analytic, reference) < 1e-10
+    numeric = finite_difference_gradient(
+        lambda w: learner.meta_loss(episodes, weights=w), learner.initial_weights())
+    assert relative_error(analytic, numeric) < 1e-6
+    full_batch = _analytic_meta_gradient(_learner("mlp", steps=4), episodes)
+    assert relative_error(analytic, full_batch) > 1e-3
+
+
+@pytest.mark.parametrize("n,batch_size,step,expected", [
+    (50, 10, 0, list(range(0, 50, 5))),   # 5-way 10-shot, class-major: 2 per class
+    (50, 10, 6, list(range(1, 50, 5))),   # step 6 = step 1 of the second pass
+    (7, 2, 0, [0, 3, 6]), (7, 2, 1, [1, 4]),  # uneven: stride 3
+    (5, 10, 3, [0, 1, 2, 3, 4]),          # fewer examples than a batch: all of them
+])
+def test_inner_batch_takes_strided_examples(n, batch_size, step, expected):
+    adapter = GradientDescent(batch_size=batch_size)
+    x = tf.reshape(tf.range(2 * n), [n, 2])
+    x_batch, y_batch = adapter.inner_batch({"a": x}, tf.range(n), step)
+    np.testing.assert_array_equal(y_batch, expected)
+    np.testing.assert_array_equal(x_batch["a"][:, 0], 2 * np.array(expected))
+
+
+def test_mini_batches_refuse_the_batched_formulation():
+    model = models.mlp((2,), hidden=(3,), outputs=1)
+    with pytest.raises(ValueError, match="supports_task_axis"):
+        metalearn.Learner(model, GradientDescent(batch_size=2), loss=mse,
+                          task_batching="batched")
+    with pytest.raises(ValueError, match="batch_size must be >= 1 .*got 0"):
+        GradientDescent(batch_size=0)
 
 
 def test_first_order_differs_from_second_order():

@@ -5,7 +5,7 @@ such as per-step BatchNorm)."""
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
 import keras
@@ -53,17 +53,28 @@ class GradientDescent(Adapter):
         and meta-gradients. TensorFlow ignores custom gradients inside ``tf.map_fn``, so
         the learner then runs the tasks unrolled (or batched). Cost and savings:
         benchmarks/README.md.
+      batch_size: if set, each inner step uses a mini-batch of about this many support
+        examples instead of all of them: step ``k`` takes every ``m``-th example from
+        position ``k mod m``, with ``m = max(1, n // batch_size)`` for ``n`` support
+        examples. Over ``m`` steps every example is used once, and on the samplers'
+        class-major support sets each mini-batch holds every class equally (when the
+        shots divide evenly). Reptile needs this: with full-batch steps on the same
+        examples its update reduces to joint training (Nichol et al., 2018, sec. 5).
+        Deterministic, so adaptation stays a pure function of the support set. Not
+        available with ``task_batching="batched"``.
     """
-
-    supports_task_axis = True  # elementwise steps: see Adapter.supports_task_axis
 
     def __init__(self, steps: int = 1, learning_rate: float = 0.01,
                  first_order: bool = False, adapt: Optional[Sequence[str]] = None,
                  first_order_steps: int = 0, per_step: Optional[Sequence[str]] = None,
-                 recompute: bool = False, name: Optional[str] = None):
+                 recompute: bool = False, batch_size: Optional[int] = None,
+                 name: Optional[str] = None):
         super().__init__(name=name)
         if int(steps) < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
+        if batch_size is not None and int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1 (or None for the whole support "
+                             f"set), got {batch_size}")
         if not float(learning_rate) > 0:
             raise ValueError(f"learning_rate must be > 0, got {learning_rate} (an inner "
                              "step of gradient descent; a learned rate's initial value)")
@@ -76,12 +87,17 @@ class GradientDescent(Adapter):
         self.first_order_steps = int(first_order_steps)
         self.per_step_patterns = tuple(per_step or ())
         self.recompute = bool(recompute)
+        self.batch_size = None if batch_size is None else int(batch_size)
         self._per_step: List[keras.Variable] = []
         self._per_step_paths: List[str] = []
 
     @property
     def needs_unrolled_tasks(self) -> bool:  # custom gradients are ignored in tf.map_fn
         return self.recompute
+
+    @property
+    def supports_task_axis(self) -> bool:  # elementwise steps: see Adapter.supports_task_axis
+        return self.batch_size is None  # mini-batches index one task's examples
 
     # --- which weights ----------------------------------------------------------
 
@@ -153,9 +169,20 @@ class GradientDescent(Adapter):
         trajectory = [weights]
         inner_step = self._recomputed if self.recompute else self.inner_step
         for step in range(steps):
-            weights = inner_step(weights, paths, step, support_x, support_y, loss_fn)
+            x, y = self.inner_batch(support_x, support_y, step)
+            weights = inner_step(weights, paths, step, x, y, loss_fn)
             trajectory.append(weights)
         return trajectory
+
+    def inner_batch(self, support_x: Any, support_y: Any, step: int) -> Tuple[Any, Any]:
+        """The support examples inner step ``step`` uses (see ``batch_size``)."""
+        if self.batch_size is None:
+            return support_x, support_y
+        n = tf.shape(tf.nest.flatten(support_y)[0])[0]
+        stride = tf.maximum(n // self.batch_size, 1)
+        index = tf.range(step % stride, n, stride)
+        take = lambda t: tf.gather(t, index)
+        return tf.nest.map_structure(take, support_x), tf.nest.map_structure(take, support_y)
 
     def inner_step(self, weights: Weights, paths: Sequence[str], step: int,
                    support_x: Any, support_y: Any, loss_fn: LossFn) -> Weights:

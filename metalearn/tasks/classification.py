@@ -64,6 +64,10 @@ class FewShotClassification(TaskSampler):
       shots: support examples per class (K), or a sequence of choices, as ``ways``.
       queries: query examples per class; defaults to ``shots`` (the MAML paper's
         Omniglot protocol).
+      train_shots: support examples per class in meta-training (``"train"`` split)
+        episodes, or choices, when they differ from the ``shots`` that validation and
+        test episodes use (Reptile's 1-shot Omniglot trains on 10 shots); defaults to
+        ``shots``.
       split_by: ``"class"`` or ``"group"`` (needs ``dataset.groups``).
       train, validation, test: names of the classes (or groups) in each split. If any
         is given, names given nowhere are left out; otherwise the names are shuffled with
@@ -89,12 +93,15 @@ class FewShotClassification(TaskSampler):
                  split_sizes: Optional[Sequence[int]] = None, split_seed: int = 0,
                  rotations: Sequence[int] = (0,),
                  rotation_splits: Sequence[str] = SPLITS,
-                 within_group: bool = False):
+                 within_group: bool = False,
+                 train_shots: Optional[IntOrChoices] = None):
         self.ways = _choices("ways", ways)
         self.shots = _choices("shots", shots)
+        self.train_shots = self.shots if train_shots is None else _choices("train_shots",
+                                                                          train_shots)
         if queries is not None and int(queries) < 1:
             raise ValueError(f"queries must be >= 1, got {queries}")
-        if len(self.shots) > 1 and queries is None:
+        if (len(self.shots) > 1 or len(self.train_shots) > 1) and queries is None:
             raise ValueError("with a choice of shots, give queries explicitly")
         self.queries = self.shots[0] if queries is None else int(queries)
         if split_by not in SPLIT_BY:
@@ -254,11 +261,12 @@ class FewShotClassification(TaskSampler):
         info = self._splits[split]
         if not info["names"]:
             return  # an empty split raises when sampled from
-        needed = max(self.shots) + self.queries
+        shots = max(self._shots_of(split))
+        needed = shots + self.queries
         if info["min_count"] < needed:
             small = [info["names"][i] for i in np.flatnonzero(info["pool_class"] ==
                                                               np.argmin(info["counts"]))][:1]
-            raise ValueError(f"{max(self.shots)} shots + {self.queries} queries need "
+            raise ValueError(f"{shots} shots + {self.queries} queries need "
                              f"{needed} examples per class, but class {small[0]!r} of the "
                              f"{split!r} split has {info['min_count']}")
 
@@ -303,8 +311,11 @@ class FewShotClassification(TaskSampler):
         self._check_split(split)
         seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 3)
         ways = self._draw(seeds[0], self.ways, 0)
-        shots = self._draw(seeds[0], self.shots, 1)
+        shots = self._draw(seeds[0], self._shots_of(split), 1)
         return self._sample(seeds[1], seeds[2], int(num_tasks), split, ways, shots)
+
+    def _shots_of(self, split: str) -> Sequence[int]:
+        return self.train_shots if split == "train" else self.shots
 
     @staticmethod
     def _draw(seed, choices, salt):
