@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gin
 import keras
 import tensorflow as tf
 
 from metalearn import batched, functional
-from metalearn.adapters.base import Adapter
+from metalearn.adapters.base import Adapter, select_paths
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.functional import Weights
 from metalearn.tasks.episode import Episode
@@ -88,15 +88,27 @@ class Learner(tf.Module):
         give the same values and meta-gradients; ``benchmarks/meta_step.py`` measures
         their speed.
       parallel_iterations: tasks run concurrently with ``"map_fn"``.
+      zero_init: regular expressions over weight paths (``re.search``) of weights that
+        start every task at zero instead of at a meta-learned value, e.g. ``("head",)``
+        for the linear head: the "zeroing trick" of Kao et al. (2022, "MAML is a noisy
+        contrastive learner in classification"). With a zero head the initial
+        predictions are equal for every class, so the meta-learned model cannot depend
+        on how a task's labels are numbered, and after one inner step the head holds
+        each class's mean support feature minus the mean over all classes (a
+        prototype classifier). These weights are then not meta-learned: they are left
+        out of :attr:`meta_variables` (see :meth:`generated_paths`).
     """
 
     def __init__(self, model: keras.Model, adapter: Optional[Adapter] = None,
                  loss: Optional[Union[str, MetricFn]] = None,
                  metrics: Optional[Mapping[str, Union[str, MetricFn]]] = None,
                  query_training: bool = True, task_batching: str = "map_fn",
-                 parallel_iterations: int = 2, name: Optional[str] = None):
+                 parallel_iterations: int = 2, zero_init: Optional[Sequence[str]] = None,
+                 name: Optional[str] = None):
         super().__init__(name=name)
         functional.check_built(model)
+        self._zero_paths = tuple(select_paths(functional.weights(model), zero_init,
+                                              "zero_init")) if zero_init else ()
         if task_batching not in TASK_BATCHING:
             raise ValueError(f"task_batching must be one of {TASK_BATCHING}, "
                              f"got {task_batching!r}")
@@ -125,6 +137,12 @@ class Learner(tf.Module):
             self.adapter.meta_step = self.meta_step
         if not self.adapter.built:
             self.adapter.build(model, functional.weights(model))
+        clash = set(self._zero_paths) & set(self.adapter.generated_paths(
+            self.initial_weights()))
+        if clash:
+            raise ValueError(f"zero_init={tuple(zero_init)!r} selects weights that the "
+                             f"adapter {type(self.adapter).__name__} generates: "
+                             f"{sorted(clash)}")
 
     def _check_batched(self) -> None:
         reasons = []
@@ -153,13 +171,24 @@ class Learner(tf.Module):
         return model_vars + list(self.adapter.meta_variables)
 
     def initial_weights(self) -> Weights:
-        """The model's current weights as tensors (the inner loop's starting point)."""
-        return functional.weights(self.model)
+        """The model's current weights as tensors (the inner loop's starting point),
+        with zeros for the ``zero_init`` weights."""
+        weights = functional.weights(self.model)
+        for path in self._zero_paths:
+            weights[path] = tf.zeros_like(weights[path])
+        return weights
+
+    @property
+    def zero_init_paths(self) -> Tuple[str, ...]:
+        """Paths of the weights that start every task at zero (``zero_init``)."""
+        return self._zero_paths
 
     def generated_paths(self) -> List[str]:
         """Model weight paths that are computed per task rather than meta-learned
-        (the adapter's, plus any a subclass generates, e.g. Proto-MAML's head)."""
-        return list(self.adapter.generated_paths(self.initial_weights()))
+        (the adapter's, the ``zero_init`` ones, and any a subclass generates, e.g.
+        Proto-MAML's head)."""
+        return (list(self.adapter.generated_paths(self.initial_weights()))
+                + list(self._zero_paths))
 
     # --- one task ----------------------------------------------------------------
 

@@ -194,12 +194,15 @@ class Reptile(MetaOptimizer):
 
     @staticmethod
     def _check(learner: Learner) -> None:
-        if learner.adapter.meta_variables or learner.generated_paths():
+        # zero_init weights restart at zero every task: nothing to move, nothing to train
+        generated = [p for p in learner.generated_paths()
+                     if p not in learner.zero_init_paths]
+        if learner.adapter.meta_variables or generated:
             raise ValueError(
                 "Reptile moves the model's initial weights only; the learner's adapter "
                 f"{type(learner.adapter).__name__} has meta-learned state "
                 f"{[v.path for v in learner.adapter.meta_variables]} or generates weights "
-                f"{learner.generated_paths()} that it cannot train")
+                f"{generated} that it cannot train")
 
     def _adapted(self, learner: Learner, episodes: Episode
                  ) -> Tuple[Dict[str, tf.Tensor], Dict[str, tf.Tensor]]:
