@@ -197,6 +197,43 @@ def test_train_shots_apply_to_meta_training_episodes_only():
     _check_episode(sampler.sample(tf.constant([1, 2]), 5, "test"), 3, 1, 1, range(8, 12))
 
 
+def _translate(image, dy, dx):
+    """``image [H, W, C]`` moved down ``dy`` and right ``dx`` pixels, zeros filling in."""
+    height, width = image.shape[:2]
+    out = np.zeros_like(image)
+    out[max(dy, 0):height + min(dy, 0), max(dx, 0):width + min(dx, 0)] = \
+        image[max(-dy, 0):height + min(-dy, 0), max(-dx, 0):width + min(-dx, 0)]
+    return out
+
+
+def test_max_shift_translates_each_meta_training_image_independently():
+    rng = np.random.default_rng(1)
+    images = rng.uniform(0.5, 1.0, size=(48, 8, 8, 1)).astype(np.float32)  # no zeros
+    data = LabelledImages(images, np.repeat(np.arange(8), 6).astype(np.int32),
+                          [f"c{i}" for i in range(8)])
+    kwargs = dict(ways=3, shots=2, queries=2, train=["c0", "c1", "c2", "c3", "c4"],
+                  test=["c5", "c6", "c7"])
+    plain = FewShotClassification(data, **kwargs)
+    shifted = FewShotClassification(data, max_shift=2, **kwargs)
+    seed = tf.constant([3, 4])
+    before, after = plain.sample(seed, 6), shifted.sample(seed, 6)
+    np.testing.assert_array_equal(before.support_y, after.support_y)
+    offsets = []
+    for part in ("support_x", "query_x"):
+        for x, y in zip(np.asarray(getattr(before, part)).reshape(-1, 8, 8, 1),
+                        np.asarray(getattr(after, part)).reshape(-1, 8, 8, 1)):
+            matches = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)
+                       if np.array_equal(_translate(x, dy, dx), y)]
+            assert len(matches) == 1, matches  # the same example, moved once
+            offsets.append(matches[0])
+    assert len(offsets) == 6 * 12 and len(set(offsets)) >= 20  # drawn per image
+    np.testing.assert_array_equal(shifted.sample(seed, 6).query_x, after.query_x)
+    test = (plain.sample(seed, 6, "test"), shifted.sample(seed, 6, "test"))
+    np.testing.assert_array_equal(test[0].query_x, test[1].query_x)  # train only
+    with pytest.raises(ValueError, match="max_shift=8 pixels must be smaller .* \\(8, 8\\)"):
+        FewShotClassification(data, max_shift=8, **kwargs)
+
+
 def test_per_split_data_sets():
     train, test = _tagged(num_classes=6), _tagged(num_classes=3)
     sampler = FewShotClassification({"train": train, "test": test}, ways=3)
@@ -232,6 +269,8 @@ def test_loader_given_by_reference_runs_when_first_needed():
     ({"split_by": "group"}, ValueError, "split_by='group' needs a data set with groups"),
     ({"split_by": "alphabet"}, ValueError, "split_by must be one of .* got 'alphabet'"),
     ({"rotations": (0, 45)}, ValueError, r"multiples of 90 degrees, got \(0, 45\)"),
+    ({"max_shift": -1}, ValueError, r"max_shift must be >= 0 pixels, got -1"),
+    ({"augment_splits": ("tests",)}, ValueError, r"augment_splits must be among .* 'tests'"),
     ({"split_fractions": (0.5, 0.5, 0.5)}, ValueError, "split_fractions must be"),
     ({"dataset": "omniglot"}, TypeError, "dataset must be a LabelledImages"),
 ])

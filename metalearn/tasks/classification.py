@@ -81,6 +81,13 @@ class FewShotClassification(TaskSampler):
       rotation_splits: the splits that get the rotated classes.
       within_group: draw all of an episode's classes from one group (e.g. 5-way
         within one alphabet).
+      max_shift: data augmentation: every image of an episode is translated by a random
+        whole number of pixels from ``-max_shift`` to ``max_shift``, rows and columns
+        drawn independently per image from the episode's seed (so still reproducible),
+        the uncovered border filled with zeros (the background after Omniglot's
+        inversion). ``0`` (default) leaves images as they are.
+      augment_splits: the splits whose episodes are augmented (default meta-training
+        only).
     """
 
     def __init__(self, dataset: Union[LabelledImages, Mapping[str, LabelledImages]] = gin.REQUIRED,
@@ -94,7 +101,8 @@ class FewShotClassification(TaskSampler):
                  rotations: Sequence[int] = (0,),
                  rotation_splits: Sequence[str] = SPLITS,
                  within_group: bool = False,
-                 train_shots: Optional[IntOrChoices] = None):
+                 train_shots: Optional[IntOrChoices] = None, max_shift: int = 0,
+                 augment_splits: Sequence[str] = ("train",)):
         self.ways = _choices("ways", ways)
         self.shots = _choices("shots", shots)
         self.train_shots = self.shots if train_shots is None else _choices("train_shots",
@@ -118,6 +126,13 @@ class FewShotClassification(TaskSampler):
                 raise ValueError(f"rotation_splits must be among {SPLITS}, got {split!r}")
         self.rotation_splits = tuple(rotation_splits)
         self.within_group = bool(within_group)
+        if int(max_shift) < 0:
+            raise ValueError(f"max_shift must be >= 0 pixels, got {max_shift}")
+        self.max_shift = int(max_shift)
+        for split in augment_splits:
+            if split not in SPLITS:
+                raise ValueError(f"augment_splits must be among {SPLITS}, got {split!r}")
+        self.augment_splits = tuple(augment_splits)
 
         if not (isinstance(dataset, (LabelledImages, Mapping)) or callable(dataset)):
             raise TypeError("dataset must be a LabelledImages, a {split: LabelledImages} "
@@ -156,6 +171,9 @@ class FewShotClassification(TaskSampler):
         self.image_shape = tuple(int(d) for d in first.images.shape[1:])
         if self.rotations != (0,) and self.image_shape[0] != self.image_shape[1]:
             raise ValueError(f"rotations need square images, got {self.image_shape}")
+        if self.max_shift >= min(self.image_shape[:2]):
+            raise ValueError(f"max_shift={self.max_shift} pixels must be smaller than "
+                             f"the images' height and width, {self.image_shape[:2]}")
         self._preprocessing: Dict[str, Any] = dict(first.preprocessing)
         self._preprocessing.update(image_shape=self.image_shape, dtype="float32",
                                    rotations=self.rotations,
@@ -359,6 +377,9 @@ class FewShotClassification(TaskSampler):
         x = tf.gather(images, index)                                   # [tasks, ways, K+Q, H, W, C]
         if self.rotations != (0,) and split in self.rotation_splits:
             x = _rotate(x, tf.broadcast_to(rotation[..., None], tf.shape(index)))
+        if self.max_shift and split in self.augment_splits:
+            x = _shift(x, self.max_shift,
+                       tf.random.experimental.stateless_fold_in(example_seed, 1))
         labels = tf.broadcast_to(tf.range(ways, dtype=tf.int32)[None, :, None],
                                  tf.shape(index))
         def flatten(t, start, size):
@@ -383,6 +404,23 @@ def _rotate(x: tf.Tensor, quarter_turns: tf.Tensor) -> tf.Tensor:
     options = tf.stack([tf.image.rot90(flat, k) for k in range(4)], axis=1)  # [n, 4, H, W, C]
     rotated = tf.gather(options, turns, batch_dims=1)
     return tf.reshape(rotated, tf.shape(x))
+
+
+def _shift(x: tf.Tensor, max_shift: int, seed: tf.Tensor) -> tf.Tensor:
+    """Translates each image of ``x [..., H, W, C]`` by random whole pixels in
+    ``[-max_shift, max_shift]`` (rows and columns independently), filling with zeros."""
+    shape = tf.shape(x)
+    flat = tf.reshape(x, tf.concat([[-1], shape[-3:]], 0))
+    height, width = shape[-3], shape[-2]
+    pad = [[0, 0], [max_shift, max_shift], [max_shift, max_shift], [0, 0]]
+    padded = tf.pad(flat, pad)                       # [n, H + 2s, W + 2s, C]
+    offsets = tf.random.stateless_uniform([tf.shape(flat)[0], 2], seed,
+                                          maxval=2 * max_shift + 1, dtype=tf.int32)
+    rows = offsets[:, :1] + tf.range(height)[None]   # [n, H]
+    cols = offsets[:, 1:] + tf.range(width)[None]    # [n, W]
+    cropped = tf.gather(padded, rows, axis=1, batch_dims=1)
+    cropped = tf.gather(cropped, cols, axis=2, batch_dims=1)
+    return tf.reshape(cropped, shape)
 
 
 @gin.configurable
