@@ -1,6 +1,6 @@
 r"""Episodes per second of the Omniglot sampler against the meta-step's consumption.
 
-    PYTHONPATH=. python benchmarks/sampler.py [--omniglot=../shared/data/omniglot]
+    PYTHONPATH=. python benchmarks/sampler.py [--omniglot=../shared/data/omniglot] [--max_shift=2]
 
 5-way 1-shot Omniglot (28x28, rotations, the minimal split of experiments/omniglot/
 minimal/), meta-batch 32. Measures (1) episodes/s of ``FewShotClassification.dataset``
@@ -33,6 +33,8 @@ flags.DEFINE_string("omniglot", os.path.join(os.path.dirname(__file__), "..", ".
 flags.DEFINE_integer("meta_batch_size", 32, "Episodes per batch.")
 flags.DEFINE_integer("batches", 200, "Batches timed for the sampler.")
 flags.DEFINE_integer("steps", 20, "Meta-steps timed.")
+flags.DEFINE_integer("max_shift", 0, "FewShotClassification.max_shift: augment the "
+                     "meta-training images by random shifts of up to this many pixels.")
 FLAGS = flags.FLAGS
 
 
@@ -67,13 +69,14 @@ def main(argv) -> None:
     data = load_omniglot(FLAGS.omniglot)
     sampler = FewShotClassification(data, ways=5, shots=1, queries=1, split_by="group",
                                     rotations=(0, 90, 180, 270), rotation_splits=("train",),
-                                    **MINIMAL_SPLIT)
+                                    max_shift=FLAGS.max_shift, **MINIMAL_SPLIT)
     sampled = sampler_rate(sampler, FLAGS.meta_batch_size, FLAGS.batches)
     consumed = meta_step_rate(sampler, FLAGS.meta_batch_size, FLAGS.steps)
     print(json.dumps({"sampler_episodes_per_s": round(sampled, 1),
                       "meta_step_episodes_per_s": round(consumed, 1),
                       "ratio": round(sampled / consumed, 1),
                       "meta_batch_size": FLAGS.meta_batch_size,
+                      "max_shift": FLAGS.max_shift,
                       "cpu_count": os.cpu_count(), "tensorflow": tf.__version__}))
 
 
