@@ -107,7 +107,8 @@ class Learner(tf.Module):
                  name: Optional[str] = None):
         super().__init__(name=name)
         functional.check_built(model)
-        self._zero_paths = tuple(select_paths(functional.weights(model), zero_init,
+        model_weights = functional.weights(model)
+        self._zero_paths = tuple(select_paths(model_weights, zero_init,
                                               "zero_init")) if zero_init else ()
         if task_batching not in TASK_BATCHING:
             raise ValueError(f"task_batching must be one of {TASK_BATCHING}, "
@@ -136,9 +137,8 @@ class Learner(tf.Module):
         if self.adapter.meta_step is None:
             self.adapter.meta_step = self.meta_step
         if not self.adapter.built:
-            self.adapter.build(model, functional.weights(model))
-        clash = set(self._zero_paths) & set(self.adapter.generated_paths(
-            self.initial_weights()))
+            self.adapter.build(model, model_weights)
+        clash = set(self._zero_paths) & set(self.adapter.generated_paths(model_weights))
         if clash:
             raise ValueError(f"zero_init={tuple(zero_init)!r} selects weights that the "
                              f"adapter {type(self.adapter).__name__} generates: "
