@@ -40,6 +40,7 @@ def _run_one(replicas: int, workload: str) -> dict:
     import keras
     import metalearn
     from metalearn.training import distribute
+    from metalearn.training import step as step_builder
     device = "/cpu" if FLAGS.devices == "cpu" else "/gpu"
     strategy = tf.distribute.get_strategy() if replicas == 1 and FLAGS.devices == "cpu" \
         else distribute.make_strategy("mirrored", [f"{device}:{i}" for i in range(replicas)])
@@ -57,7 +58,7 @@ def _run_one(replicas: int, workload: str) -> dict:
         learner = metalearn.Learner(model, metalearn.adapters.GradientDescent(1, rate),
                                     loss=loss)
         optimizer = metalearn.MetaOptimizer()
-    step = distribute.make_distributed_meta_step(strategy, learner, optimizer)
+    step = step_builder.make_distributed_meta_step(strategy, learner, optimizer)
     stream = iter(distribute.episode_stream(strategy, sampler, batch, seed=0))
     for _ in range(FLAGS.warmup):
         float(step(next(stream))["loss"])

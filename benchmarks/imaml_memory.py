@@ -30,7 +30,7 @@ from benchmarks import rss_mib
 
 flags.DEFINE_string("steps", "5,10,20,50", "Inner-step counts, comma separated.")
 flags.DEFINE_string("algorithms", "imaml,maml", "Comma separated: imaml, maml, "
-                    "maml_recompute (GradientDescent(recompute=True)).")
+                    "maml_recompute (GradientDescent(wrappers=[Recompute()])).")
 flags.DEFINE_string("child", None, "Internal: run one configuration, 'algorithm:steps'.")
 FLAGS = flags.FLAGS
 
@@ -45,7 +45,7 @@ def _child(algorithm: str, steps: int) -> dict:
 
     import metalearn
     from metalearn import models
-    from metalearn.adapters import GradientDescent, ImplicitGradientDescent
+    from metalearn.adapters import GradientDescent, ImplicitGradientDescent, Recompute
     from metalearn.tasks import Sinusoid
 
     keras.utils.set_random_seed(0)
@@ -55,7 +55,8 @@ def _child(algorithm: str, steps: int) -> dict:
                                           regularization=1.0, cg_steps=5)
     elif algorithm in ("maml", "maml_recompute"):
         adapter = GradientDescent(steps=steps, learning_rate=0.01, first_order=False,
-                                  recompute=algorithm == "maml_recompute")
+                                  wrappers=[Recompute()] if algorithm == "maml_recompute"
+                                  else [])
     else:
         raise ValueError("algorithm must be 'imaml', 'maml' or 'maml_recompute', got "
                          f"{algorithm!r}")

@@ -25,7 +25,7 @@ peak memory are its own, and prints:
   formulation, as they do the same arithmetic; ``gflop_per_s`` = gflop / median.
 
 ``--formulation`` selects ``Learner(task_batching=...)``; ``recompute`` is ``map_fn``
-with ``GradientDescent(recompute=True)`` (inner steps recomputed in the backward pass).
+with ``GradientDescent(wrappers=[Recompute()])`` (inner steps recomputed in the backward pass).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _learner(formulation: str, steps: int, order: str):
     model = metalearn.models.omniglot_conv_net(outputs=WAYS)
     adapter = metalearn.adapters.GradientDescent(
         steps=steps, learning_rate=0.4, first_order=order == "first",
-        recompute=formulation == "recompute")
+        wrappers=[metalearn.adapters.Recompute()] if formulation == "recompute" else [])
     batching = "map_fn" if formulation == "recompute" else formulation
     return metalearn.Learner(
         model, adapter, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -92,7 +92,7 @@ def count_flops(steps: int, order: str, tasks: int = 1) -> float:
     import keras
     import tensorflow as tf
     import metalearn
-    from metalearn.training.loop import make_meta_step
+    from metalearn.training.step import make_meta_step
     keras.utils.set_random_seed(0)
     learner = _learner("unrolled", steps, order)
     step = make_meta_step(learner, metalearn.MetaOptimizer())
@@ -111,7 +111,7 @@ def run_one(config: dict) -> dict:
     import keras
     import tensorflow as tf
     import metalearn
-    from metalearn.training.loop import make_meta_step
+    from metalearn.training.step import make_meta_step
     keras.mixed_precision.set_global_policy(config["policy"])
     keras.utils.set_random_seed(0)
     learner = _learner(config["formulation"], config["inner_steps"], config["order"])

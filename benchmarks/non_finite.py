@@ -36,12 +36,13 @@ def main(argv) -> None:
     del argv
     import tensorflow as tf
     from metalearn.training import build_experiment, distribute, parse_config
+    from metalearn.training import step as step_builder
 
     parse_config(["experiments/sinusoid/maml.gin"])
     experiment = build_experiment()
     strategy = tf.distribute.get_strategy()
     learner, optimizer = experiment.learner, experiment.meta_optimizer
-    steps = {flag: distribute.make_distributed_meta_step(strategy, learner, optimizer,
+    steps = {flag: step_builder.make_distributed_meta_step(strategy, learner, optimizer,
                                                          skip_non_finite=flag)
              for flag in (False, True)}
     batches = list(distribute.episode_stream(strategy, experiment.sampler, 25,
@@ -60,7 +61,7 @@ def main(argv) -> None:
     def checked() -> None:
         for batch in batches:
             metrics = steps[True](batch)
-            metrics.pop(distribute.NON_FINITE).numpy().any()
+            metrics.pop(step_builder.NON_FINITE).numpy().any()
             int(learner.meta_step.numpy())
             {name: float(value) for name, value in metrics.items()}
 
@@ -78,7 +79,7 @@ def main(argv) -> None:
     start = time.perf_counter()
     for _ in range(10000):
         values = dict(metrics)
-        values.pop(distribute.NON_FINITE).numpy().any()
+        values.pop(step_builder.NON_FINITE).numpy().any()
         {name: float(value) for name, value in values.items()}
     reads_us = (time.perf_counter() - start) / 10000 * 1e6
     print(json.dumps({"ms_per_step": {k: round(v, 3) for k, v in medians.items()},

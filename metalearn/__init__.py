@@ -1,15 +1,22 @@
 """metalearn: meta-learning on TensorFlow 2 and Keras 3.
 
-The public surface::
+The public surface (folders by role; docs/architecture.md has the whole picture)::
 
-    metalearn.Learner            model + adapter + loss (MultiStepLossLearner: MAML++)
-    metalearn.PrototypicalNetworks, ProtoMAML   learners starting from class prototypes
-    metalearn.adapters           inner loops (GradientDescent, ...)
-    metalearn.MetaOptimizer      outer updates (Reptile: no outer gradient)
+    metalearn.functional         the Keras seam: weights as tensors, forward with given
+                                 weights, exact batch moments, batched layer rules
+    metalearn.adapters           inner loops and their pieces: GradientDescent, update
+                                 transforms (SGD, Mask, LearnedRates, ...), step wrappers
+                                 (PerStepWeights, Recompute, MiniBatches), Hypernetwork,
+                                 ImplicitGradientDescent
+    metalearn.heads              closed-form task solvers on embeddings (PrototypeHead)
+    metalearn.Learner            model + adapter + loss (MultiStepLossLearner: MAML++;
+                                 EmbeddingLearner, PrototypicalNetworks, ProtoMAML)
+    metalearn.MetaOptimizer      outer rules (Reptile, SerialReptile: no outer gradient)
+    metalearn.training           the one meta-step builder, the loop, evaluation
+    metalearn.runs               experiments, workdir files, sweeps, results
     metalearn.tasks              episodes and task samplers
     metalearn.models             plain Keras model builders
-    metalearn.functional         weights as tensors; forward with given weights
-    metalearn.training           the meta-step, training loop, evaluation
+    metalearn.testing            the contract every piece meets, for research code
     metalearn.restore(workdir)   a trained run, ready to adapt and predict
 
 Command lines: ``python -m metalearn.train`` and ``python -m metalearn.evaluate``.
@@ -19,15 +26,17 @@ import os as _os
 
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from metalearn import adapters, configurables, functional, models, tasks  # noqa: E402
-from metalearn.learners import Learner, MultiStepLossLearner, accuracy  # noqa: E402
-from metalearn.meta_optimizers import MetaOptimizer, Reptile  # noqa: E402
-from metalearn.prototypical import PrototypicalNetworks, ProtoMAML  # noqa: E402
-from metalearn import training  # noqa: E402
+from metalearn import adapters, configurables, functional, heads, models, tasks  # noqa: E402
+from metalearn import learners  # noqa: E402
+from metalearn.learners import (EmbeddingLearner, Learner, MultiStepLossLearner,  # noqa: E402
+                                PrototypicalNetworks, ProtoMAML, accuracy)
+from metalearn.outer import MetaOptimizer, Reptile, SerialReptile  # noqa: E402
+from metalearn import outer, runs, training  # noqa: E402
 from metalearn.training import Experiment, restore  # noqa: E402
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-__all__ = ["Experiment", "Learner", "MetaOptimizer", "MultiStepLossLearner",
-           "PrototypicalNetworks", "ProtoMAML", "Reptile", "accuracy", "adapters",
-           "functional", "models", "restore", "tasks", "training"]
+__all__ = ["EmbeddingLearner", "Experiment", "Learner", "MetaOptimizer",
+           "MultiStepLossLearner", "PrototypicalNetworks", "ProtoMAML", "Reptile",
+           "SerialReptile", "accuracy", "adapters", "functional", "heads", "learners",
+           "models", "outer", "restore", "runs", "tasks", "training"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 import gin
-from gin import resource_reader
 import keras
+
+from metalearn import _compat
 
 _OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Lion")
 _LOSSES = ("MeanSquaredError", "MeanAbsoluteError", "SparseCategoricalCrossentropy",
@@ -43,12 +44,13 @@ def _package_file_exists(path: str) -> bool:
     directory makes gin look up the package ``experiments.sinusoid``, which has no
     origin, and gin raises ``TypeError`` instead of trying the next search path."""
     try:
-        return resource_reader.system_path_file_exists(path)
+        return _SYSTEM_PATH_FILE_EXISTS(path)
     except TypeError:
         return False
 
 
-_READERS = getattr(gin.config, "_FILE_READERS", [])
+_SYSTEM_PATH_FILE_EXISTS = _compat.system_path_file_exists()
+_READERS = _compat.gin_file_readers()
 for _i, (_reader, _exists) in enumerate(_READERS):
-    if _exists is resource_reader.system_path_file_exists:
+    if _exists is _SYSTEM_PATH_FILE_EXISTS:
         _READERS[_i] = (_reader, _package_file_exists)

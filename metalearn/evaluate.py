@@ -18,7 +18,7 @@ from absl import app, flags, logging
 import metalearn  # noqa: F401
 from metalearn.flags import define_gin_flags, resolve_gin_files
 from metalearn.training import evaluate, restore
-from metalearn.training.files import write_json
+from metalearn.runs.files import write_json
 
 define_gin_flags()
 flags.DEFINE_string("workdir", None, "A run directory written by metalearn.train.")

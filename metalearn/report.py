@@ -30,8 +30,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from metalearn.training import results
-from metalearn.training.files import write_text
+from metalearn.runs import results
+from metalearn.runs.files import write_text
 
 flags.DEFINE_string("output_dir", None, "Where to write; default: report/ inside the "
                     "first directory given.")

@@ -1,37 +1,90 @@
-"""Every learner and adapter meets the contract of tests/contract.py."""
+"""Every learner, inner-loop piece and outer rule meets the contract of
+metalearn.testing, and every pairing a composite can hold keeps its meta-gradient."""
+
+import importlib
+import inspect
+import os
 
 import keras
+import numpy as np
+import pytest
+import tensorflow as tf
 
 import metalearn
-from metalearn.adapters import GradientDescent, MetaSGD, PerStepLearningRates
-from tests.contract import LearnerContract, classification_learner
+from metalearn import adapters, heads, learners, outer
+from metalearn.adapters import (AnnealOrder, ClipByGlobalNorm, GradientDescent,
+                                GradientStep, Hypernetwork, ImplicitGradientDescent,
+                                LearnedRates, Mask, MetaSGD, MiniBatches,
+                                PerStepLearningRates, PerStepWeights, Recompute)
+from metalearn.testing import (WAYS, LearnerContract, classification_learner,
+                               compiled_meta_gradient, contract_model,
+                               synthetic_classification)
 
 
 class TestMAML(LearnerContract):
+    covers = (GradientDescent, GradientStep, metalearn.Learner, metalearn.MetaOptimizer)
+
     def make_learner(self):
         return classification_learner(GradientDescent(steps=2, learning_rate=0.1))
 
 
 class TestFirstOrderMAML(LearnerContract):
+    covers = (adapters.FirstOrder, adapters.Chain)
+
     def make_learner(self):
         return classification_learner(GradientDescent(steps=2, learning_rate=0.1,
                                                       first_order=True))
 
 
 class TestANIL(LearnerContract):
+    covers = (Mask,)
+
     def make_learner(self):
-        return classification_learner(GradientDescent(steps=2, learning_rate=0.1,
-                                                      adapt=("head",)))
+        return classification_learner(GradientDescent(
+            steps=2, update=[Mask(("head",)), GradientStep(0.1)]))
 
 
 class TestMetaSGD(LearnerContract):
+    covers = (MetaSGD, LearnedRates)
+
     def make_learner(self):
         return classification_learner(MetaSGD(steps=1, learning_rate=0.1))
+
+
+class TestLSLR(LearnerContract):
+    covers = (PerStepLearningRates,)
+
+    def make_learner(self):
+        return classification_learner(PerStepLearningRates(steps=2, learning_rate=0.1))
+
+
+class TestClippedRecomputedMiniBatches(LearnerContract):
+    covers = (ClipByGlobalNorm, Recompute, MiniBatches)
+
+    def make_learner(self):
+        return classification_learner(GradientDescent(
+            steps=3, update=[ClipByGlobalNorm(5.0), GradientStep(0.1)],
+            wrappers=[Recompute(), MiniBatches(3)]))
+
+
+class TestHyperMAML(LearnerContract):
+    """A generated head (residual, from per-class means), then gradient steps."""
+    covers = (Hypernetwork,)
+
+    def make_learner(self):
+        keras.utils.set_random_seed(0)
+        generator = keras.Sequential([keras.Input((WAYS * 6,)),
+                                      keras.layers.Dense(16 * WAYS + WAYS, name="dense")],
+                                     name="generator")
+        return classification_learner(Hypernetwork(
+            generator, generate=("head",), mode="residual",
+            then=GradientDescent(steps=2, learning_rate=0.1)))
 
 
 class TestMAMLPlusPlus(LearnerContract):
     """All MAML++ pieces together: LSLR, multi-step loss, derivative-order annealing,
     per-step BatchNorm weights."""
+    covers = (AnnealOrder, PerStepWeights, metalearn.MultiStepLossLearner)
 
     def make_learner(self):
         keras.utils.set_random_seed(0)
@@ -39,8 +92,86 @@ class TestMAMLPlusPlus(LearnerContract):
             keras.Input((6,)), keras.layers.Dense(16, name="hidden0"),
             keras.layers.BatchNormalization(name="bn0"), keras.layers.ReLU(name="relu0"),
             keras.layers.Dense(3, name="head")], name="bn_mlp")
-        adapter = PerStepLearningRates(steps=2, learning_rate=0.1, first_order_steps=2,
-                                       per_step=("bn0",))
+        adapter = GradientDescent(steps=2, update=[AnnealOrder(2), LearnedRates(
+            "layer_step", initial=0.1)], wrappers=[PerStepWeights(("bn0",))])
         return classification_learner(adapter, model,
                                       learner_class=metalearn.MultiStepLossLearner,
                                       anneal_steps=10)
+
+
+# --- every export has a contract case ---------------------------------------------
+
+def _exported(module, base):
+    return {obj for name in module.__all__ for obj in [getattr(module, name)]
+            if inspect.isclass(obj) and issubclass(obj, base) and not inspect.isabstract(obj)
+            and obj not in _ABSTRACT}
+
+
+_ABSTRACT = {adapters.Piece, adapters.Adapter, adapters.Update, adapters.StepWrapper,
+             heads.Head, learners.TaskInit}
+
+
+def test_every_exported_piece_learner_and_outer_rule_has_a_contract_case():
+    tests = os.path.dirname(__file__)
+    for name in sorted(os.listdir(tests)):  # the cases live in the test modules
+        if name.endswith("_test.py"):
+            importlib.import_module(f"tests.{name[:-3]}")
+    cases, stack = [], list(LearnerContract.__subclasses__())
+    while stack:
+        case = stack.pop()
+        cases.append(case)
+        stack.extend(case.__subclasses__())
+    covered = {cls for case in cases for cls in case.covers}
+    exported = (_exported(adapters, adapters.Piece) | _exported(heads, adapters.Piece)
+                | _exported(learners, (metalearn.Learner, adapters.Piece))
+                | _exported(outer, metalearn.MetaOptimizer))
+    missing = sorted(cls.__name__ for cls in exported - covered)
+    assert not missing, f"no contract case covers {missing}"
+    assert len(exported) >= 25  # the test sees the exports
+
+
+# --- every pairing a composite can hold ----------------------------------------------
+
+THEN = {
+    "maml": lambda: GradientDescent(2, 0.1),
+    "first_order": lambda: GradientDescent(2, 0.1, first_order=True),
+    "anneal": lambda: GradientDescent(2, update=[AnnealOrder(3), GradientStep(0.1)]),
+    "anil": lambda: GradientDescent(2, update=[Mask(("head",)), GradientStep(0.1)]),
+    "meta_sgd": lambda: MetaSGD(2, 0.1),
+    "lslr": lambda: PerStepLearningRates(2, 0.1),
+    "per_step": lambda: GradientDescent(2, 0.1, wrappers=[PerStepWeights(("hidden0/bias",))]),
+    "recompute": lambda: GradientDescent(2, 0.1, wrappers=[Recompute()]),
+    "mini_batches": lambda: GradientDescent(2, 0.1, wrappers=[MiniBatches(3)]),
+    "clip": lambda: GradientDescent(2, update=[ClipByGlobalNorm(1.0), GradientStep(0.1)]),
+    "implicit": lambda: ImplicitGradientDescent(3, 0.1, regularization=2.0, cg_steps=3),
+}
+
+
+def _hypernetwork(then, task_batching):
+    keras.utils.set_random_seed(0)
+    generator = keras.Sequential([keras.Input((WAYS * 6,), dtype="float64"),
+                                  keras.layers.Dense(16 * WAYS + WAYS, name="dense",
+                                                     dtype="float64")], name="generator")
+    model = contract_model(dtype="float64")
+    return classification_learner(Hypernetwork(generator, generate=("head",), then=then),
+                                  model, task_batching=task_batching)
+
+
+@pytest.mark.parametrize("then", sorted(THEN))
+def test_hypernetwork_then_every_adapter(then):
+    """The composite's learner: every meta-variable gets a non-zero meta-gradient, no
+    per-task weight is meta-learned, the learner's counter reaches every part, and the
+    compiled loop over tasks gives the per-task (unrolled) meta-gradient."""
+    episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
+    results = {}
+    for batching in ("map_fn", "unrolled"):
+        learner = _hypernetwork(THEN[then](), batching)
+        assert all(p.meta_step is learner.meta_step for p in learner.adapter.parts())
+        per_task = set(learner.task_paths())
+        assert per_task and not per_task & {v.path for v in learner.meta_variables}
+        grads = compiled_meta_gradient(learner, episodes)  # raises on a None gradient
+        assert all(np.any(g) for g in grads.values()), [p for p, g in grads.items()
+                                                       if not np.any(g)]
+        results[batching] = grads
+    for path, want in results["unrolled"].items():
+        np.testing.assert_allclose(results["map_fn"][path], want, rtol=1e-10, atol=1e-14)

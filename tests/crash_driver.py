@@ -17,7 +17,7 @@ from absl import app
 from tensorflow.python.checkpoint import checkpoint_management
 
 from metalearn import train as entry_point
-from metalearn.training import distribute
+from metalearn.training import loop
 
 
 def _die() -> None:
@@ -28,10 +28,10 @@ def _install(spec: str) -> None:
     where, number = spec.split(":")
     number = int(number)
     if where == "step":
-        make = distribute.make_distributed_meta_step
+        make = loop.make_meta_step  # the builder the training loop calls
 
-        def make_killing(strategy, learner, *args, **kwargs):
-            step = make(strategy, learner, *args, **kwargs)
+        def make_killing(learner, *args, **kwargs):
+            step = make(learner, *args, **kwargs)
 
             def killing(batch):
                 result = step(batch)
@@ -39,7 +39,7 @@ def _install(spec: str) -> None:
                     _die()
                 return result
             return killing
-        distribute.make_distributed_meta_step = make_killing
+        loop.make_meta_step = make_killing
     elif where == "mid_save":
         record = checkpoint_management.update_checkpoint_state_internal
 

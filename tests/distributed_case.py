@@ -11,6 +11,7 @@ import metalearn
 from metalearn.adapters import GradientDescent
 from metalearn.tasks import Episode
 from metalearn.training import distribute
+from metalearn.training import step as step_builder
 
 META_BATCH = 4
 
@@ -56,7 +57,7 @@ def run(strategy: tf.distribute.Strategy, steps: int = 2, clipnorm=None
         return [strategy.reduce(tf.distribute.ReduceOp.MEAN, g, axis=None) for g in grads]
 
     first = [g.numpy() for g in gradient(batch)]
-    step = distribute.make_distributed_meta_step(strategy, learner, optimizer)
+    step = step_builder.make_distributed_meta_step(strategy, learner, optimizer)
     for _ in range(steps):
         step(batch)
     return first, [v.numpy() for v in learner.meta_variables]

@@ -1,4 +1,4 @@
-"""The tutorials in docs/ run as written, and the CAVIA adapter's meta-gradient is exact."""
+"""The tutorials in docs/ run as written, and the CAVIA pieces' meta-gradient is exact."""
 
 import functools
 import glob
@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.reference import finite_difference_gradient, relative_error
+from metalearn.testing import finite_difference_gradient, relative_error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The tutorials; docs/hypernetwork.md's code runs in tests/hypernetwork_test.py.
 DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "tutorials", "*.md")))
 TUTORIALS = ["first_meta_learner.md", "cavia.md", "custom_learner.md", "gin_and_sweeps.md",
-             "several_devices.md", "maml_from_scratch.md"]
+             "several_devices.md", "maml_from_scratch.md", "inner_loop_piece.md"]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
@@ -53,7 +53,7 @@ def test_doc_code_runs(path):
     run_doc(path)
 
 
-def test_cavia_adapter_is_short():
+def test_cavia_is_short():
     block = python_blocks(os.path.join(ROOT, "docs", "tutorials", "cavia.md"))[0]
     code = [line for line in block.splitlines() if line.strip()]
     assert len(code) < 50, len(code)
@@ -68,7 +68,7 @@ def test_cavia_meta_gradient_matches_finite_differences():
                               doc["Context"](2, name="context", dtype="float64"),
                               keras.layers.Dense(5, activation="tanh", dtype="float64"),
                               keras.layers.Dense(1, dtype="float64")], name="net")
-    learner = metalearn.Learner(model, adapter=doc["Cavia"](steps=2, learning_rate=0.5),
+    learner = metalearn.Learner(model, **doc["cavia"](steps=2, learning_rate=0.5),
                                 loss=keras.losses.MeanSquaredError(dtype="float64"),
                                 task_batching="unrolled")
     meta_paths = [v.path for v in learner.meta_variables]

@@ -14,7 +14,8 @@ from metalearn.adapters import GradientDescent
 from metalearn.models import mlp
 from metalearn.tasks import Episode, Sinusoid
 from metalearn.training import Experiment, distribute, train
-from metalearn.training.loop import CHECKPOINT_DIR, checkpoint_for
+from metalearn.training import step as step_builder
+from metalearn.training.checkpoint import CHECKPOINT_DIR, checkpoint_for
 from tests import distributed_case
 
 
@@ -92,7 +93,7 @@ def _reference(skipped_step, num_steps):
     """The same run by hand: every step's update, except ``skipped_step``'s."""
     experiment = _experiment()
     strategy = tf.distribute.get_strategy()
-    step = distribute.make_distributed_meta_step(strategy, experiment.learner,
+    step = step_builder.make_distributed_meta_step(strategy, experiment.learner,
                                                  experiment.meta_optimizer)
     stream = distribute.episode_stream(strategy, experiment.sampler, 4, num_steps=num_steps)
     for number, batch in enumerate(stream, start=1):
@@ -138,17 +139,17 @@ def test_a_nan_on_one_replica_skips_the_update_on_every_replica(replicas):
     query_x = clean.query_x.numpy()
     query_x[0] = np.nan  # task 0, replica 0's
     poisoned = Episode(clean.support_x, clean.support_y, query_x, clean.query_y)
-    step = distribute.make_distributed_meta_step(strategy, learner, optimizer,
+    step = step_builder.make_distributed_meta_step(strategy, learner, optimizer,
                                                  skip_non_finite=True)
     before = [v.numpy() for v in learner.meta_variables]
-    flags = step(distribute.split_episodes(strategy, poisoned))[distribute.NON_FINITE]
+    flags = step(distribute.split_episodes(strategy, poisoned))[step_builder.NON_FINITE]
     assert flags.numpy()[0] == 1  # one replica's loss (all reduced, the same everywhere)
     assert int(optimizer.optimizer.iterations.numpy()) == 0
     assert int(learner.meta_step.numpy()) == 1
     for variable, old in zip(learner.meta_variables, before):
         for local in strategy.experimental_local_results(variable):
             np.testing.assert_array_equal(local.numpy(), old)
-    flags = step(distribute.split_episodes(strategy, clean))[distribute.NON_FINITE]
+    flags = step(distribute.split_episodes(strategy, clean))[step_builder.NON_FINITE]
     assert not flags.numpy().any() and int(optimizer.optimizer.iterations.numpy()) == 1
     assert not np.array_equal(learner.meta_variables[0].numpy(), before[0])
 
@@ -158,14 +159,14 @@ def test_serial_reptile_keeps_the_updates_before_the_bad_task():
     model = mlp(hidden=(8,))
     learner = metalearn.Learner(model, adapter=GradientDescent(steps=2, learning_rate=0.01),
                                 loss=keras.losses.MeanSquaredError(), task_batching="unrolled")
-    reptile = metalearn.Reptile(keras.optimizers.SGD(0.5), serial=True)
+    reptile = metalearn.SerialReptile(keras.optimizers.SGD(0.5))
     reptile.build(learner)
     batch = Sinusoid(shots=5, queries=5).sample(tf.constant([1, 2], tf.int64), 3)
     query_y = batch.query_y.numpy()
     query_y[1] = np.nan  # task 1 of 3
     poisoned = Episode(batch.support_x, batch.support_y, batch.query_x, query_y)
     start = [v.numpy() for v in learner.meta_variables]
-    _, flags = tf.function(lambda e: reptile.finite_step(learner, e))(poisoned)
+    _, flags = tf.function(lambda e: reptile.step(learner, e, guard=True))(poisoned)
     assert flags.numpy()[0] == 1
     after_bad = [v.numpy() for v in learner.meta_variables]
     for variable, value in zip(learner.meta_variables, start):

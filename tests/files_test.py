@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from metalearn.training import files
+from metalearn.runs import files
 
 
 def test_write_replaces_the_whole_file(tmp_path):

@@ -2,7 +2,7 @@
 
 ``Learner(task_batching=...)``: "unrolled" (one inner loop per task in the graph, the
 reference, itself checked against finite differences in gradient_descent_test.py),
-"map_fn" (a compiled loop over tasks) and "batched" (metalearn.batched: each layer runs
+"map_fn" (a compiled loop over tasks) and "batched" (metalearn.functional.batched: each layer runs
 once for all tasks with a task axis on inputs and weights).
 """
 
@@ -12,10 +12,12 @@ import pytest
 import tensorflow as tf
 
 import metalearn
-from metalearn import batched, functional
-from metalearn.adapters import GradientDescent, MetaSGD, PerStepLearningRates
+from metalearn import functional
+from metalearn.functional import batched
+from metalearn.adapters import (GradientDescent, GradientStep, Mask, MetaSGD,
+                                PerStepLearningRates, PerStepWeights, Recompute)
 from metalearn.tasks import Episode
-from tests.reference import finite_difference_variables
+from metalearn.testing import finite_difference_variables
 
 FORMULATIONS = ("map_fn", "batched")
 
@@ -103,9 +105,9 @@ def test_learned_rates_anil_and_per_step_batchnorm(formulation):
     model = _conv_net()
     adapters = {
         "meta_sgd": lambda: MetaSGD(steps=2, learning_rate=0.2),
-        "lslr_per_step_bn": lambda: PerStepLearningRates(steps=2, learning_rate=0.2,
-                                                         per_step=("bn",)),
-        "anil": lambda: GradientDescent(steps=2, learning_rate=0.2, adapt=("head",)),
+        "lslr_per_step_bn": lambda: PerStepLearningRates(
+            steps=2, learning_rate=0.2, wrappers=[PerStepWeights(("bn",))]),
+        "anil": lambda: GradientDescent(steps=2, update=[Mask(("head",)), GradientStep(0.2)]),
     }
     for name, adapter in adapters.items():
         make = lambda batching: _learner(model, adapter(), batching)
@@ -170,7 +172,7 @@ def test_graph_size_does_not_grow_with_meta_batch():
 
 def test_batched_refuses_what_it_cannot_run():
     model = _conv_net()
-    with pytest.raises(ValueError, match="does not support a task axis"):
+    with pytest.raises(ValueError, match="ImplicitGradientDescent cannot run on a task axis"):
         _learner(model, metalearn.adapters.ImplicitGradientDescent(), "batched")
     with pytest.raises(ValueError, match="overrides episode_metrics"):
         metalearn.MultiStepLossLearner(model, GradientDescent(2, 0.1), loss="mse",
@@ -224,11 +226,13 @@ def test_registered_rule_extends_batched():
 
 @pytest.mark.parametrize("formulation", ["unrolled", "batched"])
 def test_recomputed_inner_steps_equal_stored_ones(formulation):
-    """GradientDescent(recompute=True): same values and meta-gradients (variables read
+    """GradientDescent(wrappers=[Recompute()]): same values and meta-gradients (variables read
     inside the step included: per-step BatchNorm copies, learned rates)."""
     model = _conv_net()
-    adapters = [lambda r: GradientDescent(3, 0.3, recompute=r),
-                lambda r: PerStepLearningRates(2, 0.3, per_step=("bn",), recompute=r)]
+    again = lambda r: [Recompute()] if r else []
+    adapters = [lambda r: GradientDescent(3, 0.3, wrappers=again(r)),
+                lambda r: PerStepLearningRates(2, 0.3,
+                                               wrappers=[PerStepWeights(("bn",))] + again(r))]
     for adapter in adapters:
         recomputing = _learner(model, adapter(True), formulation)
         if formulation == "unrolled":

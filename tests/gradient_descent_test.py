@@ -1,66 +1,22 @@
 """GradientDescent (MAML): inner loop by hand, meta-gradients against finite differences."""
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import metalearn
 from metalearn import functional, models
-from metalearn.adapters import GradientDescent
-from metalearn.tasks import Episode
-from tests.reference import finite_difference_gradient, relative_error
-
-
-def mse(y, p):
-    return tf.reduce_mean(tf.square(y - p))
-
-
-def softmax_xent(y, logits):
-    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-        tf.cast(y, tf.int32), logits))
-
-
-def _regression_episodes(tasks=3, shots=4, dim=2, seed=0):
-    keys = tf.random.experimental.stateless_split([seed, 1], 4)
-    normal = lambda k, shape: tf.random.stateless_normal(shape, k, dtype=tf.float64)
-    return Episode(normal(keys[0], [tasks, shots, dim]), normal(keys[1], [tasks, shots, 1]),
-                   normal(keys[2], [tasks, shots, dim]), normal(keys[3], [tasks, shots, 1]))
-
-
-def _image_episodes(tasks=2, ways=3, size=8, seed=0):
-    keys = tf.random.experimental.stateless_split([seed, 2], 2)
-    labels = tf.tile(tf.range(ways)[None], [tasks, 1])
-    images = lambda k: tf.random.stateless_normal([tasks, ways, size, size, 1], k,
-                                                  dtype=tf.float64)
-    return Episode(images(keys[0]), labels, images(keys[1]), labels)
-
-
-def _learner(kind, steps=2, first_order=False, **kwargs):
-    keras.utils.set_random_seed(0)
-    if kind == "mlp":
-        model = models.mlp((2,), hidden=(5, 4), outputs=1, activation="tanh", dtype="float64")
-        loss = mse
-    else:
-        model = models.conv_net((8, 8, 1), outputs=3, filters=3, blocks=2, dtype="float64")
-        loss = softmax_xent
-    adapter = GradientDescent(steps=steps, learning_rate=0.3, first_order=first_order,
-                              **kwargs)
-    return metalearn.Learner(model, adapter=adapter, loss=loss)
-
-
-def _analytic_meta_gradient(learner, episodes):
-    with tf.GradientTape() as tape:
-        loss = learner.meta_loss(episodes)
-    grads = tape.gradient(loss, learner.meta_variables)
-    return {v.path: g.numpy() for v, g in zip(learner.meta_variables, grads)}
+from metalearn.adapters import GradientDescent, MiniBatches
+from metalearn.testing import (analytic_meta_gradient, finite_difference_gradient,
+                               image_episodes, mse, regression_episodes, relative_error,
+                               small_learner)
 
 
 @pytest.mark.parametrize("kind", ["mlp", "conv_batchnorm"])
 def test_second_order_meta_gradient_equals_finite_differences(kind):
-    learner = _learner(kind, steps=2)
-    episodes = _regression_episodes() if kind == "mlp" else _image_episodes()
-    analytic = _analytic_meta_gradient(learner, episodes)
+    learner = small_learner(kind, steps=2)
+    episodes = regression_episodes() if kind == "mlp" else image_episodes()
+    analytic = analytic_meta_gradient(learner, episodes)
     numeric = finite_difference_gradient(
         lambda w: learner.meta_loss(episodes, weights=w), learner.initial_weights())
     assert relative_error(analytic, numeric) < 1e-6
@@ -92,9 +48,9 @@ def _hand_unrolled_meta_loss(learner, episodes, weights, steps, lr, stop_inner_g
 
 @pytest.mark.parametrize("first_order", [False, True])
 def test_meta_gradient_equals_hand_unrolled_reference(first_order):
-    learner = _learner("conv", steps=2, first_order=first_order)
-    episodes = _image_episodes()
-    analytic = _analytic_meta_gradient(learner, episodes)
+    learner = small_learner("conv", steps=2, first_order=first_order)
+    episodes = image_episodes()
+    analytic = analytic_meta_gradient(learner, episodes)
     weights = learner.initial_weights()
     with tf.GradientTape() as tape:
         tape.watch(weights)
@@ -104,10 +60,10 @@ def test_meta_gradient_equals_hand_unrolled_reference(first_order):
 
 
 def test_mini_batch_inner_steps_equal_hand_unrolled_reference_and_finite_differences():
-    learner = _learner("mlp", steps=4, batch_size=2)
-    episodes = _regression_episodes(shots=6)
+    learner = small_learner("mlp", steps=4, wrappers=[MiniBatches(2)])
+    episodes = regression_episodes(shots=6)
     batches = [[0, 3], [1, 4], [2, 5], [0, 3]]  # 6 examples, 2 per step: stride 3
-    analytic = _analytic_meta_gradient(learner, episodes)
+    analytic = analytic_meta_gradient(learner, episodes)
     weights = learner.initial_weights()
     with tf.GradientTape() as tape:
         tape.watch(weights)
@@ -117,7 +73,7 @@ def test_mini_batch_inner_steps_equal_hand_unrolled_reference_and_finite_differe
     numeric = finite_difference_gradient(
         lambda w: learner.meta_loss(episodes, weights=w), learner.initial_weights())
     assert relative_error(analytic, numeric) < 1e-6
-    full_batch = _analytic_meta_gradient(_learner("mlp", steps=4), episodes)
+    full_batch = analytic_meta_gradient(small_learner("mlp", steps=4), episodes)
     assert relative_error(analytic, full_batch) > 1e-3
 
 
@@ -128,26 +84,26 @@ def test_mini_batch_inner_steps_equal_hand_unrolled_reference_and_finite_differe
     (5, 10, 3, [0, 1, 2, 3, 4]),          # fewer examples than a batch: all of them
 ])
 def test_inner_batch_takes_strided_examples(n, batch_size, step, expected):
-    adapter = GradientDescent(batch_size=batch_size)
+    wrapper = MiniBatches(batch_size)
     x = tf.reshape(tf.range(2 * n), [n, 2])
-    x_batch, y_batch = adapter.inner_batch({"a": x}, tf.range(n), step)
+    x_batch, y_batch = wrapper.batch({"a": x}, tf.range(n), step)
     np.testing.assert_array_equal(y_batch, expected)
     np.testing.assert_array_equal(x_batch["a"][:, 0], 2 * np.array(expected))
 
 
 def test_mini_batches_refuse_the_batched_formulation():
     model = models.mlp((2,), hidden=(3,), outputs=1)
-    with pytest.raises(ValueError, match="supports_task_axis"):
-        metalearn.Learner(model, GradientDescent(batch_size=2), loss=mse,
+    with pytest.raises(ValueError, match=r"task_axis is False for \['MiniBatches'\]"):
+        metalearn.Learner(model, GradientDescent(wrappers=[MiniBatches(2)]), loss=mse,
                           task_batching="batched")
-    with pytest.raises(ValueError, match="batch_size must be >= 1 .*got 0"):
-        GradientDescent(batch_size=0)
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        MiniBatches(0)
 
 
 def test_first_order_differs_from_second_order():
-    episodes = _regression_episodes()
-    second = _analytic_meta_gradient(_learner("mlp"), episodes)
-    first = _analytic_meta_gradient(_learner("mlp", first_order=True), episodes)
+    episodes = regression_episodes()
+    second = analytic_meta_gradient(small_learner("mlp"), episodes)
+    first = analytic_meta_gradient(small_learner("mlp", first_order=True), episodes)
     assert relative_error(first, second) > 1e-3
 
 
@@ -165,8 +121,8 @@ def test_one_step_matches_closed_form_on_linear_regression():
 
 
 def test_anil_adapts_only_matching_weights():
-    learner = _learner("mlp", steps=3, adapt=("head",))
-    episode = _regression_episodes().task(0)
+    learner = small_learner("mlp", steps=3, adapt=("head",))
+    episode = regression_episodes().task(0)
     start = learner.initial_weights()
     fast = learner.adapt(episode.support_x, episode.support_y)
     for path in start:
@@ -175,10 +131,8 @@ def test_anil_adapts_only_matching_weights():
 
 
 def test_adapt_pattern_matching_nothing_is_an_error():
-    learner = _learner("mlp", adapt=("no_such_layer",))
-    episode = _regression_episodes().task(0)
     with pytest.raises(ValueError, match="no_such_layer"):
-        learner.adapt(episode.support_x, episode.support_y)
+        small_learner("mlp", adapt=("no_such_layer",))  # found when the learner is built
 
 
 def test_negative_steps_rejected():

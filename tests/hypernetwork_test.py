@@ -16,7 +16,7 @@ from metalearn import models
 from metalearn.adapters import GradientDescent, Hypernetwork
 from metalearn.tasks import Episode
 from metalearn.training import build_experiment, parse_config, train
-from tests.reference import finite_difference_gradient, relative_error
+from metalearn.testing import finite_difference_gradient, relative_error
 
 WAYS, SHOTS, DIM = 3, 2, 4
 
@@ -206,7 +206,7 @@ def test_gradients_reach_generator_and_encoder_not_the_replaced_variables(condit
     else:
         learner, episodes = _input_learner(), _input_episodes()
     adapter = learner.adapter
-    generated = set(adapter.generated_paths(learner.initial_weights()))
+    generated = set(adapter.task_paths(learner.initial_weights()))
     model_vars = learner.model.trainable_variables
     with tf.GradientTape() as tape:
         loss = learner.meta_loss(episodes)

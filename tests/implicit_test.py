@@ -10,9 +10,9 @@ import metalearn
 from metalearn import models
 from metalearn.adapters import ImplicitGradientDescent
 from metalearn.adapters.implicit import conjugate_gradient
-from tests.contract import LearnerContract, classification_learner
-from tests.gradient_descent_test import _regression_episodes, mse
-from tests.reference import finite_difference_gradient, relative_error
+from metalearn.testing import LearnerContract, classification_learner
+from metalearn.testing import regression_episodes, mse
+from metalearn.testing import finite_difference_gradient, relative_error
 
 LAMBDA = 1.0
 
@@ -50,7 +50,7 @@ def test_meta_gradient_equals_exact_implicit_gradient(task_batching, clip_norm):
     # the implicit meta-gradient depends only on the point reached.
     learner = _linear_learner(task_batching=task_batching, clip_norm=clip_norm,
                               steps=250 if clip_norm is None else 600)
-    episodes = _regression_episodes(tasks=3, shots=5)
+    episodes = regression_episodes(tasks=3, shots=5)
     w, b = learner.meta_variables
 
     def meta_gradient(batch):
@@ -79,7 +79,7 @@ def test_meta_gradient_on_a_nonlinear_net_equals_finite_differences():
     adapter = ImplicitGradientDescent(steps=300, learning_rate=0.3, regularization=1.0,
                                       cg_steps=40)
     learner = metalearn.Learner(model, adapter, loss=mse)
-    episodes = _regression_episodes(tasks=2, shots=5)
+    episodes = regression_episodes(tasks=2, shots=5)
 
     @tf.function
     def meta_gradient():
@@ -104,7 +104,7 @@ def test_conjugate_gradient_solves_a_small_system():
 
 def test_differs_from_unrolled_maml_and_uses_proximal_term():
     learner = _linear_learner()
-    task = _regression_episodes(shots=5).task(0)
+    task = regression_episodes(shots=5).task(0)
     start = learner.initial_weights()
     near = learner.adapt(task.support_x, task.support_y)
     learner.adapter.regularization = 1e-3  # weak prox: phi moves further from theta
@@ -116,7 +116,7 @@ def test_differs_from_unrolled_maml_and_uses_proximal_term():
 def test_clipping_keeps_an_unstable_inner_loop_finite():
     # learning_rate 1.5 is above 2 / (largest curvature + lambda) for these tasks: plain
     # gradient descent blows up; clipped, every step is at most 1.5 * clip_norm long.
-    task = _regression_episodes(shots=5).task(0)
+    task = regression_episodes(shots=5).task(0)
     blown = _linear_learner(steps=200, learning_rate=1.5).adapt(task.support_x, task.support_y)
     assert not all(np.all(np.abs(w) < 1e6) for w in blown.values())
     learner = _linear_learner(steps=200, learning_rate=1.5, clip_norm=1.0)
@@ -129,7 +129,7 @@ def test_clipping_keeps_an_unstable_inner_loop_finite():
 def test_clipping_applies_to_the_whole_update():
     # A first step from theta (no proximal term yet) is -lr * clip(g): its norm is
     # lr * min(||g||, clip_norm).
-    task = _regression_episodes(shots=5).task(0)
+    task = regression_episodes(shots=5).task(0)
     learner = _linear_learner(steps=1, learning_rate=0.1, clip_norm=1e-3)
     start = learner.initial_weights()
     moved = learner.adapt(task.support_x, task.support_y)
@@ -147,6 +147,8 @@ def test_bad_arguments():
 
 
 class TestImplicitMAML(LearnerContract):
+    covers = (metalearn.adapters.ImplicitGradientDescent,)
+
     def make_learner(self):
         return classification_learner(ImplicitGradientDescent(
             steps=3, learning_rate=0.1, regularization=1.0, cg_steps=2))

@@ -9,7 +9,7 @@ import metalearn
 from metalearn import models
 from metalearn.adapters import GradientDescent
 from metalearn.tasks import Sinusoid
-from tests.gradient_descent_test import _image_episodes, _learner, softmax_xent
+from metalearn.testing import image_episodes, small_learner, softmax_xent
 
 
 def test_readme_example():
@@ -31,8 +31,8 @@ def test_readme_example():
 
 
 def test_variables_bit_identical_after_adapt_and_meta_loss():
-    learner = _learner("conv", steps=3)
-    episodes = _image_episodes()
+    learner = small_learner("conv", steps=3)
+    episodes = image_episodes()
     before = [v.numpy().copy() for v in learner.model.variables]
     learner.adapt(episodes.support_x[0], episodes.support_y[0])
     learner.meta_loss(episodes)
@@ -54,9 +54,9 @@ def _meta_gradient(learner, episodes, mode):
 
 @pytest.mark.parametrize("task_batching", ["map_fn", "unrolled"])
 def test_meta_gradient_same_eager_function_and_xla(task_batching):
-    learner = _learner("conv", steps=2)
+    learner = small_learner("conv", steps=2)
     learner.task_batching = task_batching
-    episodes = _image_episodes(tasks=3)
+    episodes = image_episodes(tasks=3)
     eager = _meta_gradient(learner, episodes, "eager")
     for mode in ("function", "xla"):
         for a, b in zip(eager, _meta_gradient(learner, episodes, mode)):
@@ -64,8 +64,8 @@ def test_meta_gradient_same_eager_function_and_xla(task_batching):
 
 
 def test_map_fn_and_unrolled_batching_agree():
-    learner = _learner("conv", steps=2)
-    episodes = _image_episodes(tasks=4)
+    learner = small_learner("conv", steps=2)
+    episodes = image_episodes(tasks=4)
     learner.task_batching = "map_fn"
     mapped = _meta_gradient(learner, episodes, "function")
     learner.task_batching = "unrolled"
@@ -79,16 +79,16 @@ def test_meta_metrics_per_task_and_accuracy():
     model = models.conv_net((8, 8, 1), outputs=3, filters=3, blocks=2, dtype="float64")
     learner = metalearn.Learner(model, GradientDescent(steps=1, learning_rate=0.1),
                                 loss=softmax_xent, metrics={"accuracy": "accuracy"})
-    metrics = learner.meta_metrics(_image_episodes(tasks=5))
+    metrics = learner.meta_metrics(image_episodes(tasks=5))
     assert sorted(metrics) == ["accuracy", "loss"]
     assert metrics["loss"].shape == (5,) and metrics["accuracy"].shape == (5,)
     assert np.all((metrics["accuracy"] >= 0) & (metrics["accuracy"] <= 1))
 
 
 def test_more_inner_steps_at_test_time_lower_support_loss():
-    learner = _learner("mlp", steps=1)
-    from tests.gradient_descent_test import _regression_episodes
-    episode = _regression_episodes().task(0)
+    learner = small_learner("mlp", steps=1)
+    from metalearn.testing import regression_episodes
+    episode = regression_episodes().task(0)
     losses = [float(learner.support_loss(learner.adapt(episode.support_x, episode.support_y,
                                                        steps=s),
                                          episode.support_x, episode.support_y))

@@ -8,9 +8,10 @@ import tensorflow as tf
 
 import metalearn
 from metalearn import models
-from metalearn.adapters import GradientDescent, MetaSGD, PerStepLearningRates
-from tests.gradient_descent_test import _regression_episodes, mse
-from tests.reference import finite_difference_variables, relative_error
+from metalearn.adapters import (AnnealOrder, GradientDescent, GradientStep, LearnedRates,
+                                Mask, MetaSGD, PerStepLearningRates, PerStepWeights)
+from metalearn.testing import regression_episodes, mse
+from metalearn.testing import finite_difference_variables, relative_error
 
 
 def _support_gradient(learner):
@@ -66,7 +67,7 @@ def test_meta_sgd_meta_gradient_and_rates_receive_gradients():
     rate_paths = {v.path for v in rates.values()}
     assert rate_paths <= {v.path for v in learner.meta_variables}
     rates["mlp/hidden0/kernel"].assign(np.linspace(0.05, 0.3, 6).reshape(2, 3))
-    analytic = _check_against_finite_differences(learner, _regression_episodes())
+    analytic = _check_against_finite_differences(learner, regression_episodes())
     for path in rate_paths:
         assert np.all(analytic[path] != 0), path  # every element gets its own gradient
 
@@ -86,13 +87,14 @@ def test_meta_sgd_step_uses_elementwise_rates():
 
 
 def test_lslr_meta_gradient_and_per_step_rates():
-    adapter = PerStepLearningRates(steps=3, learning_rate=0.2, adapt=("hidden", "head"))
+    rates = LearnedRates("layer_step", initial=0.2)
+    adapter = GradientDescent(steps=3, update=[Mask(("hidden", "head")), rates])
     learner = metalearn.Learner(_mlp(), adapter, loss=mse)
-    for i, rate in enumerate(adapter.learning_rates.values()):
+    for i, rate in enumerate(rates.learning_rates.values()):
         assert rate.shape == (3,)
         rate.assign([0.1 + 0.05 * i, 0.2, 0.3 - 0.02 * i])
-    analytic = _check_against_finite_differences(learner, _regression_episodes())
-    for rate in adapter.learning_rates.values():
+    analytic = _check_against_finite_differences(learner, regression_episodes())
+    for rate in rates.learning_rates.values():
         assert np.all(analytic[rate.path] != 0), rate.path
 
 
@@ -101,7 +103,7 @@ def test_lslr_step_k_uses_rate_k():
     plain = metalearn.Learner(_mlp(), GradientDescent(steps=1, learning_rate=0.3), loss=mse)
     for rate in learner.adapter.learning_rates.values():
         rate.assign([0.3, 0.0])  # the second step does nothing
-    task = _regression_episodes().task(0)
+    task = regression_episodes().task(0)
     fast = learner.adapt(task.support_x, task.support_y)
     expected = plain.adapt(task.support_x, task.support_y)
     for path in expected:
@@ -109,17 +111,17 @@ def test_lslr_step_k_uses_rate_k():
 
 
 def test_per_step_batchnorm_weights():
-    adapter = GradientDescent(steps=2, learning_rate=0.3, per_step=("bn0",))
+    adapter = GradientDescent(steps=2, learning_rate=0.3, wrappers=[PerStepWeights(("bn0",))])
     learner = metalearn.Learner(_bn_mlp(), adapter, loss=mse)
     bn_paths = ["bn_mlp/bn0/gamma", "bn_mlp/bn0/beta"]
-    assert sorted(learner.generated_paths()) == sorted(bn_paths)
+    assert sorted(learner.task_paths()) == sorted(bn_paths)
     meta_paths = [v.path for v in learner.meta_variables]
     assert not set(bn_paths) & set(meta_paths)  # the model's own BN weights are unused
     copies = dict(zip(bn_paths, adapter.meta_variables))
     assert [c.shape for c in copies.values()] == [(3, 3), (3, 3)]  # [steps + 1, units]
     for path, copy in copies.items():
         copy.assign(np.random.default_rng(0).normal(size=(3, 3)))
-    task = _regression_episodes().task(0)
+    task = regression_episodes().task(0)
     trajectory = learner.adapt_trajectory(task.support_x, task.support_y)
     for k, weights in enumerate(trajectory):
         for path, copy in copies.items():
@@ -131,12 +133,13 @@ def test_per_step_batchnorm_weights():
 
 def test_maml_plus_plus_meta_gradient_equals_finite_differences():
     """LSLR + per-step BatchNorm + multi-step loss (mid-annealing) + second order."""
-    adapter = PerStepLearningRates(steps=2, learning_rate=0.2, per_step=("bn0",))
+    adapter = PerStepLearningRates(steps=2, learning_rate=0.2,
+                                   wrappers=[PerStepWeights(("bn0",))])
     learner = metalearn.MultiStepLossLearner(_bn_mlp(), adapter, loss=mse, anneal_steps=4)
     learner.meta_step.assign(1)
     for copy in adapter.meta_variables[:2]:
         copy.assign(copy.numpy() + np.random.default_rng(1).normal(0, 0.1, copy.shape))
-    _check_against_finite_differences(learner, _regression_episodes(tasks=2, shots=5))
+    _check_against_finite_differences(learner, regression_episodes(tasks=2, shots=5))
 
 
 def test_multi_step_loss_weights_and_value():
@@ -148,7 +151,7 @@ def test_multi_step_loss_weights_and_value():
         learner.meta_step.assign(step)
         np.testing.assert_allclose(learner.step_importance(4), expected, atol=1e-15)
     learner.meta_step.assign(5)
-    task = _regression_episodes().task(0)
+    task = regression_episodes().task(0)
     by_hand = []
     for steps in (1, 2, 3, 4):
         fast = learner.adapt(task.support_x, task.support_y, steps=steps)
@@ -167,7 +170,7 @@ def test_multi_step_loss_needs_a_trajectory():
 
     learner = metalearn.MultiStepLossLearner(_mlp(), OneShot(), loss=mse)
     with pytest.raises(NotImplementedError, match="OneShot does not expose"):
-        learner.meta_loss(_regression_episodes())
+        learner.meta_loss(regression_episodes())
     with pytest.raises(ValueError, match="anneal_steps must be >= 1, got 0"):
         metalearn.MultiStepLossLearner(_mlp(), GradientDescent(), loss=mse, anneal_steps=0)
 
@@ -176,14 +179,13 @@ def test_derivative_order_annealing_switches_at_the_right_step():
     """First order for meta-steps 0..N-1, second order from meta-step N, in one compiled
     meta-step that never retraces."""
     switch = 3
-    episodes = _regression_episodes()
+    episodes = regression_episodes()
 
     def learner(**kwargs):
-        return metalearn.Learner(_mlp(), GradientDescent(steps=2, learning_rate=0.3,
-                                                         **kwargs), loss=mse)
+        return metalearn.Learner(_mlp(), GradientDescent(steps=2, **kwargs), loss=mse)
 
-    annealed = learner(first_order_steps=switch)
-    first, second = learner(first_order=True), learner()
+    annealed = learner(update=[AnnealOrder(switch), GradientStep(0.3)])
+    first, second = learner(learning_rate=0.3, first_order=True), learner(learning_rate=0.3)
     meta_step = metalearn.training.make_meta_step(
         annealed, metalearn.MetaOptimizer(keras.optimizers.SGD(learning_rate=0.1)))
     orders = []
@@ -206,7 +208,7 @@ def test_derivative_order_annealing_switches_at_the_right_step():
 
 
 def test_annealing_outside_a_learner_is_an_error():
-    adapter = GradientDescent(first_order_steps=2)
+    adapter = GradientDescent(update=[AnnealOrder(2), GradientStep(0.01)])
     weights = {"w": tf.constant([1.0])}
     with pytest.raises(RuntimeError, match="meta-step counter"):
         adapter.adapt(weights, None, None, lambda w, x, y: tf.reduce_sum(w["w"] ** 2))
@@ -223,12 +225,18 @@ def test_learned_rates_are_checkpointed(tmp_path):
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="first_order_steps must be >= 0, got -1"):
-        GradientDescent(first_order_steps=-1)
-    with pytest.raises(ValueError, match="per_step=\\('nope',\\) matches none"):
-        metalearn.Learner(_mlp(), GradientDescent(per_step=("nope",)), loss=mse)
+    with pytest.raises(ValueError, match="first_order_steps must be an int >= 0, got -1"):
+        AnnealOrder(-1)
+    with pytest.raises(ValueError, match="PerStepWeights=\\('nope',\\) matches none"):
+        metalearn.Learner(_mlp(), GradientDescent(wrappers=[PerStepWeights(("nope",))]),
+                          loss=mse)
     with pytest.raises(ValueError, match="PerStepLearningRates needs steps >= 1, got 0"):
-        metalearn.Learner(_mlp(), PerStepLearningRates(steps=0), loss=mse)
+        PerStepLearningRates(steps=0)
+    with pytest.raises(ValueError, match="per-step learning rates need steps >= 1, got 0"):
+        metalearn.Learner(_mlp(), GradientDescent(0, update=LearnedRates("layer_step")),
+                          loss=mse)
+    with pytest.raises(TypeError, match=r"GradientDescent\(per_step=...\) is a piece"):
+        GradientDescent(per_step=("bn",))
 
 
 def test_max_learning_rate_clips_the_rates_in_use():
@@ -248,12 +256,13 @@ def test_max_learning_rate_clips_the_rates_in_use():
 def test_min_learning_rate_keeps_rates_non_negative():
     model = models.mlp((2,), hidden=(), outputs=1, dtype="float64")
     adapter = PerStepLearningRates(steps=2, max_learning_rate=0.05, min_learning_rate=0.0)
-    learner = metalearn.Learner(model, adapter, loss=mse)
+    metalearn.Learner(model, adapter, loss=mse)  # builds the rates
     adapter.learning_rates["mlp/head/kernel"].assign([-1.0, 0.02])
-    assert float(adapter.step_size(0, "mlp/head/kernel", tf.float64)) == 0.0   # clipped
-    assert float(adapter.step_size(1, "mlp/head/kernel", tf.float64)) == 0.02  # inside
+    rate = adapter.rates.rate
+    assert float(rate("mlp/head/kernel", tf.float64, 0)) == 0.0   # clipped
+    assert float(rate("mlp/head/kernel", tf.float64, 1)) == 0.02  # inside
     adapter.learning_rates["mlp/head/kernel"].assign([1.0, 1.0])
-    assert float(adapter.step_size(0, "mlp/head/kernel", tf.float64)) == 0.05
+    assert float(rate("mlp/head/kernel", tf.float64, 0)) == 0.05
     with pytest.raises(ValueError, match="min_learning_rate=0.1 must be below "
                                          "max_learning_rate=0.05"):
         PerStepLearningRates(max_learning_rate=0.05, min_learning_rate=0.1)

@@ -8,7 +8,7 @@ import tensorflow as tf
 import metalearn
 from metalearn import models
 from metalearn.adapters import GradientDescent
-from tests.gradient_descent_test import _regression_episodes, mse
+from metalearn.testing import regression_episodes, mse
 
 
 def _learner(seed=0):
@@ -19,13 +19,13 @@ def _learner(seed=0):
 
 def test_sgd_step_equals_manual_update():
     learner = _learner()
-    episodes = _regression_episodes()
+    episodes = regression_episodes()
     with tf.GradientTape() as tape:
         loss = learner.meta_loss(episodes)
     grads = [g.numpy() for g in tape.gradient(loss, learner.meta_variables)]
     before = [v.numpy() for v in learner.meta_variables]
     optimizer = metalearn.MetaOptimizer(keras.optimizers.SGD(learning_rate=0.5))
-    metrics = optimizer.step(learner, episodes)
+    metrics, _ = optimizer.step(learner, episodes)
     np.testing.assert_allclose(tf.reduce_mean(metrics["loss"]), loss)
     for w, g, v in zip(before, grads, learner.meta_variables):
         np.testing.assert_allclose(v.numpy(), w - 0.5 * g, rtol=1e-12)
@@ -36,7 +36,7 @@ def test_clipnorm_bounds_the_update():
     before = [v.numpy() for v in learner.meta_variables]
     optimizer = metalearn.MetaOptimizer(keras.optimizers.SGD(learning_rate=1.0),
                                         clipnorm=1e-3)
-    optimizer.step(learner, _regression_episodes())
+    optimizer.step(learner, regression_episodes())
     change = np.sqrt(sum(np.sum((v.numpy() - w) ** 2)
                          for v, w in zip(learner.meta_variables, before)))
     np.testing.assert_allclose(change, 1e-3, rtol=1e-6)
@@ -44,7 +44,7 @@ def test_clipnorm_bounds_the_update():
 
 def test_meta_step_lowers_the_meta_loss():
     learner = _learner()
-    episodes = _regression_episodes()
+    episodes = regression_episodes()
     optimizer = metalearn.MetaOptimizer(keras.optimizers.Adam(learning_rate=0.01))
     step = metalearn.training.make_meta_step(learner, optimizer)
     first = float(step(episodes)["loss"])
@@ -61,7 +61,7 @@ def test_disconnected_meta_variable_is_reported():
     learner = Detached(models.mlp((2,), hidden=(3,), dtype="float64"), GradientDescent(),
                        loss=mse)
     with pytest.raises(ValueError, match="no meta-gradient reaches"):
-        metalearn.MetaOptimizer().compute_gradients(learner, _regression_episodes())
+        metalearn.MetaOptimizer().compute_gradients(learner, regression_episodes())
 
 
 def test_bad_clipnorm():

@@ -69,7 +69,7 @@ def test_bfloat16_compute_gives_float32_meta_gradients_close_to_float32(
 
 
 def test_experiment_dtype_policy_builds_a_mixed_model_that_trains():
-    from metalearn.training import build_experiment, loop, parse_config
+    from metalearn.training import build_experiment, make_meta_step, parse_config
     try:
         parse_config(["experiments/sinusoid/maml.gin"],
                      ["Experiment.dtype_policy = 'mixed_bfloat16'",
@@ -77,7 +77,7 @@ def test_experiment_dtype_policy_builds_a_mixed_model_that_trains():
         experiment = build_experiment()
         layer = experiment.learner.model.layers[0]
         assert (layer.compute_dtype, layer.kernel.dtype) == ("bfloat16", "float32")
-        step = loop.make_meta_step(experiment.learner, experiment.meta_optimizer)
+        step = make_meta_step(experiment.learner, experiment.meta_optimizer)
         episodes = next(iter(experiment.sampler.dataset(4, seed=0)))
         before = [v.numpy().copy() for v in experiment.learner.meta_variables]
         metrics = step(episodes)

@@ -9,11 +9,10 @@ import tensorflow as tf
 import metalearn
 from metalearn import models
 from metalearn.adapters import GradientDescent
-from metalearn.prototypical import PROTOTYPES
-from tests.contract import (DIM, WAYS, LearnerContract, contract_model,
+from metalearn.testing import (DIM, WAYS, LearnerContract, contract_model,
                             synthetic_classification, uninformative_support)
-from tests.reference import finite_difference_variables, relative_error
-from tests.gradient_descent_test import _analytic_meta_gradient
+from metalearn.testing import finite_difference_variables, relative_error
+from metalearn.testing import analytic_meta_gradient
 
 
 def _embedding(seed=0, dtype="float64"):
@@ -34,14 +33,14 @@ def test_logits_are_negative_squared_distances_to_class_means():
     embed = lambda x: learner.model(x, training=True).numpy()
     support, labels = embed(task.support_x), task.support_y.numpy()
     prototypes = np.stack([support[labels == k].mean(0) for k in range(WAYS)])
-    np.testing.assert_allclose(fast[PROTOTYPES], prototypes, rtol=1e-12)
+    np.testing.assert_allclose(fast.head, prototypes, rtol=1e-12)
     query = embed(task.query_x)
     expected = -((query[:, None, :] - prototypes[None]) ** 2).sum(-1)
     np.testing.assert_allclose(logits, expected, rtol=1e-12)
 
 
 def _assert_meta_gradient_matches_finite_differences(learner, episodes):
-    analytic = _analytic_meta_gradient(learner, episodes)
+    analytic = analytic_meta_gradient(learner, episodes)
     numeric = finite_difference_variables(lambda: learner.meta_loss(episodes),
                                           learner.meta_variables)
     assert relative_error(analytic, numeric) < 1e-6
@@ -66,7 +65,7 @@ def _proto_maml(steps, seed=0, dtype="float64"):
 
 def test_proto_maml_head_is_generated_and_equals_protonets_without_steps():
     learner = _proto_maml(steps=0)
-    assert {"net/head/kernel", "net/head/bias"} == set(learner.generated_paths())
+    assert {"net/head/kernel", "net/head/bias"} == set(learner.task_paths())
     assert not {"net/head/kernel", "net/head/bias"} & {v.path for v in learner.meta_variables}
     # With no inner step, Proto-MAML's logits differ from ProtoNets' by -||f(x)||^2 per
     # example: the same softmax, so the same loss and accuracy.
@@ -94,7 +93,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="Dense layer with bias and 5 units"):
         metalearn.ProtoMAML(contract_model(), ways=5)
     learner = metalearn.PrototypicalNetworks(_embedding(), ways=WAYS)
-    with pytest.raises(KeyError, match="needs the prototypes"):
+    with pytest.raises(TypeError, match="needs the Solution that adapt"):
         learner.predict(learner.initial_weights(), _episodes().query_x[0])
 
 
@@ -105,6 +104,9 @@ class _UninformativeSupport:
 
 
 class TestPrototypicalNetworks(_UninformativeSupport, LearnerContract):
+    covers = (metalearn.PrototypicalNetworks, metalearn.EmbeddingLearner,
+              metalearn.heads.PrototypeHead, metalearn.adapters.NoAdaptation)
+
     def make_learner(self):
         keras.utils.set_random_seed(0)
         return metalearn.PrototypicalNetworks(
@@ -115,10 +117,12 @@ class TestPrototypicalNetworks(_UninformativeSupport, LearnerContract):
         super().test_shapes()
         learner = self.make_learner()
         task = synthetic_classification(0, tasks=1).task(0)
-        assert learner.adapt(task.support_x, task.support_y)[PROTOTYPES].shape == (WAYS, 8)
+        assert learner.adapt(task.support_x, task.support_y).head.shape == (WAYS, 8)
 
 
 class TestProtoMAML(_UninformativeSupport, LearnerContract):
+    covers = (metalearn.ProtoMAML, metalearn.learners.PrototypeInit)
+
     def make_learner(self):
         return metalearn.ProtoMAML(contract_model(), GradientDescent(steps=1, learning_rate=0.1),
                                    ways=WAYS, metrics={"accuracy": "accuracy"})

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from metalearn import report
-from metalearn.training import build_experiment, evaluate, parse_config, results, train
+from metalearn.runs import results
+from metalearn.training import build_experiment, evaluate, parse_config, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SINUSOID = os.path.join(ROOT, "experiments", "sinusoid", "maml.gin")

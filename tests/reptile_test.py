@@ -8,8 +8,8 @@ import tensorflow as tf
 import metalearn
 from metalearn import models
 from metalearn.adapters import GradientDescent, MetaSGD
-from tests.contract import LearnerContract, classification_learner
-from tests.gradient_descent_test import _regression_episodes, mse
+from metalearn.testing import LearnerContract, classification_learner
+from metalearn.testing import regression_episodes, mse
 
 ALPHA, EPSILON, STEPS = 0.1, 0.5, 2
 
@@ -31,9 +31,10 @@ def _adapt_by_hand(w, b, x, y):
 
 
 def _run(learner, serial):
-    reptile = metalearn.Reptile(keras.optimizers.SGD(learning_rate=EPSILON), serial=serial)
+    rule = metalearn.SerialReptile if serial else metalearn.Reptile
+    reptile = rule(keras.optimizers.SGD(learning_rate=EPSILON))
     step = metalearn.training.make_meta_step(learner, reptile)
-    step(_regression_episodes(tasks=3))
+    step(regression_episodes(tasks=3))
     return [v.numpy() for v in learner.meta_variables]
 
 
@@ -41,7 +42,7 @@ def _run(learner, serial):
 def test_batched_update_equals_formula(task_batching):
     learner = _linear_learner(task_batching)
     w, b = (v.numpy() for v in learner.meta_variables)
-    episodes = _regression_episodes(tasks=3)
+    episodes = regression_episodes(tasks=3)
     adapted = [_adapt_by_hand(w, b, episodes.support_x[i].numpy(),
                               episodes.support_y[i].numpy()) for i in range(3)]
     expected_w = w + EPSILON * (np.mean([a[0] for a in adapted], 0) - w)
@@ -54,7 +55,7 @@ def test_batched_update_equals_formula(task_batching):
 def test_serial_update_equals_formula():
     learner = _linear_learner()
     w, b = (v.numpy() for v in learner.meta_variables)
-    episodes = _regression_episodes(tasks=3)
+    episodes = regression_episodes(tasks=3)
     for i in range(3):  # each task adapts from where the previous update left theta
         phi_w, phi_b = _adapt_by_hand(w, b, episodes.support_x[i].numpy(),
                                       episodes.support_y[i].numpy())
@@ -68,8 +69,9 @@ def test_serial_and_batched_differ_and_metrics_are_per_task():
     batched, serial = _run(_linear_learner(), False), _run(_linear_learner(), True)
     assert not np.allclose(batched[0], serial[0])
     learner = _linear_learner()
-    reptile = metalearn.Reptile(serial=True)
-    metrics = reptile.step(learner, _regression_episodes(tasks=3))
+    reptile = metalearn.SerialReptile()
+    metrics, flags = reptile.step(learner, regression_episodes(tasks=3))
+    assert flags is None
     assert metrics["loss"].shape == (3,)
 
 
@@ -77,12 +79,14 @@ def test_reptile_refuses_adapter_state_it_cannot_train():
     learner = metalearn.Learner(models.mlp((2,), hidden=(3,), dtype="float64"),
                                 MetaSGD(), loss=mse)
     with pytest.raises(ValueError, match="Reptile moves the model's initial weights only"):
-        metalearn.Reptile().compute_gradients(learner, _regression_episodes())
+        metalearn.Reptile().compute_gradients(learner, regression_episodes())
     with pytest.raises(ValueError, match="inner_steps must be >= 1, got 0"):
         metalearn.Reptile(inner_steps=0)
 
 
 class TestReptile(LearnerContract):
+    covers = (metalearn.Reptile,)
+
     def make_learner(self):
         return classification_learner(GradientDescent(steps=3, learning_rate=0.1))
 
@@ -91,5 +95,7 @@ class TestReptile(LearnerContract):
 
 
 class TestSerialReptile(TestReptile):
+    covers = (metalearn.SerialReptile,)
+
     def make_meta_optimizer(self):
-        return metalearn.Reptile(keras.optimizers.SGD(learning_rate=0.3), serial=True)
+        return metalearn.SerialReptile(keras.optimizers.SGD(learning_rate=0.3))

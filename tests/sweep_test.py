@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from metalearn.training import sweeps
+from metalearn.runs import sweeps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["Experiment.num_steps = 30", "Experiment.log_every = 3",

@@ -22,7 +22,8 @@ import tensorflow as tf
 
 import metalearn
 from metalearn.tasks.datasets import load_omniglot
-from metalearn.training import build_experiment, parse_config, results, sweeps
+from metalearn.runs import results, sweeps
+from metalearn.training import build_experiment, parse_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORBIDDEN_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill",

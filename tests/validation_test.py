@@ -25,7 +25,8 @@ import tensorflow as tf
 import metalearn  # noqa: F401  (registers the configurables)
 from metalearn.tasks import FewShotClassification
 from metalearn.tasks.datasets import LabelledImages, load_mnist, load_omniglot
-from metalearn.training import build_experiment, parse_config, train, validation
+from metalearn.runs import validation
+from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.evaluation import evaluate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -344,14 +345,14 @@ def test_binding_sources_follow_includes(tmp_path):
     found = {(b.selector, b.param): b.source
              for b in validation.binding_sources([str(path)], ["mlp.outputs = 3"])}
     assert found[("Sinusoid", "shots")].line == 2
-    maml = found[("GradientDescent", "learning_rate")]
+    maml = found[("GradientDescent", "first_order")]
     assert maml.filename.endswith("experiments/sinusoid/maml.gin")
-    assert "GradientDescent.learning_rate" in maml.text
+    assert "GradientDescent.first_order" in maml.text
     assert found[("mlp", "outputs")].filename is None
 
 
 def test_a_sweep_checks_every_run_s_outputs_before_any_run_starts(tmp_path):
-    from metalearn.training import sweeps
+    from metalearn.runs import sweeps
     spec = sweeps.SweepSpec(gin_files=["sinusoid/maml.gin"],
                             gin_params=["Experiment.num_steps = 2"],
                             axes={"mlp.outputs": ["1", "3"]})

@@ -9,11 +9,11 @@ import tensorflow as tf
 
 import metalearn
 from metalearn import models
-from metalearn.adapters import GradientDescent
-from tests.contract import (DIM, WAYS, LearnerContract, classification_learner,
+from metalearn.adapters import GradientDescent, PerStepWeights
+from metalearn.testing import (DIM, WAYS, LearnerContract, classification_learner,
                             softmax_cross_entropy, synthetic_classification)
-from tests.gradient_descent_test import _analytic_meta_gradient, _image_episodes
-from tests.reference import finite_difference_variables, relative_error
+from metalearn.testing import analytic_meta_gradient, image_episodes
+from metalearn.testing import finite_difference_variables, relative_error
 
 HEAD = ("model/head/kernel", "model/head/bias")
 
@@ -44,14 +44,14 @@ def _relabel(episodes, permutation):
 
 def test_head_starts_every_task_at_zero_and_is_not_meta_learned():
     learner = _learner(_mlp())
-    assert learner.zero_init_paths == HEAD
-    assert set(HEAD) <= set(learner.generated_paths())
+    assert tuple(learner.task_paths()) == HEAD
     assert not set(HEAD) & {v.path for v in learner.meta_variables}
-    weights = learner.initial_weights()
+    task = synthetic_classification(0, tasks=1, dtype=tf.float64).task(0)
+    weights = learner.task_initial_weights(learner.initial_weights(), task.support_x,
+                                           task.support_y)
     for path in HEAD:
         assert not np.any(weights[path].numpy())
     assert np.any(learner.model.get_layer("head").kernel.numpy())  # variable untouched
-    task = synthetic_classification(0, tasks=1, dtype=tf.float64).task(0)
     logits = learner.predict(learner.adapt(task.support_x, task.support_y, steps=0),
                              task.query_x).numpy()
     np.testing.assert_array_equal(logits, np.zeros_like(logits))
@@ -62,7 +62,7 @@ def test_meta_loss_depends_on_label_numbering_only_without_zero_init(zero_init):
     model = _conv()
     learner = (_learner(model) if zero_init else
                classification_learner(GradientDescent(steps=2, learning_rate=0.5), model))
-    episodes = _image_episodes(tasks=3)
+    episodes = image_episodes(tasks=3)
     losses = [float(learner.meta_loss(_relabel(episodes, p)))
               for p in ([0, 1, 2], [2, 0, 1], [1, 0, 2])]
     if zero_init:
@@ -74,7 +74,7 @@ def test_meta_loss_depends_on_label_numbering_only_without_zero_init(zero_init):
 def test_meta_gradient_equals_finite_differences():
     learner = _learner(_mlp())
     episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
-    analytic = _analytic_meta_gradient(learner, episodes)
+    analytic = analytic_meta_gradient(learner, episodes)
     numeric = finite_difference_variables(lambda: learner.meta_loss(episodes),
                                           learner.meta_variables)
     assert relative_error(analytic, numeric) < 1e-6
@@ -82,15 +82,15 @@ def test_meta_gradient_equals_finite_differences():
 
 @pytest.mark.parametrize("task_batching", ["map_fn", "batched"])
 def test_meta_gradient_equals_a_plain_learner_on_a_zeroed_model(task_batching):
-    episodes = _image_episodes(tasks=3)
+    episodes = image_episodes(tasks=3)
     learner = _learner(_conv(), task_batching=task_batching)
     reference_model = _conv()
     for variable in reference_model.get_layer("head").weights:
         variable.assign(tf.zeros_like(variable))
     reference = classification_learner(GradientDescent(steps=2, learning_rate=0.5),
                                        reference_model)
-    ours = _analytic_meta_gradient(learner, episodes)
-    theirs = {p: g for p, g in _analytic_meta_gradient(reference, episodes).items()
+    ours = analytic_meta_gradient(learner, episodes)
+    theirs = {p: g for p, g in analytic_meta_gradient(reference, episodes).items()
               if p not in HEAD}
     assert sorted(ours) == sorted(theirs)
     for path in ours:
@@ -112,12 +112,15 @@ def test_reptile_moves_the_body_and_leaves_the_zeroed_head():
 def test_bad_zero_init_is_named():
     with pytest.raises(ValueError, match=r"zero_init=\('classifier',\) matches none"):
         classification_learner(GradientDescent(), _mlp(), zero_init=("classifier",))
-    with pytest.raises(ValueError, match="zero_init.*generates.*model/head/bias"):
-        classification_learner(GradientDescent(per_step=("head/bias",)), _mlp(),
-                               zero_init=("head",))
+    with pytest.raises(ValueError, match="ZeroInit sets weights that the adapter "
+                                         "GradientDescent sets per task.*model/head/bias"):
+        classification_learner(GradientDescent(wrappers=[PerStepWeights(("head/bias",))]),
+                               _mlp(), zero_init=("head",))
 
 
 class TestZeroInitMAML(LearnerContract):
+    covers = (metalearn.learners.ZeroInit,)
+
     def make_learner(self):
         return classification_learner(GradientDescent(steps=2, learning_rate=0.5),
                                       zero_init=("head",))

@@ -1,10 +1,27 @@
-"""Inner loops: how a model's weights are adapted to one task."""
+"""Inner loops: how a model's weights are adapted to one task, built from pieces.
 
-from metalearn.adapters.base import Adapter, CallFn, LossFn, NoAdaptation
+* the loop: :class:`GradientDescent` (and the front doors :class:`MetaSGD`,
+  :class:`PerStepLearningRates`), :class:`ImplicitGradientDescent`,
+  :class:`Hypernetwork`, :class:`NoAdaptation`;
+* update transforms (:mod:`metalearn.adapters.updates`): :class:`GradientStep`,
+  :class:`FirstOrder`, :class:`AnnealOrder`, :class:`Mask`, :class:`LearnedRates`,
+  :class:`ClipByGlobalNorm`, :class:`Chain`;
+* step wrappers (:mod:`metalearn.adapters.wrappers`): :class:`PerStepWeights`,
+  :class:`Recompute`, :class:`MiniBatches`.
+"""
+
+from metalearn.adapters.base import (Adapter, CallFn, Capabilities, LossFn, NoAdaptation,
+                                     Piece)
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.adapters.hypernetwork import Hypernetwork
 from metalearn.adapters.implicit import ImplicitGradientDescent
 from metalearn.adapters.learned_rates import MetaSGD, PerStepLearningRates
+from metalearn.adapters.updates import (AnnealOrder, Chain, ClipByGlobalNorm,
+                                        FirstOrder, GradientStep, LearnedRates, Mask,
+                                        StepInfo, Update)
+from metalearn.adapters.wrappers import MiniBatches, PerStepWeights, Recompute, StepWrapper
 
-__all__ = ["Adapter", "CallFn", "GradientDescent", "Hypernetwork", "ImplicitGradientDescent",
-           "LossFn", "MetaSGD", "NoAdaptation", "PerStepLearningRates"]
+__all__ = ["Adapter", "AnnealOrder", "CallFn", "Capabilities", "Chain", "ClipByGlobalNorm",
+           "FirstOrder", "GradientDescent", "GradientStep", "Hypernetwork", "ImplicitGradientDescent",
+           "LearnedRates", "LossFn", "Mask", "MetaSGD", "MiniBatches", "NoAdaptation",
+           "PerStepLearningRates", "PerStepWeights", "Piece", "Recompute",            "StepInfo", "StepWrapper", "Update"]

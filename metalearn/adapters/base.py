@@ -1,8 +1,20 @@
-"""The inner-loop interface: how weights are adapted to one task."""
+"""The inner-loop interface: pieces, their capabilities, and adapters.
+
+An inner loop is built from *pieces* (:class:`Piece`): an :class:`Adapter` (the loop,
+or a hypernetwork), the update transforms it applies to gradients
+(:mod:`metalearn.adapters.updates`), the wrappers around its steps
+(:mod:`metalearn.adapters.wrappers`). A composite never copies its parts' flags: what it
+can do (:attr:`Piece.capabilities`), which weights it sets per task
+(:meth:`Piece.task_paths`) and what it meta-learns (:attr:`Piece.meta_variables`) are
+computed from every part it holds, found by ``tf.Module``'s own attribute traversal
+(attributes, lists, tuples and dicts of pieces). A wrapper cannot forget to forward one.
+"""
 
 from __future__ import annotations
 
 import abc
+import dataclasses
+import functools
 import re
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -19,59 +31,163 @@ CallFn = Callable[[Weights, Any], Any]
 """``call(weights, x)``: the model's output on ``x`` run with ``weights``."""
 
 
-def select_paths(weights: Weights, patterns: Sequence[str], what: str,
+def select_paths(paths: Sequence[str], patterns: Sequence[str], what: str,
                  exclude: Sequence[str] = ()) -> List[str]:
-    """The paths of ``weights`` (in order) that a regular expression in ``patterns``
-    matches (``re.search``), minus ``exclude``.
+    """The ``paths`` (in order) that a regular expression in ``patterns`` matches
+    (``re.search``), minus ``exclude``.
 
     Raises:
-      ValueError: nothing matches; the message names ``what`` (e.g. ``"adapt"``), the
+      ValueError: nothing matches; the message names ``what`` (e.g. ``"Mask"``), the
         patterns and the available paths.
     """
     excluded = set(exclude)
-    paths = [p for p in weights
-             if p not in excluded and any(re.search(r, p) for r in patterns)]
-    if not paths:
+    selected = [p for p in paths
+                if p not in excluded and any(re.search(r, p) for r in patterns)]
+    if not selected:
         note = f" ({sorted(excluded)} excluded)" if excluded else ""
         raise ValueError(f"{what}={tuple(patterns)!r} matches none of the weights "
-                         f"{list(weights)}{note}")
-    return paths
+                         f"{list(paths)}{note}")
+    return selected
 
 
-class Adapter(tf.Module, abc.ABC):
+def check_patterns(patterns: Any, what: str) -> tuple:
+    """``patterns`` as a tuple of regular expressions over weight paths; raises
+    ``ValueError`` naming ``what`` unless it is a non-empty list of them."""
+    if patterns is gin.REQUIRED or isinstance(patterns, str) or not patterns:
+        raise ValueError(f"{what} needs a non-empty list of path patterns, got {patterns!r}")
+    return tuple(patterns)
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What an inner loop allows; a composite's are the combination of its parts'.
+
+    Attributes:
+      custom_gradient: some part computes its gradient with ``tf.custom_gradient``
+        (implicit differentiation, recomputed steps). TensorFlow ignores custom
+        gradients inside ``tf.map_fn``'s loop, so the learner then runs a batch's tasks
+        unrolled. Any part having it gives it to the whole.
+      task_axis: the loop also works on weights with a leading task axis
+        (``[tasks, *shape]``) and a ``loss_fn`` returning one loss per task, treating
+        tasks independently (``Learner(task_batching="batched")`` needs it). Elementwise
+        steps qualify; anything that mixes values across a whole weight vector (a
+        global norm, a dot product) or indexes one task's examples does not. Every part
+        must have it.
+    """
+
+    custom_gradient: bool = False
+    task_axis: bool = True
+
+    def __and__(self, other: "Capabilities") -> "Capabilities":
+        return Capabilities(custom_gradient=self.custom_gradient or other.custom_gradient,
+                            task_axis=self.task_axis and other.task_axis)
+
+
+class Piece(tf.Module):
+    """A part of an inner loop. Subclasses say what they themselves need; what a
+    composite needs is computed over every piece it holds.
+
+    Override :meth:`own_capabilities`, :meth:`own_task_paths` and
+    :meth:`own_meta_variables` for the piece itself; never the combined
+    :attr:`capabilities`, :meth:`task_paths` or :attr:`meta_variables`.
+
+    :attr:`meta_step` is the learner's outer-step counter (an int64 ``tf.Variable`` the
+    compiled meta-step advances). :class:`~metalearn.Learner` sets it on its adapter and
+    on every piece inside it; it is ``None`` for a piece used alone. Schedules over
+    meta-training read it inside the graph (``tf.where``), so nothing retraces.
+    """
+
+    def __init__(self, name: Optional[str] = None):
+        super().__init__(name=name)
+        self.meta_step: Optional[tf.Variable] = None
+
+    # --- what this piece itself says ---------------------------------------------
+
+    def own_capabilities(self) -> Capabilities:
+        """This piece's own needs, its parts' aside (default: no custom gradient,
+        works on a task axis)."""
+        return Capabilities()
+
+    def own_task_paths(self, weights: Weights) -> Sequence[str]:
+        """Paths of model weights this piece sets per task (never meta-trained)."""
+        return ()
+
+    def own_meta_variables(self) -> List[tf.Variable]:
+        """Variables this piece meta-learns, its parts' aside."""
+        return []
+
+    # --- what the whole says: computed over the parts ------------------------------
+
+    def parts(self) -> List["Piece"]:
+        """Every piece inside this one (recursively), found by ``tf.Module``."""
+        return [m for m in self.submodules if isinstance(m, Piece)]
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """This piece's :meth:`own_capabilities` combined with every part's."""
+        return functools.reduce(lambda a, b: a & b,
+                                [p.own_capabilities() for p in [self, *self.parts()]])
+
+    def task_paths(self, weights: Weights) -> List[str]:
+        """Paths (in ``weights`` order) that this piece or any part sets per task."""
+        found = set()
+        for piece in [self, *self.parts()]:
+            found.update(piece.own_task_paths(weights))
+        return [p for p in weights if p in found]
+
+    @property
+    def meta_variables(self) -> List[tf.Variable]:
+        """Variables the outer step trains: this piece's and every part's, once each."""
+        found, seen = [], set()
+        for piece in [self, *self.parts()]:
+            for variable in piece.own_meta_variables():
+                if id(variable) not in seen:
+                    seen.add(id(variable))
+                    found.append(variable)
+        return found
+
+    def bind(self, meta_step: Optional[tf.Variable]) -> None:
+        """Gives this piece and every part the learner's outer-step counter."""
+        for piece in [self, *self.parts()]:
+            piece.meta_step = meta_step
+
+
+_LEGACY_FLAGS = {
+    "needs_unrolled_tasks": "own_capabilities() returning Capabilities(custom_gradient=...)",
+    "supports_task_axis": "own_capabilities() returning Capabilities(task_axis=...)",
+    "generated_paths": "own_task_paths(weights)",
+}
+
+
+class Adapter(Piece, abc.ABC):
     """Maps (initial weights, support set) to adapted weights, as a pure function.
 
     An adapter may own meta-learned state (learned inner learning rates, a
     hypernetwork): it creates it in :meth:`build` and lists it in
-    :attr:`meta_variables`, and the outer step trains it with the model's initial
+    :meth:`own_meta_variables`, and the outer step trains it with the model's initial
     weights. :meth:`adapt` must never assign to any variable; it returns new tensors.
 
-    Schedules over meta-training (MAML++'s derivative-order annealing) read
-    :attr:`meta_step`, the learner's outer-step counter (an int64 ``tf.Variable`` that
-    the compiled meta-step advances), with ``tf.where``/``tf.cond`` so nothing retraces.
-    :class:`~metalearn.Learner` sets it; it is ``None`` for an adapter used alone.
-
     To write an adapter, subclass this and implement :meth:`adapt` (and :meth:`build` if
-    it owns variables). See BUILD.md, "Adding an adapter".
+    it owns variables); say what it allows in :meth:`own_capabilities` (an adapter
+    works on a task axis only if it says so). To change how gradient steps update the
+    weights, write an update transform instead (:mod:`metalearn.adapters.updates`),
+    see docs/tutorials/inner_loop_piece.md.
     """
 
-    needs_unrolled_tasks = False
-    """True for adapters whose gradient is a ``tf.custom_gradient``: TensorFlow does not
-    apply custom gradients inside ``tf.map_fn``'s loop, so the learner then runs the tasks
-    of a batch unrolled whatever its ``task_batching``."""
-
-    supports_task_axis = False
-    """True for adapters whose :meth:`adapt` also works on weights with a leading task axis
-    (``[tasks, *shape]``) and a ``loss_fn`` returning one loss per task (``[tasks]``),
-    treating tasks independently: the learner's ``task_batching="batched"`` needs it.
-    Elementwise gradient steps qualify (the gradient of the summed per-task losses is
-    every task's own gradient); anything that mixes values across a whole weight vector
-    (a dot product, a norm) does not, unless written per task."""
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name, instead in _LEGACY_FLAGS.items():
+            if name in cls.__dict__:
+                raise TypeError(f"{cls.__name__} defines {name!r}, which metalearn 0.2 "
+                                f"computes from an adapter's parts: define {instead} "
+                                "instead (BUILD.md, 'Migration')")
 
     def __init__(self, name: Optional[str] = None):
         super().__init__(name=name)
         self._built = False
-        self.meta_step: Optional[tf.Variable] = None
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(task_axis=False)  # an adapter must say it works on a task axis
 
     def build(self, model: keras.Model, weights: Weights) -> None:
         """Creates the adapter's meta-learned state for ``model``; called once by Learner.
@@ -87,13 +203,14 @@ class Adapter(tf.Module, abc.ABC):
         return self._built
 
     @property
-    def meta_variables(self) -> List[keras.Variable]:
-        """Variables the outer step trains besides the model's (empty by default)."""
-        return []
+    def needs_unrolled_tasks(self) -> bool:
+        """Whether a batch's tasks must run unrolled (``capabilities.custom_gradient``)."""
+        return self.capabilities.custom_gradient
 
-    def generated_paths(self, weights: Weights) -> Sequence[str]:
-        """Paths of model weights this adapter replaces outright (never meta-trained)."""
-        return ()
+    @property
+    def supports_task_axis(self) -> bool:
+        """Whether ``task_batching="batched"`` works (``capabilities.task_axis``)."""
+        return self.capabilities.task_axis
 
     def forward(self, call: CallFn, weights: Weights, x: Any) -> Any:
         """The model's output on a batch ``x`` with (adapted) ``weights``.
@@ -102,11 +219,6 @@ class Adapter(tf.Module, abc.ABC):
         through this. The default is ``call(weights, x)``: one set of weights for the
         whole batch. An adapter whose weights depend on each input (a hypernetwork
         conditioned on the input itself) overrides it.
-
-        Args:
-          call: runs the model on a batch with the given weights.
-          weights: weights by path, as :meth:`adapt` returned them.
-          x: a batch of inputs.
         """
         return call(weights, x)
 
@@ -145,7 +257,9 @@ class NoAdaptation(Adapter):
     or a plain pre-trained model as a baseline)."""
 
     steps = 0
-    supports_task_axis = True
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities()
 
     def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
               steps: Optional[int] = None) -> Weights:

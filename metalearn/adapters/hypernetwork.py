@@ -22,7 +22,7 @@ to some of the base model's weights:
 The generator's output is flattened per example and split, in the order of the
 model's trainable variables, into the shapes of the generated weights. Generated
 weights replace the model's (``mode="replace"``: those variables are never used, get
-no meta-gradient, and ``generated_paths`` removes them from the learner's
+no meta-gradient, and ``task_paths`` removes them from the learner's
 meta-variables), or are added to them (``mode="residual"``, as in HyperMAML: the
 model's weights stay meta-learned and the generator predicts a task-specific change).
 
@@ -37,7 +37,6 @@ run through :func:`metalearn.functional.call`, so adaptation assigns no variable
 
 from __future__ import annotations
 
-import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
@@ -145,7 +144,7 @@ class Hypernetwork(Adapter):
             return list(weights)
         return select_paths(weights, self.generate_patterns, "Hypernetwork generate")
 
-    def generated_paths(self, weights: Weights) -> Sequence[str]:
+    def own_task_paths(self, weights: Weights) -> Sequence[str]:
         """Replaced weights are never meta-trained; residual ones stay meta-learned."""
         return self.target_paths(weights) if self.mode == "replace" else ()
 
@@ -260,16 +259,13 @@ class Hypernetwork(Adapter):
             return None
         return tf.zeros(shape, spec.dtype)
 
-    @property
-    def meta_variables(self) -> List[keras.Variable]:
-        """The encoder's and generator's trainable variables, then ``then``'s."""
-        found, seen = [], set()
+    def own_meta_variables(self) -> List[keras.Variable]:
+        """The encoder's and generator's trainable variables (``then``'s come with it,
+        as a part)."""
+        found = []
         for model in (self.encoder, self.generator):
-            for variable in (model.trainable_variables if model is not None else []):
-                if id(variable) not in seen:
-                    seen.add(id(variable))
-                    found.append(variable)
-        return found + (list(self.then.meta_variables) if self.then is not None else [])
+            found += list(model.trainable_variables) if model is not None else []
+        return found
 
     def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
               steps: Optional[int] = None) -> Weights:

@@ -28,7 +28,7 @@ from typing import Any, List, Optional, Sequence
 import gin
 import tensorflow as tf
 
-from metalearn.adapters.base import Adapter, LossFn
+from metalearn.adapters.base import Adapter, Capabilities, LossFn
 from metalearn.functional import Weights
 
 
@@ -78,8 +78,6 @@ class ImplicitGradientDescent(Adapter):
         by default.
     """
 
-    needs_unrolled_tasks = True  # tf.custom_gradient is ignored inside tf.map_fn
-
     def __init__(self, steps: int = 10, learning_rate: float = 0.01,
                  regularization: float = 1.0, cg_steps: int = 5,
                  clip_norm: Optional[float] = None, name: Optional[str] = None):
@@ -99,6 +97,11 @@ class ImplicitGradientDescent(Adapter):
         self.regularization = float(regularization)
         self.cg_steps = int(cg_steps)
         self.clip_norm = None if clip_norm is None else float(clip_norm)
+
+    def own_capabilities(self) -> Capabilities:
+        # tf.custom_gradient is ignored inside tf.map_fn; the inner solve and conjugate
+        # gradient take dot products over one task's whole weight vector.
+        return Capabilities(custom_gradient=True, task_axis=False)
 
     def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
               steps: Optional[int] = None) -> Weights:

@@ -1,110 +1,77 @@
-"""Learned inner learning rates: Meta-SGD (per element) and MAML++'s LSLR (per step and
-per layer). Both are :class:`GradientDescent` with a learned :meth:`step_size`."""
+"""Front doors for learned inner learning rates: Meta-SGD (per element) and MAML++'s
+LSLR (per step and per layer). Each is :class:`GradientDescent` whose update is a
+:class:`~metalearn.adapters.updates.LearnedRates` transform."""
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import gin
 import keras
-import numpy as np
-import tensorflow as tf
 
-from metalearn.adapters.gradient_descent import GradientDescent, variable_name
-from metalearn.functional import Weights
+from metalearn.adapters.gradient_descent import GradientDescent, _check_moved
+from metalearn.adapters.updates import LearnedRates
+from metalearn.adapters.wrappers import StepWrapper
 
 
-class _LearnedRates(GradientDescent):
-    """Gradient descent whose step sizes are meta-learned ``keras.Variable``s.
+class _LearnedRatesDoor(GradientDescent):
+    _per = "element"
 
-    Args:
-      max_learning_rate: if set, the learned rates are clipped to
-        ``[-max_learning_rate, max_learning_rate]`` where they are used (no gradient
-        reaches a rate while it is clipped). A safeguard for regression losses whose
-        inner loop diverges above a small rate: the outer optimizer (Adam) moves a rate
-        by about its own learning rate per meta-step, whatever the rate's scale.
-      min_learning_rate: if set, the lower clipping bound instead of
-        ``-max_learning_rate`` (e.g. ``0.0`` keeps per-layer rates from turning the
-        inner loop into gradient ascent, which diverges).
-      **kwargs: as for :class:`GradientDescent`.
-    """
-
-    def __init__(self, *args, max_learning_rate: Optional[float] = None,
-                 min_learning_rate: Optional[float] = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        if max_learning_rate is not None and not float(max_learning_rate) > 0:
-            raise ValueError(f"max_learning_rate must be > 0, got {max_learning_rate}")
-        self.max_learning_rate = None if max_learning_rate is None \
-            else float(max_learning_rate)
-        if min_learning_rate is not None and self.max_learning_rate is not None and \
-                not float(min_learning_rate) < self.max_learning_rate:
-            raise ValueError(f"min_learning_rate={min_learning_rate} must be below "
-                             f"max_learning_rate={self.max_learning_rate}")
-        self.min_learning_rate = None if min_learning_rate is None \
-            else float(min_learning_rate)
-
-    def _rate_shape(self, weight: tf.Tensor) -> Sequence[int]:
-        raise NotImplementedError
-
-    def build(self, model: keras.Model, weights: Weights) -> None:
-        super().build(model, weights)
-        self._rate_paths = list(self.adapted_paths(weights))
-        self._rates = [keras.Variable(
-            np.full(self._rate_shape(weights[p]), self.learning_rate),
-            dtype=weights[p].dtype.name, trainable=True, name=variable_name(p, "lr"))
-            for p in self._rate_paths]
-        self._rate_index = {p: i for i, p in enumerate(self._rate_paths)}
+    def __init__(self, steps: int = 1, learning_rate: float = 0.01,
+                 first_order: bool = False, max_learning_rate: Optional[float] = None,
+                 min_learning_rate: Optional[float] = None,
+                 wrappers: Sequence[StepWrapper] = (), name: Optional[str] = None,
+                 **moved: Any):
+        _check_moved(type(self).__name__, moved)
+        rates = LearnedRates(self._per, initial=learning_rate,
+                             max_learning_rate=max_learning_rate,
+                             min_learning_rate=min_learning_rate)
+        # Every argument explicit: GradientDescent's own gin bindings (a base file's
+        # GradientDescent.learning_rate) must not reach the front door's loop.
+        super().__init__(steps, learning_rate=None, first_order=first_order, update=rates,
+                         wrappers=wrappers, name=name)
+        self.rates = rates
+        self.max_learning_rate = self.rates.max_learning_rate
+        self.min_learning_rate = self.rates.min_learning_rate
 
     @property
-    def meta_variables(self) -> List[keras.Variable]:
-        return super().meta_variables + list(self._rates)
-
-    @property
-    def learning_rates(self):
+    def learning_rates(self) -> Dict[str, keras.Variable]:
         """The learned rates by weight path (variables)."""
-        return dict(zip(self._rate_paths, self._rates))
-
-    def _rate(self, path: str, dtype: tf.DType) -> tf.Tensor:
-        if path not in self._rate_index:
-            raise KeyError(f"no learned rate for weight {path!r}: the adapter was built "
-                           f"for {self._rate_paths}")
-        rate = tf.cast(self._rates[self._rate_index[path]], dtype)
-        if self.max_learning_rate is not None or self.min_learning_rate is not None:
-            high = self.max_learning_rate if self.max_learning_rate is not None else np.inf
-            low = self.min_learning_rate if self.min_learning_rate is not None else -high
-            rate = tf.clip_by_value(rate, low, high)
-        return rate
+        return self.rates.learning_rates
 
 
 @gin.configurable
-class MetaSGD(_LearnedRates):
+class MetaSGD(_LearnedRatesDoor):
     """Meta-SGD (Li et al., 2017): a learned learning rate for every element of every
     adapted weight, meta-trained with the initial weights.
 
-    ``learning_rate`` is the rates' initial value. Everything else is as in
-    :class:`GradientDescent` (``adapt`` patterns, ``first_order``, ``per_step`` ...).
+    ``GradientDescent(steps, update=LearnedRates("element", learning_rate, ...))``, with
+    ``learning_rate`` the rates' initial value; combine with a ``Mask`` or
+    ``AnnealOrder`` through ``GradientDescent(update=[...])``.
+
+    Args:
+      steps, first_order, wrappers: as for :class:`GradientDescent`.
+      learning_rate: the rates' initial value.
+      max_learning_rate, min_learning_rate: clipping bounds where the rates are used
+        (see :class:`~metalearn.adapters.updates.LearnedRates`).
     """
 
-    def _rate_shape(self, weight: tf.Tensor) -> Sequence[int]:
-        return tuple(weight.shape)
-
-    def step_size(self, step: int, path: str, dtype: tf.DType) -> tf.Tensor:
-        return self._rate(path, dtype)
+    _per = "element"
 
 
 @gin.configurable
-class PerStepLearningRates(_LearnedRates):
+class PerStepLearningRates(_LearnedRatesDoor):
     """MAML++'s LSLR (Antoniou et al., 2019): a learned scalar learning rate for every
     adapted weight tensor (layer) and every inner step.
 
-    ``learning_rate`` is the rates' initial value. With more inner steps at test time
-    than the ``steps`` it was built for, the last step's rates are reused.
+    ``GradientDescent(steps, update=LearnedRates("layer_step", learning_rate, ...))``.
+    With more inner steps at test time than ``steps``, the last step's rates are reused.
+    Arguments as for :class:`MetaSGD`.
     """
 
-    def _rate_shape(self, weight: tf.Tensor) -> Sequence[int]:
-        if self.steps < 1:
-            raise ValueError(f"PerStepLearningRates needs steps >= 1, got {self.steps}")
-        return (self.steps,)
+    _per = "layer_step"
 
-    def step_size(self, step: int, path: str, dtype: tf.DType) -> tf.Tensor:
-        return self._rate(path, dtype)[min(step, self.steps - 1)]
+    def __init__(self, steps: int = 1, *args: Any, **kwargs: Any):
+        if int(steps) < 1:
+            raise ValueError(f"PerStepLearningRates needs steps >= 1, got {steps}")
+        super().__init__(steps, *args, **kwargs)

@@ -1,11 +1,13 @@
-"""Training: the compiled meta-step, the loop, evaluation and checkpoints."""
+"""Training: the one meta-step builder, distribution, checkpoints, the loop, evaluation."""
 
+from metalearn.runs.experiment import (Experiment, build_experiment, enable_determinism,
+                                       parse_config)
 from metalearn.training import distribute
-from metalearn.training.distribute import make_distributed_meta_step, make_strategy
-from metalearn.training.evaluation import evaluate, mean_and_interval, restore
-from metalearn.training.experiment import (Experiment, build_experiment, enable_determinism,
-                                           parse_config)
-from metalearn.training.loop import make_meta_step, train
+from metalearn.training.checkpoint import restore
+from metalearn.training.distribute import make_strategy
+from metalearn.training.evaluation import evaluate, mean_and_interval
+from metalearn.training.loop import train
+from metalearn.training.step import make_distributed_meta_step, make_meta_step
 
 __all__ = ["Experiment", "build_experiment", "distribute", "enable_determinism", "evaluate",
            "make_distributed_meta_step", "make_meta_step", "make_strategy",

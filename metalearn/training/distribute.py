@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable, Dict, Optional, Sequence
+from typing import Optional, Sequence
 
 import gin
 import tensorflow as tf
 
-from metalearn.learners import Learner
-from metalearn.meta_optimizers import MetaOptimizer
 from metalearn.tasks.base import TaskSampler
 from metalearn.tasks.episode import Episode
 
@@ -123,57 +121,3 @@ def split_episodes(strategy: tf.distribute.Strategy, episodes: Episode):
         return tf.nest.map_structure(lambda t: t[start:start + share], episodes)
 
     return strategy.experimental_distribute_values_from_function(slice_for)
-
-
-MetaStep = Callable[..., Dict[str, tf.Tensor]]
-
-NON_FINITE = "non_finite"  # the meta-step's output key for MetaOptimizer.non_finite
-
-
-def make_distributed_meta_step(strategy: tf.distribute.Strategy, learner: Learner,
-                               meta_optimizer: MetaOptimizer, jit_compile: bool = False,
-                               skip_non_finite: bool = False) -> MetaStep:
-    """One compiled outer step over per-replica episodes (from :func:`episode_stream`
-    or :func:`split_episodes`); returns the metrics' means over all tasks and advances
-    ``learner.meta_step``.
-
-    With ``jit_compile`` each replica's inner loops and meta-gradient are compiled by
-    XLA; the all-reduce and the update run outside XLA.
-
-    With ``skip_non_finite`` the update is applied only if the meta-loss and every
-    meta-gradient are finite on every replica (decided inside the step, the same on
-    all replicas; otherwise weights, optimizer slots and iteration count are left as
-    they were), and the result has one more entry, ``NON_FINITE``: the vector of
-    :meth:`MetaOptimizer.non_finite` (entry 0 the loss, ``1 + i`` the gradient of
-    ``learner.meta_variables[i]``; all zero when the update was applied).
-    """
-    with strategy.scope():
-        meta_optimizer.build(learner)
-    compute = tf.function(meta_optimizer.compute_gradients, jit_compile=True)
-
-    def replica_step(episodes: Episode) -> Dict[str, tf.Tensor]:
-        if not jit_compile:
-            if not skip_non_finite:
-                return meta_optimizer.step(learner, episodes)
-            metrics, flags = meta_optimizer.finite_step(learner, episodes)
-            return {**metrics, NON_FINITE: flags}
-        gradients, metrics = compute(learner, episodes)
-        if not skip_non_finite:
-            meta_optimizer.apply_gradients(learner, gradients)
-            return metrics
-        flags = meta_optimizer.non_finite(metrics["loss"], gradients)
-        meta_optimizer.apply_gradients(learner, gradients, only_if=tf.reduce_all(flags == 0))
-        return {**metrics, NON_FINITE: flags}
-
-    def step(distributed_episodes) -> Dict[str, tf.Tensor]:
-        per_replica = strategy.run(replica_step, args=(distributed_episodes,))
-        metrics = {name: strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=0)
-                   for name, value in per_replica.items() if name != NON_FINITE}
-        if skip_non_finite:  # already summed over replicas: any local copy
-            metrics[NON_FINITE] = strategy.experimental_local_results(
-                per_replica[NON_FINITE])[0]
-        with tf.control_dependencies(tf.nest.flatten(metrics)):
-            learner.meta_step.assign_add(1)  # what meta-training schedules read
-        return metrics
-
-    return tf.function(step)

@@ -1,20 +1,17 @@
-"""Evaluation on held-out tasks with 95% confidence intervals, and restoring runs."""
+"""Evaluation on held-out tasks with 95% confidence intervals."""
 
 from __future__ import annotations
 
 import math
-import os
 from typing import Dict, Optional, Sequence
 
 import gin
 import numpy as np
 import tensorflow as tf
 
-from metalearn.learners import Learner
+from metalearn.learners.learner import Learner
+from metalearn.runs import validation
 from metalearn.tasks.base import TaskSampler
-from metalearn.training import validation
-from metalearn.training.experiment import Experiment, build_experiment, parse_config
-from metalearn.training.loop import CHECKPOINT_DIR, checkpoint_for
 
 Z_95 = 1.959963984540054  # two-sided 95% quantile of the normal distribution
 
@@ -70,30 +67,3 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
         results[str(steps)] = {name: mean_and_interval(values[:num_tasks])
                                for name, values in per_task.items()}
     return {"num_tasks": int(num_tasks), "split": split, "results": results}
-
-
-def restore(workdir: str, gin_params: Sequence[str] = (),
-            checkpoint: Optional[str] = None) -> Experiment:
-    """Rebuilds a run's experiment from its workdir and loads its latest checkpoint.
-
-    Args:
-      workdir: a directory written by ``metalearn.train``.
-      gin_params: bindings applied on top of the run's saved config (e.g. a different
-        number of shots for evaluation).
-      checkpoint: a specific checkpoint path; defaults to the latest in the workdir.
-
-    Returns:
-      The experiment, whose ``.learner`` holds the trained weights and whose
-      ``.sampler`` (and ``.config``) describe the data and preprocessing of the run.
-    """
-    parse_config(workdir=workdir, gin_params=gin_params)
-    experiment = build_experiment()
-    path = checkpoint or tf.train.latest_checkpoint(os.path.join(workdir, CHECKPOINT_DIR))
-    if path is None:
-        raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, CHECKPOINT_DIR)!r}")
-    step = experiment.learner.meta_step
-    status = checkpoint_for(experiment, step).restore(path)
-    status.assert_existing_objects_matched()
-    status.expect_partial()  # the training loop's progress is not needed here
-    experiment.restored_step = int(step.numpy())
-    return experiment

@@ -8,124 +8,21 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Callable, Dict, Optional
+from typing import Dict, Optional
 
 import gin
 import tensorflow as tf
 from absl import logging
 
-from metalearn.learners import Learner
-from metalearn.meta_optimizers import MetaOptimizer
-from metalearn.tasks.episode import Episode
-from metalearn.training import distribute, files, validation
-from metalearn.training.experiment import CONFIG_FILE, Experiment
+from metalearn.learners.learner import Learner
+from metalearn.runs import files, validation
+from metalearn.runs.experiment import CONFIG_FILE, Experiment
+from metalearn.training import distribute
+from metalearn.training.checkpoint import CHECKPOINT_DIR, Progress, checkpoint_for
+from metalearn.training.step import NON_FINITE, make_meta_step
 
-CHECKPOINT_DIR = "checkpoints"
 OPERATIVE_CONFIG_FILE = "operative_config.gin"
 METRICS_FILE = "metrics.json"
-
-MetaStep = Callable[[Episode], Dict[str, tf.Tensor]]
-
-
-def make_meta_step(learner: Learner, meta_optimizer: MetaOptimizer,
-                   jit_compile: bool = False, skip_non_finite: bool = False) -> MetaStep:
-    """The whole outer step (inner loops, meta-gradient, update) as one ``tf.function``,
-    on one device.
-
-    Returns a function of a batch of episodes giving the batch's mean metrics
-    (``{"loss": ..., ...}``) before the update. Each call advances
-    ``learner.meta_step`` by one after the update (what schedules over meta-training,
-    such as MAML++'s annealing, read). With ``skip_non_finite`` a step whose meta-loss
-    or a meta-gradient is NaN or infinite changes nothing but ``learner.meta_step``,
-    and the result also holds ``"non_finite"`` (see
-    :func:`~metalearn.training.distribute.make_distributed_meta_step`). For several
-    devices see :func:`metalearn.training.distribute.make_distributed_meta_step`.
-    """
-    meta_optimizer.build(learner)
-
-    def meta_step(episodes: Episode) -> Dict[str, tf.Tensor]:
-        flags = None
-        if skip_non_finite:
-            metrics, flags = meta_optimizer.finite_step(learner, episodes)
-        else:
-            metrics = meta_optimizer.step(learner, episodes)
-        with tf.control_dependencies(tf.nest.flatten(metrics)):
-            learner.meta_step.assign_add(1)
-        means = {name: tf.reduce_mean(value) for name, value in metrics.items()}
-        if flags is not None:
-            means[distribute.NON_FINITE] = flags
-        return means
-
-    return tf.function(meta_step, jit_compile=jit_compile)
-
-
-class Progress:
-    """The training loop's own state, checkpointed with the run so that a resumed run
-    logs and reports exactly what an uninterrupted one would: the metric sums of the
-    current logging window and of the whole run (float64, summed in step order), their
-    step counts, and the number of skipped (non-finite) steps. Held as one JSON string
-    variable (plain data: loading it runs no code)."""
-
-    def __init__(self):
-        with tf.device("/cpu:0"):  # host data, whatever the accelerator
-            self.state = tf.Variable("", dtype=tf.string, trainable=False,
-                                     name="progress")  # what the checkpoint holds
-        self.reset()
-
-    def reset(self) -> None:
-        self.window: Dict[str, float] = {}
-        self.window_steps = 0
-        self.running: Dict[str, float] = {}
-        self.running_steps = 0
-        self.skipped_steps = 0
-
-    def add(self, metrics: Dict[str, float]) -> None:
-        """One finite step's metrics."""
-        for totals in (self.window, self.running):
-            for name, value in metrics.items():
-                totals[name] = totals.get(name, 0.0) + value
-        self.window_steps += 1
-        self.running_steps += 1
-
-    def means(self, running: bool) -> Dict[str, float]:
-        totals, steps = (self.running, self.running_steps) if running else \
-            (self.window, self.window_steps)
-        return {name: (value / steps if steps else math.nan)
-                for name, value in totals.items()}
-
-    def end_window(self) -> None:
-        self.window, self.window_steps = {}, 0
-
-    def store(self) -> None:
-        """Copies the Python-side state into the variable (before a save)."""
-        self.state.assign(json.dumps({
-            "window": self.window, "window_steps": self.window_steps,
-            "running": self.running, "running_steps": self.running_steps,
-            "skipped_steps": self.skipped_steps}))
-
-    def load(self) -> None:
-        """The state from the variable (after a restore); empty: from the start."""
-        text = self.state.numpy().decode()
-        self.reset()
-        if text:
-            saved = json.loads(text)
-            self.window, self.window_steps = saved["window"], int(saved["window_steps"])
-            self.running, self.running_steps = saved["running"], int(saved["running_steps"])
-            self.skipped_steps = int(saved["skipped_steps"])
-
-
-def checkpoint_for(experiment: Experiment, step: tf.Variable,
-                   progress: Optional[Progress] = None) -> tf.train.Checkpoint:
-    """What a run checkpoints: the step, the learner (model and adapter state), the
-    meta-optimizer (its slots and iteration count) and, when given, the training
-    loop's :class:`Progress`. Nothing else is needed to resume exactly: the task
-    streams are a function of the run's seed and the step."""
-    parts = dict(step=step, learner=experiment.learner,
-                 optimizer=experiment.meta_optimizer.optimizer)
-    if progress is not None:
-        parts["progress"] = progress.state
-    return tf.train.Checkpoint(**parts)
-
 
 def _non_finite_error(flags, step: int, learner: Learner, checkpoint_dir: str
                       ) -> FloatingPointError:
@@ -167,7 +64,7 @@ def train(experiment: Experiment, workdir: str,
     ``skipped_steps`` in the summaries and results).
 
     Before anything else (and before any file in ``workdir`` is written) the run is
-    checked by :func:`metalearn.training.validation.check_before_training`: a workdir
+    checked by :func:`metalearn.runs.validation.check_before_training`: a workdir
     holding a run of another config raises unless ``allow_config_change``; bad tasks,
     data or model outputs raise.
 
@@ -190,9 +87,8 @@ def train(experiment: Experiment, workdir: str,
     learner, meta_optimizer = experiment.learner, experiment.meta_optimizer
     skip = experiment.on_non_finite == "skip"
     distribute.tasks_per_replica(experiment.meta_batch_size, strategy)  # fail early
-    meta_step = distribute.make_distributed_meta_step(strategy, learner, meta_optimizer,
-                                                      experiment.jit_compile,
-                                                      skip_non_finite=True)
+    meta_step = make_meta_step(learner, meta_optimizer, experiment.jit_compile,
+                               skip_non_finite=True, strategy=strategy)
     step = learner.meta_step  # advanced by meta_step(); saved as "step"
     progress = Progress()
     checkpoint = checkpoint_for(experiment, step, progress)
@@ -231,7 +127,7 @@ def train(experiment: Experiment, workdir: str,
     timed_steps, window_start = 0, time.perf_counter()
     for batch in episodes:
         metrics = meta_step(batch)
-        flags = metrics.pop(distribute.NON_FINITE).numpy()
+        flags = metrics.pop(NON_FINITE).numpy()
         current = int(step.numpy())
         timed_steps += 1
         if flags.any():

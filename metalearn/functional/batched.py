@@ -31,6 +31,7 @@ import keras
 import tensorflow as tf
 
 from metalearn import functional
+from metalearn.functional.moments import batch_moments
 
 __all__ = ["call", "register", "supports"]
 
@@ -46,7 +47,7 @@ def register(layer_class: Type[keras.layers.Layer]) -> Callable[[Rule], Rule]:
 
     Example::
 
-        @metalearn.batched.register(MyLayer)
+        @metalearn.functional.batched.register(MyLayer)
         def _my_layer(layer, weights, x, training):
             return tf.einsum("tni,tio->tno", x, weights["kernel"])
     """
@@ -73,7 +74,7 @@ def _sublayers(model: keras.Model):
 
 def _no_rule(layer: keras.layers.Layer) -> str:
     return (f"layer {layer.name!r} ({type(layer).__name__}) has weights and no batched "
-            "rule (see metalearn.batched.register)")
+            "rule (see metalearn.functional.batched.register)")
 
 
 def supports(model: keras.Model) -> Optional[str]:
@@ -236,8 +237,7 @@ def _batch_norm(layer: keras.layers.BatchNormalization, weights: Dict[str, tf.Te
     values = tf.cast(x, compute)
     if training:
         axes = list(range(1, rank - 1))  # per task: examples and spatial axes
-        mean = tf.reduce_mean(values, axis=axes, keepdims=True)
-        variance = tf.reduce_mean(tf.square(values - mean), axis=axes, keepdims=True)
+        mean, variance = batch_moments(values, axes, keepdims=True)
     else:
         mean = tf.cast(tf.convert_to_tensor(layer.moving_mean), compute)
         variance = tf.cast(tf.convert_to_tensor(layer.moving_variance), compute)

@@ -8,14 +8,16 @@ import gin
 import keras
 import tensorflow as tf
 
-from metalearn import batched, functional
-from metalearn.adapters.base import Adapter, select_paths
+from metalearn import functional
+from metalearn.adapters.base import Adapter, Capabilities, Piece
 from metalearn.adapters.gradient_descent import GradientDescent
-from metalearn.functional import Weights
+from metalearn.functional import Weights, batched
+from metalearn.learners import task_batching
+from metalearn.learners.task_init import TaskInit, ZeroInit
 from metalearn.tasks.episode import Episode
 
 MetricFn = Callable[[Any, Any], tf.Tensor]
-TASK_BATCHING = ("map_fn", "unrolled", "batched")
+TASK_BATCHING = task_batching.MODES
 
 
 @gin.configurable
@@ -60,7 +62,8 @@ class Learner(tf.Module):
     Methods meant to be overridden in research code: :meth:`task_loss` (the loss of
     one task's predictions), :meth:`split` (how an episode becomes support and query),
     :meth:`episode_metrics` (what is measured on one task), :meth:`predict` and
-    :meth:`task_initial_weights` (where one task's inner loop starts).
+    :meth:`task_initial_weights` (where one task's inner loop starts; by default the
+    ``task_init`` pieces).
 
     :attr:`meta_step` is the outer-step counter (an int64 ``tf.Variable``, also given to
     the adapter): the compiled meta-step of :mod:`metalearn.training` advances it after
@@ -81,9 +84,9 @@ class Learner(tf.Module):
         graph size, so compile time, does not grow with the number of tasks; the
         default, fastest on CPUs), ``"unrolled"`` (one copy of the inner loop per task in
         the graph) or ``"batched"`` (every layer runs once for all tasks, with a leading
-        task axis on inputs and adapted weights, see :mod:`metalearn.batched`; needs a
-        Sequential model whose weighted layers have batched rules, an adapter with
-        ``supports_task_axis``, and none of :meth:`forward`, :meth:`predict`,
+        task axis on inputs and adapted weights, see :mod:`metalearn.functional.batched`; needs a
+        Sequential model whose weighted layers have batched rules, pieces whose
+        capabilities allow a task axis, and none of :meth:`forward`, :meth:`predict`,
         :meth:`task_initial_weights`, :meth:`episode_metrics` overridden). All three
         give the same values and meta-gradients; ``benchmarks/meta_step.py`` measures
         their speed.
@@ -95,8 +98,12 @@ class Learner(tf.Module):
         predictions are equal for every class, so the meta-learned model cannot depend
         on how a task's labels are numbered, and after one inner step the head holds
         each class's mean support feature minus the mean over all classes (a
-        prototype classifier). These weights are then not meta-learned: they are left
-        out of :attr:`meta_variables` (see :meth:`generated_paths`).
+        prototype classifier). Shorthand for ``task_init=[ZeroInit(zero_init)]``.
+      task_init: :class:`~metalearn.learners.task_init.TaskInit` pieces that set some
+        weights per task before the inner loop (``ZeroInit``, Proto-MAML's
+        ``PrototypeInit``, a CAVIA context), applied in order. Their weights are not
+        meta-learned: they are left out of :attr:`meta_variables` (see
+        :meth:`task_paths`).
     """
 
     def __init__(self, model: keras.Model, adapter: Optional[Adapter] = None,
@@ -104,12 +111,15 @@ class Learner(tf.Module):
                  metrics: Optional[Mapping[str, Union[str, MetricFn]]] = None,
                  query_training: bool = True, task_batching: str = "map_fn",
                  parallel_iterations: int = 2, zero_init: Optional[Sequence[str]] = None,
-                 name: Optional[str] = None):
+                 task_init: Sequence[TaskInit] = (), name: Optional[str] = None):
         super().__init__(name=name)
         functional.check_built(model)
         model_weights = functional.weights(model)
-        self._zero_paths = tuple(select_paths(model_weights, zero_init,
-                                              "zero_init")) if zero_init else ()
+        task_init = list(task_init) + ([ZeroInit(zero_init)] if zero_init else [])
+        for piece in task_init:
+            if not isinstance(piece, TaskInit):
+                raise TypeError(f"task_init must hold metalearn TaskInit pieces, got "
+                                f"{piece!r}")
         if task_batching not in TASK_BATCHING:
             raise ValueError(f"task_batching must be one of {TASK_BATCHING}, "
                              f"got {task_batching!r}")
@@ -125,30 +135,52 @@ class Learner(tf.Module):
         if "loss" in self._metrics:
             raise ValueError("'loss' is reserved for the query loss; rename that metric")
         self.query_training = bool(query_training)
-        if task_batching == "batched":
-            self._check_batched()
-        self.task_batching = task_batching
+        self.task_init = task_init
         self.parallel_iterations = int(parallel_iterations)
         dtype = tf.as_dtype(model.trainable_variables[0].dtype)
         self.metric_dtype = tf.float64 if dtype == tf.float64 else tf.float32
         # The outer-step counter: advanced by the compiled meta-step (training.loop),
         # checkpointed with the learner, read by schedules over meta-training.
         self.meta_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="meta_step")
-        if self.adapter.meta_step is None:
-            self.adapter.meta_step = self.meta_step
+        for piece in self.pieces:
+            if piece.meta_step is None:
+                piece.bind(self.meta_step)
         if not self.adapter.built:
             self.adapter.build(model, model_weights)
-        clash = set(self._zero_paths) & set(self.adapter.generated_paths(model_weights))
-        if clash:
-            raise ValueError(f"zero_init={tuple(zero_init)!r} selects weights that the "
-                             f"adapter {type(self.adapter).__name__} generates: "
-                             f"{sorted(clash)}")
+        for piece in task_init:
+            piece.build(model, model_weights)
+        for piece in task_init:
+            clash = set(piece.task_paths(model_weights)) & set(
+                self.adapter.task_paths(model_weights))
+            if clash:
+                raise ValueError(f"task_init {type(piece).__name__} sets weights that the "
+                                 f"adapter {type(self.adapter).__name__} sets per task: "
+                                 f"{sorted(clash)}")
+        if task_batching == "batched":
+            self._check_batched()
+        self.task_batching = task_batching
+
+    @property
+    def pieces(self) -> List[Piece]:
+        """The learner's inner-loop pieces: its adapter and task initialisers."""
+        return [self.adapter, *self.task_init]
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the learner's pieces (and every part of them) allow, combined."""
+        result = Capabilities()
+        for piece in self.pieces:
+            result = result & piece.capabilities
+        return result
 
     def _check_batched(self) -> None:
         reasons = []
-        if not self.adapter.supports_task_axis:
-            reasons.append(f"adapter {type(self.adapter).__name__} does not support a "
-                           "task axis (Adapter.supports_task_axis)")
+        for piece in self.pieces:
+            if not piece.capabilities.task_axis:
+                blocking = [type(p).__name__ for p in [piece, *piece.parts()]
+                            if not p.own_capabilities().task_axis]
+                reasons.append(f"{type(piece).__name__} cannot run on a task axis "
+                               f"(capabilities.task_axis is False for {blocking})")
         reason = batched.supports(self.model)
         if reason:
             reasons.append(reason)
@@ -164,31 +196,32 @@ class Learner(tf.Module):
     @property
     def meta_variables(self) -> List[keras.Variable]:
         """Everything the outer step differentiates: the model's initial weights (minus
-        any the adapter generates) and the adapter's own meta-learned state."""
-        generated = set(self.generated_paths())
-        model_vars = [v for p, v in functional.variables(self.model).items()
-                      if p not in generated]
-        return model_vars + list(self.adapter.meta_variables)
+        those set per task) and every piece's meta-learned state, once each."""
+        per_task = set(self.task_paths())
+        found = [v for p, v in functional.variables(self.model).items()
+                 if p not in per_task]
+        seen = {id(v) for v in found}
+        for piece in self.pieces:
+            for variable in piece.meta_variables:
+                if id(variable) not in seen:
+                    seen.add(id(variable))
+                    found.append(variable)
+        return found
 
     def initial_weights(self) -> Weights:
-        """The model's current weights as tensors (the inner loop's starting point),
-        with zeros for the ``zero_init`` weights."""
-        weights = functional.weights(self.model)
-        for path in self._zero_paths:
-            weights[path] = tf.zeros_like(weights[path])
-        return weights
+        """The model's current weights as tensors (the meta-learned initialisation;
+        :meth:`task_initial_weights` then sets the per-task ones)."""
+        return functional.weights(self.model)
 
-    @property
-    def zero_init_paths(self) -> Tuple[str, ...]:
-        """Paths of the weights that start every task at zero (``zero_init``)."""
-        return self._zero_paths
-
-    def generated_paths(self) -> List[str]:
-        """Model weight paths that are computed per task rather than meta-learned
-        (the adapter's, the ``zero_init`` ones, and any a subclass generates, e.g.
-        Proto-MAML's head)."""
-        return (list(self.adapter.generated_paths(self.initial_weights()))
-                + list(self._zero_paths))
+    def task_paths(self) -> List[str]:
+        """Model weight paths that are set per task rather than meta-learned: those of
+        every piece (generated weights, per-step copies, task initialisers), in the
+        model's order."""
+        weights = self.initial_weights()
+        found = set()
+        for piece in self.pieces:
+            found.update(piece.task_paths(weights))
+        return [p for p in weights if p in found]
 
     # --- one task ----------------------------------------------------------------
 
@@ -238,8 +271,11 @@ class Learner(tf.Module):
 
     def task_initial_weights(self, weights: Weights, support_x: Any,
                              support_y: Any) -> Weights:
-        """Where one task's inner loop starts: ``weights`` itself by default (override to
-        set some weights from the support set, as Proto-MAML does with its head)."""
+        """Where one task's inner loop starts: ``weights`` with every ``task_init``
+        piece applied in order (override to set weights from the support set another
+        way)."""
+        for piece in self.task_init:
+            weights = piece.initial(weights, support_x, support_y)
         return weights
 
     def predict(self, weights: Weights, x: Any) -> Any:
@@ -290,13 +326,10 @@ class Learner(tf.Module):
             weights = self.initial_weights()  # read once: one tape record for all tasks
         if self.task_batching == "batched":
             return self._batched_meta_metrics(episodes, steps, weights)
-        one_task = lambda episode: self.episode_metrics(episode, steps, weights)
-        if self.task_batching == "unrolled" or self.adapter.needs_unrolled_tasks:
-            results = [one_task(episodes.task(i)) for i in range(episodes.num_tasks)]
-            return {k: tf.stack([r[k] for r in results]) for k in self.metric_names}
         signature = {k: tf.TensorSpec([], self.metric_dtype) for k in self.metric_names}
-        return tf.map_fn(one_task, episodes, fn_output_signature=signature,
-                         parallel_iterations=self.parallel_iterations)
+        return task_batching.per_task(
+            self, lambda episode: self.episode_metrics(episode, steps, weights),
+            episodes, signature)
 
     def _batched_meta_metrics(self, episodes: Episode, steps: Optional[int],
                               weights: Weights) -> Dict[str, tf.Tensor]:
@@ -305,6 +338,7 @@ class Learner(tf.Module):
         tasks = tf.shape(tf.nest.flatten(support_x)[0])[:1]
         per_task = {path: tf.broadcast_to(value, tf.concat([tasks, tf.shape(value)], 0))
                     for path, value in weights.items()}
+        per_task = self.task_initial_weights(per_task, support_x, support_y)
 
         def support_losses(task_weights: Weights, x: Any, y: Any) -> tf.Tensor:
             predictions = self._full_precision(
@@ -322,56 +356,3 @@ class Learner(tf.Module):
                   weights: Optional[Weights] = None) -> tf.Tensor:
         """Mean query loss after adaptation over a batch of episodes (leading task axis)."""
         return tf.reduce_mean(self.meta_metrics(episodes, steps, weights)["loss"])
-
-
-@gin.configurable
-class MultiStepLossLearner(Learner):
-    """MAML++'s multi-step loss (Antoniou et al., 2019): the meta-objective is a weighted
-    sum of the query losses after every inner step, the weights annealed towards the
-    last step over ``anneal_steps`` meta-steps.
-
-    The importance of step ``k = 1 .. K`` at meta-step ``t`` is
-    ``(1 - a) / K + a * [k == K]`` with ``a = min(t / anneal_steps, 1)``: uniform at the
-    start, the plain (last-step) MAML loss from meta-step ``anneal_steps`` on (MAML++
-    keeps a small floor on the earlier steps; this does not). ``t`` is
-    :attr:`meta_step`, read inside the compiled step, so nothing retraces.
-
-    The weighted loss is the training objective: it is the ``"loss"`` metric when
-    ``steps`` is left to the adapter (as the meta-step does). Given ``steps``
-    explicitly (as evaluation does) every metric, loss included, is the last step's.
-    Other metrics are always measured after the last step. Needs an adapter with
-    ``adapt_trajectory`` (``GradientDescent`` and its subclasses).
-
-    Args:
-      model, adapter, loss, metrics, **kwargs: as for :class:`Learner`.
-      anneal_steps: meta-steps over which the weights move to the last step (>= 1).
-    """
-
-    def __init__(self, model: keras.Model, adapter: Optional[Adapter] = None,
-                 loss: Optional[Union[str, MetricFn]] = None,
-                 metrics: Optional[Mapping[str, Union[str, MetricFn]]] = None,
-                 anneal_steps: int = 1000, **kwargs: Any):
-        if int(anneal_steps) < 1:
-            raise ValueError(f"anneal_steps must be >= 1, got {anneal_steps}")
-        super().__init__(model, adapter=adapter, loss=loss, metrics=metrics, **kwargs)
-        self.anneal_steps = int(anneal_steps)
-
-    def step_importance(self, num_steps: int) -> tf.Tensor:
-        """The weights of the query losses after steps ``1 .. num_steps``, ``[num_steps]``."""
-        progress = tf.minimum(tf.cast(self.meta_step, self.metric_dtype)
-                              / float(self.anneal_steps), 1.0)
-        last = tf.one_hot(num_steps - 1, num_steps, dtype=self.metric_dtype)
-        return (1.0 - progress) / float(num_steps) + progress * last
-
-    def episode_metrics(self, episode: Episode, steps: Optional[int] = None,
-                        weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
-        if steps is not None:
-            return super().episode_metrics(episode, steps, weights)
-        support_x, support_y, query_x, query_y = self.split(episode)
-        trajectory = self.adapt_trajectory(support_x, support_y, weights=weights)
-        after_steps = trajectory[1:] or trajectory  # no steps: the initial weights
-        losses = [self.task_loss(query_y, self.predict(w, query_x)) for w in after_steps[:-1]]
-        results = self.query_metrics(query_y, self.predict(after_steps[-1], query_x))
-        losses.append(results["loss"])
-        results["loss"] = tf.reduce_sum(self.step_importance(len(losses)) * tf.stack(losses))
-        return results

@@ -32,10 +32,9 @@ from typing import Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, 
 
 import gin
 import tensorflow as tf
-from gin import config_parser
-from gin import utils as gin_utils
 
-from metalearn.training.results import config_bindings, config_text_bindings
+from metalearn import _compat
+from metalearn.runs.results import config_bindings, config_text_bindings
 
 RESUMABLE_BINDINGS = ("Experiment.num_steps", "Experiment.log_every",
                       "Experiment.checkpoint_every", "Experiment.keep_checkpoints",
@@ -80,6 +79,9 @@ class _Binding:
     source: Source
 
 
+config_parser = _compat.gin_parser()
+
+
 class _Delegate(config_parser.ParserDelegate):
     """Parses references and macros as plain names: only locations are wanted here."""
 
@@ -96,7 +98,7 @@ _SOURCES: List[_Binding] = []
 def _find_file(path: str) -> Optional[str]:
     """A gin file path as gin's ``include`` finds it (the given path, then the search
     path that ``metalearn.configurables`` adds)."""
-    prefixes = [""] + list(getattr(gin.config, "_LOCATION_PREFIXES", []))
+    prefixes = [""] + list(_compat.gin_location_prefixes())
     for prefix in prefixes:
         candidate = os.path.join(prefix, path)
         if os.path.isfile(candidate):
@@ -189,7 +191,7 @@ def raise_with_sources(error: BaseException, configurables: Sequence[str] = (),
     sources = [s for s in sources_for(names, message, params) if str(s) not in message]
     if not sources:
         raise error
-    gin_utils.augment_exception_message_and_reraise(
+    _compat.augment_exception_message_and_reraise(
         error, "".join(f"\n  Bound in {s}" for s in sources))
 
 
@@ -226,7 +228,7 @@ def check_workdir_config(workdir: str, config: str, allow_config_change: bool = 
         binding other than :data:`RESUMABLE_BINDINGS` and evaluation settings; the
         message names each binding with both values.
     """
-    from metalearn.training.experiment import CONFIG_FILE  # (imports this module)
+    from metalearn.runs.experiment import CONFIG_FILE  # (imports this module)
     path = os.path.join(workdir, CONFIG_FILE)
     if not os.path.isfile(path):
         return

@@ -43,8 +43,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gin
 
-from metalearn.training.experiment import build_experiment, parse_config
-from metalearn.training.files import write_json, write_text
+from metalearn.runs.experiment import build_experiment, parse_config
+from metalearn.runs.files import write_json, write_text
 
 RUN_FILE = "sweep_run.json"
 SWEEP_FILE = "sweep.json"
@@ -247,7 +247,7 @@ def _check(files: Sequence[str], params: Sequence[str], tasks: bool = False) -> 
     try:
         experiment = build_experiment()
         if tasks:
-            from metalearn.training.validation import check_tasks_and_outputs
+            from metalearn.runs.validation import check_tasks_and_outputs
             check_tasks_and_outputs(experiment)
         return experiment.num_steps
     finally:
@@ -256,7 +256,7 @@ def _check(files: Sequence[str], params: Sequence[str], tasks: bool = False) -> 
 
 def validate(spec: SweepSpec, runs: Sequence[Run]) -> List[Run]:
     """Parses and builds every run's experiment, and checks its tasks against its
-    model's outputs (:func:`metalearn.training.validation.check_tasks_and_outputs`),
+    model's outputs (:func:`metalearn.runs.validation.check_tasks_and_outputs`),
     before anything trains.
 
     Returns:
@@ -331,8 +331,8 @@ def train_and_evaluate(workdir: str) -> None:
     the same calls as ``metalearn.train`` followed by ``metalearn.evaluate``, in one
     process.
     """
-    from metalearn.training.evaluation import evaluate, restore
-    from metalearn.training.loop import train
+    # The one reach upwards, at call time: a sweep run's process trains and evaluates.
+    from metalearn.training import evaluate, restore, train
 
     run = _read_json(os.path.join(workdir, RUN_FILE))
     if run is None:

@@ -10,10 +10,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from metalearn.learners import Learner
-from metalearn.meta_optimizers import MetaOptimizer
+from metalearn.learners.learner import Learner
+from metalearn.outer import MetaOptimizer
 from metalearn.tasks.base import TaskSampler
-from metalearn.training import validation
+from metalearn.runs import validation
 
 CONFIG_FILE = "config.gin"
 LOG_AVERAGES = ("window", "running")

@@ -1,10 +1,15 @@
-"""The contract every learner and adapter meets, as an abstract test class.
+"""The contract every learner and inner-loop piece meets, as an abstract test class.
 
 A new algorithm gets the whole contract by writing one small class::
 
     class TestMyAdapter(LearnerContract):
+        covers = (MyAdapter,)
         def make_learner(self):
             return classification_learner(MyAdapter(steps=2))
+
+``covers`` lists the classes the case exercises; the project's own tests check that
+every exported adapter, update, wrapper, head, task initialiser, learner and outer rule
+is covered by some case.
 
 The tasks are tiny synthetic N-way classification problems: each task draws ``ways``
 random class centres in ``dim`` dimensions and Gaussian examples around them, so a
@@ -75,7 +80,8 @@ def classification_learner(adapter, model: Optional[keras.Model] = None,
 
 
 def _state(learner: metalearn.Learner) -> List[np.ndarray]:
-    variables = list(learner.model.variables) + list(learner.adapter.meta_variables)
+    variables = list(learner.model.variables) + [
+        v for piece in learner.pieces for v in piece.meta_variables]
     return [np.array(v.numpy(), copy=True) for v in variables] + [learner.meta_step.numpy()]
 
 
@@ -84,6 +90,8 @@ class LearnerContract(abc.ABC):
     :meth:`make_learner`; override the other hooks where the algorithm needs to."""
 
     overfit_steps = 60
+    covers: tuple = ()
+    """The classes (pieces, learners, outer rules) this case exercises."""
 
     @abc.abstractmethod
     def make_learner(self) -> metalearn.Learner:
@@ -106,8 +114,9 @@ class LearnerContract(abc.ABC):
         task = episodes.task(0)
         start = learner.initial_weights()
         adapted = learner.adapt(task.support_x, task.support_y)
+        weights = getattr(adapted, "weights", adapted)  # an embedding learner's Solution
         for path, value in start.items():
-            assert adapted.get(path, value).shape == value.shape, path
+            assert weights.get(path, value).shape == value.shape, path
         predictions = learner.predict(adapted, task.query_x)
         assert predictions.shape == (WAYS * QUERIES, WAYS)
         metrics = learner.meta_metrics(episodes)

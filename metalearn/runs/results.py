@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from metalearn.training.files import write_text
+from metalearn.runs.files import write_text
 
 SEED_KEY = "Experiment.seed"
 

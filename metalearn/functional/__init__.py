@@ -19,17 +19,18 @@ switch is scoped to the calling thread and to :func:`call` itself.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from typing import Any, Dict, Iterator, Mapping, Optional
+from typing import Any, Dict, Mapping
 
 import keras
 import tensorflow as tf
 
+from metalearn.functional.moments import batch_moments, exact_moments
+
 Weights = Dict[str, tf.Tensor]
 """A model's weights by variable path, e.g. ``{"dense/kernel": <tf.Tensor [1, 40]>, ...}``."""
 
-__all__ = ["Weights", "variables", "weights", "call", "check_built", "exact_moments"]
+__all__ = ["Weights", "layer", "variables", "weights", "call", "check_built", "exact_moments",
+           "batch_moments"]
 
 
 def check_built(model: keras.Model) -> None:
@@ -40,6 +41,15 @@ def check_built(model: keras.Model) -> None:
         raise ValueError(
             f"model {model.name!r} has no trainable weights yet: build it first "
             "(give it a keras.Input, call model.build(input_shape), or call it on a batch)")
+
+
+def layer(model: keras.Model, name: str) -> keras.layers.Layer:
+    """``model``'s layer called ``name``; ``ValueError`` listing its layers if none is."""
+    try:
+        return model.get_layer(name)
+    except ValueError as error:
+        raise ValueError(f"model {model.name!r} has no layer {name!r}; its layers are "
+                         f"{[layer.name for layer in model.layers]}") from error
 
 
 def variables(model: keras.Model) -> Dict[str, keras.Variable]:
@@ -104,60 +114,3 @@ def call(model: keras.Model, weights: Mapping[str, tf.Tensor], inputs: Any,
         outputs, _ = model.stateless_call(trainable, non_trainable, inputs,
                                           training=training, **kwargs)
     return outputs
-
-
-# --- exact batch moments -----------------------------------------------------------
-
-_state = threading.local()
-
-
-def _exact_moments_enabled() -> bool:
-    return getattr(_state, "depth", 0) > 0
-
-
-@contextlib.contextmanager
-def exact_moments() -> Iterator[None]:
-    """Within this context (on this thread), Keras batch moments are exact to all orders."""
-    _install_moments_dispatch()
-    _state.depth = getattr(_state, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _state.depth -= 1
-
-
-_install_lock = threading.Lock()
-_keras_moments: Optional[Any] = None
-
-
-def _moments(x, axes, keepdims=False, synchronized=False):
-    """Dispatches to exact moments inside :func:`exact_moments`, else to Keras' own."""
-    if synchronized or not _exact_moments_enabled():
-        return _keras_moments(x, axes, keepdims=keepdims, synchronized=synchronized)
-    x = tf.convert_to_tensor(x)
-    original_dtype = x.dtype
-    if original_dtype in (tf.float16, tf.bfloat16):  # statistics in float32, as Keras does
-        x = tf.cast(x, tf.float32)
-    mean = tf.reduce_mean(x, axis=axes, keepdims=True)
-    # No stop_gradient on the mean (unlike tf.nn.moments): same values, exact Hessian.
-    variance = tf.reduce_mean(tf.square(x - mean), axis=axes, keepdims=True)
-    if not keepdims:
-        mean = tf.squeeze(mean, axis=axes)
-        variance = tf.squeeze(variance, axis=axes)
-    return tf.cast(mean, original_dtype), tf.cast(variance, original_dtype)
-
-
-def _install_moments_dispatch() -> None:
-    """Routes Keras' TensorFlow-backend ``moments`` through :func:`_moments`, once."""
-    global _keras_moments
-    if _keras_moments is not None:
-        return
-    with _install_lock:
-        if _keras_moments is not None:
-            return
-        from keras.src.backend.tensorflow import nn as tf_backend_nn  # the seam
-        if keras.backend.backend() != "tensorflow":
-            raise RuntimeError("metalearn needs Keras' TensorFlow backend, found "
-                               f"{keras.backend.backend()!r}; set KERAS_BACKEND=tensorflow")
-        _keras_moments = tf_backend_nn.moments
-        tf_backend_nn.moments = _moments

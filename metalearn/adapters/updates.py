@@ -1,0 +1,300 @@
+"""Inner-loop updates as small differentiable transforms with explicit state.
+
+As in optax, an update is a pair of pure functions over the adapted weights::
+
+    state = update.init(weights)                               # before inner step 0
+    updates, state = update.update(grads, state, weights, info)  # each inner step
+    weights = weights + updates
+
+with ``grads``, ``weights`` and ``updates`` dicts by path and ``state`` any nest of
+tensors (momentum, Adam's moments) that the loop carries from step to step. Every
+operation is a TensorFlow op, so the meta-gradient flows through the updates and the
+state to every order (nothing is a constant unless a transform says so, as
+:class:`FirstOrder` does). :class:`Chain` composes transforms left to right.
+
+A transform may also
+
+* restrict which weights the loop adapts (:meth:`Update.select`; :class:`Mask` is ANIL),
+* own meta-learned variables created in :meth:`Update.build` (:class:`LearnedRates`:
+  Meta-SGD and MAML++'s LSLR),
+* read the learner's outer-step counter (:class:`AnnealOrder`, MAML++'s
+  derivative-order annealing), through ``self.meta_step``.
+
+Today's options, as pieces: ``GradientDescent(steps, learning_rate, first_order)`` is
+``GradientDescent(steps, update=[FirstOrder(), GradientStep(learning_rate)])``; ANIL is
+``update=[Mask(("head",)), GradientStep(lr)]``; Meta-SGD ``update=LearnedRates("element")``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import gin
+import keras
+import numpy as np
+import tensorflow as tf
+
+from metalearn.adapters.base import Capabilities, Piece, check_patterns, select_paths
+from metalearn.functional import Weights
+
+State = Any
+"""A transform's state between inner steps: any nest of tensors (``()`` for none)."""
+
+
+class StepInfo(NamedTuple):
+    """Where the loop is, for transforms that depend on it.
+
+    Attributes:
+      step: the inner step, from 0 (a Python int: the inner loop is unrolled).
+      steps: the number of inner steps the transform was built for.
+    """
+
+    step: int
+    steps: int
+
+
+def variable_name(path: str, suffix: str) -> str:
+    """A Keras variable name for state belonging to weight ``path`` (no ``/`` allowed)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", path) + "_" + suffix
+
+
+class Update(Piece):
+    """A differentiable transform of inner-loop gradients into weight updates.
+
+    Subclass it and implement :meth:`update` (and :meth:`init` if the transform keeps
+    state between inner steps, :meth:`build` if it meta-learns variables). Updates are
+    added to the weights. Elementwise transforms work on a task axis (the default
+    capability); say ``Capabilities(task_axis=False)`` in :meth:`own_capabilities`
+    otherwise.
+    """
+
+    def select(self, paths: Sequence[str]) -> List[str]:
+        """Which of ``paths`` the loop adapts (default: all of them)."""
+        return list(paths)
+
+    def build(self, weights: Weights, steps: int) -> None:
+        """Creates meta-learned state for the adapted ``weights`` (one task's shapes) and
+        a loop of ``steps`` inner steps. Called once, by the loop's build."""
+
+    def init(self, weights: Weights) -> State:
+        """The state before the first inner step (default: none)."""
+        return ()
+
+    def update(self, grads: Weights, state: State, weights: Weights, info: StepInfo
+               ) -> Tuple[Weights, State]:
+        """``(updates, new state)``: ``updates`` by path, added to ``weights``."""
+        raise NotImplementedError
+
+
+def as_update(update: Union["Update", Sequence["Update"], None]) -> Optional["Update"]:
+    """A transform from a transform, a list of them (chained) or ``None``."""
+    if update is None or isinstance(update, Update):
+        return update
+    if isinstance(update, (list, tuple)):
+        return Chain(*update)
+    raise TypeError(f"an inner update must be a metalearn.adapters.updates.Update or a "
+                    f"list of them, got {update!r}")
+
+
+@gin.configurable
+class Chain(Update):
+    """Transforms applied left to right: each sees the previous one's updates as its
+    gradients. Selections compose (each restricts the paths the previous allowed), and
+    so do builds, states and capabilities."""
+
+    def __init__(self, *transforms: Update, name: Optional[str] = None):
+        super().__init__(name=name)
+        for t in transforms:
+            if not isinstance(t, Update):
+                raise TypeError(f"Chain takes Update transforms, got {t!r}")
+        self.transforms = list(transforms)
+
+    def select(self, paths: Sequence[str]) -> List[str]:
+        for t in self.transforms:
+            paths = t.select(paths)
+        return list(paths)
+
+    def build(self, weights: Weights, steps: int) -> None:
+        for t in self.transforms:
+            t.build(weights, steps)
+
+    def init(self, weights: Weights) -> State:
+        return tuple(t.init(weights) for t in self.transforms)
+
+    def update(self, grads, state, weights, info):
+        states = []
+        for t, s in zip(self.transforms, state):
+            grads, s = t.update(grads, s, weights, info)
+            states.append(s)
+        return grads, tuple(states)
+
+
+@gin.configurable
+class GradientStep(Update):
+    """Plain gradient steps: ``updates = -learning_rate * grads``."""
+
+    def __init__(self, learning_rate: float = 0.01, name: Optional[str] = None):
+        super().__init__(name=name)
+        if not float(learning_rate) > 0:
+            raise ValueError(f"learning_rate must be > 0, got {learning_rate} (an inner "
+                             "step of gradient descent)")
+        self.learning_rate = float(learning_rate)
+
+    def update(self, grads, state, weights, info):
+        return {p: -tf.constant(self.learning_rate, g.dtype) * g for p, g in grads.items()}, state
+
+
+@gin.configurable
+class FirstOrder(Update):
+    """First-order MAML: the incoming gradients are constants for the meta-gradient
+    (same values; the second-order terms through them are dropped)."""
+
+    def update(self, grads, state, weights, info):
+        return {p: tf.stop_gradient(g) for p, g in grads.items()}, state
+
+
+@gin.configurable
+class AnnealOrder(Update):
+    """MAML++'s derivative-order annealing: first order while the learner's
+    :attr:`meta_step` is below ``first_order_steps``, second order from then on
+    (a ``tf.where``-style blend on the counter, so nothing retraces)."""
+
+    def __init__(self, first_order_steps: int = gin.REQUIRED, name: Optional[str] = None):
+        super().__init__(name=name)
+        if first_order_steps is gin.REQUIRED or int(first_order_steps) < 0:
+            raise ValueError(f"first_order_steps must be an int >= 0, got "
+                             f"{first_order_steps!r}")
+        self.first_order_steps = int(first_order_steps)
+
+    def update(self, grads, state, weights, info):
+        if self.first_order_steps == 0:
+            return grads, state
+        if self.meta_step is None:
+            raise RuntimeError("AnnealOrder needs the learner's meta-step counter: use the "
+                               "adapter inside a metalearn.Learner (or call bind())")
+        out = {}
+        for p, g in grads.items():
+            second = tf.cast(self.meta_step >= self.first_order_steps, g.dtype)
+            constant = tf.stop_gradient(g)  # same value; derivative scaled by 0 or 1
+            out[p] = constant + second * (g - constant)
+        return out, state
+
+
+@gin.configurable
+class Mask(Update):
+    """Adapt only the weights whose path a regular expression matches (``re.search``),
+    e.g. ``Mask(("head",))`` for ANIL; the others keep their initial values in the inner
+    loop (and no inner gradient is computed for them)."""
+
+    def __init__(self, patterns: Sequence[str] = gin.REQUIRED, name: Optional[str] = None):
+        super().__init__(name=name)
+        self.patterns = check_patterns(patterns, "Mask")
+
+    def select(self, paths):
+        return select_paths(paths, self.patterns, "Mask")
+
+    def update(self, grads, state, weights, info):
+        return grads, state
+
+
+@gin.configurable
+class ClipByGlobalNorm(Update):
+    """Updates (or gradients, placed first in a chain) clipped to a global norm over all
+    adapted weights of one task. Mixes values across weights, so no task axis."""
+
+    def __init__(self, max_norm: float = gin.REQUIRED, name: Optional[str] = None):
+        super().__init__(name=name)
+        if max_norm is gin.REQUIRED or not float(max_norm) > 0:
+            raise ValueError(f"max_norm must be > 0, got {max_norm!r}")
+        self.max_norm = float(max_norm)
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(task_axis=False)
+
+    def update(self, grads, state, weights, info):
+        paths = list(grads)
+        clipped, _ = tf.clip_by_global_norm([grads[p] for p in paths], self.max_norm)
+        return dict(zip(paths, clipped)), state
+
+
+RATES = ("element", "layer_step")
+
+
+@gin.configurable
+class LearnedRates(Update):
+    """Meta-learned inner learning rates: ``updates = -rate * grads``.
+
+    Args:
+      per: ``"element"``, a rate for every element of every adapted weight (Meta-SGD,
+        Li et al. 2017), or ``"layer_step"``, a scalar rate for every adapted weight
+        tensor and inner step (MAML++'s LSLR, Antoniou et al. 2019; with more inner steps
+        at test time than it was built for, the last step's rates are reused).
+      initial: the rates' initial value.
+      max_learning_rate: if set, the rates are clipped to
+        ``[-max_learning_rate, max_learning_rate]`` where they are used (no gradient
+        reaches a rate while it is clipped): a safeguard for regression losses whose
+        inner loop diverges above a small rate.
+      min_learning_rate: if set, the lower clipping bound instead of
+        ``-max_learning_rate`` (``0.0`` keeps rates from turning the inner loop into
+        gradient ascent).
+    """
+
+    def __init__(self, per: str = "element", initial: float = 0.01,
+                 max_learning_rate: Optional[float] = None,
+                 min_learning_rate: Optional[float] = None, name: Optional[str] = None):
+        super().__init__(name=name)
+        if per not in RATES:
+            raise ValueError(f"LearnedRates per must be one of {RATES}, got {per!r}")
+        if not float(initial) > 0:
+            raise ValueError(f"learning_rate must be > 0, got {initial} (a learned rate's "
+                             "initial value)")
+        if max_learning_rate is not None and not float(max_learning_rate) > 0:
+            raise ValueError(f"max_learning_rate must be > 0, got {max_learning_rate}")
+        if min_learning_rate is not None and max_learning_rate is not None and \
+                not float(min_learning_rate) < float(max_learning_rate):
+            raise ValueError(f"min_learning_rate={min_learning_rate} must be below "
+                             f"max_learning_rate={max_learning_rate}")
+        self.per = per
+        self.initial = float(initial)
+        self.max_learning_rate = None if max_learning_rate is None else float(max_learning_rate)
+        self.min_learning_rate = None if min_learning_rate is None else float(min_learning_rate)
+        self._paths: List[str] = []
+        self._rates: List[keras.Variable] = []
+        self._steps = 0
+
+    def build(self, weights: Weights, steps: int) -> None:
+        if self.per == "layer_step" and steps < 1:
+            raise ValueError(f"per-step learning rates need steps >= 1, got {steps}")
+        self._steps = int(steps)
+        self._paths = list(weights)
+        self._rates = [keras.Variable(
+            np.full(tuple(weights[p].shape) if self.per == "element" else (steps,),
+                    self.initial),
+            dtype=weights[p].dtype.name, trainable=True, name=variable_name(p, "lr"))
+            for p in self._paths]
+
+    def own_meta_variables(self):
+        return list(self._rates)
+
+    @property
+    def learning_rates(self):
+        """The learned rates by weight path (variables)."""
+        return dict(zip(self._paths, self._rates))
+
+    def rate(self, path: str, dtype: tf.DType, step: int) -> tf.Tensor:
+        """The (clipped) rate of ``path`` at inner step ``step``."""
+        if path not in self._paths:
+            raise KeyError(f"no learned rate for weight {path!r}: the rates were built "
+                           f"for {self._paths}")
+        rate = tf.cast(self._rates[self._paths.index(path)], dtype)
+        if self.per == "layer_step":
+            rate = rate[min(step, self._steps - 1)]
+        if self.max_learning_rate is not None or self.min_learning_rate is not None:
+            high = self.max_learning_rate if self.max_learning_rate is not None else np.inf
+            low = self.min_learning_rate if self.min_learning_rate is not None else -high
+            rate = tf.clip_by_value(rate, low, high)
+        return rate
+
+    def update(self, grads, state, weights, info):
+        return {p: -self.rate(p, g.dtype, info.step) * g for p, g in grads.items()}, state

@@ -1,0 +1,188 @@
+"""Wrappers around the inner loop's steps: per-step weights, recomputed steps,
+mini-batches.
+
+A step of :class:`~metalearn.adapters.GradientDescent` is a function
+``step_fn(weights, state, step, x, y) -> (weights, state)``. A wrapper may
+
+* change the weights the loop starts from (:meth:`StepWrapper.start`),
+* choose the support examples a step sees (:meth:`StepWrapper.batch`),
+* wrap the step function itself (:meth:`StepWrapper.wrap`),
+
+and says, like every piece, what it needs (its capabilities), which weights it sets per
+task and what it meta-learns. ``GradientDescent(wrappers=[a, b])`` wraps the step in
+``a``, then the result in ``b`` (``b`` outermost).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import gin
+import keras
+import numpy as np
+import tensorflow as tf
+
+from metalearn.adapters.base import Capabilities, Piece, check_patterns, select_paths
+from metalearn.adapters.updates import State, variable_name
+from metalearn.functional import Weights
+
+StepFn = Callable[[Weights, State, int, Any, Any], Tuple[Weights, State]]
+
+
+class StepWrapper(Piece):
+    """Changes how the inner loop's steps run; every hook defaults to no change."""
+
+    def build(self, weights: Weights, steps: int) -> None:
+        """Creates meta-learned state for the model's ``weights`` and ``steps`` steps."""
+
+    def start(self, weights: Weights) -> Weights:
+        """The weights the loop starts from."""
+        return weights
+
+    def batch(self, x: Any, y: Any, step: int) -> Tuple[Any, Any]:
+        """The support examples inner step ``step`` sees."""
+        return x, y
+
+    def wrap(self, step_fn: StepFn) -> StepFn:
+        """The step function, wrapped."""
+        return step_fn
+
+
+@gin.configurable
+class PerStepWeights(StepWrapper):
+    """MAML++'s per-step weights (e.g. per-step BatchNorm): the matching weights get a
+    meta-learned copy for every inner step instead of being adapted.
+
+    The model runs with copy ``k`` whenever it runs with the weights after ``k`` inner
+    steps (``k = 0 .. steps``; more steps at test time reuse the last copy). The copies
+    start at the model's initial values; the model's own variables for these paths are
+    then unused (:meth:`own_task_paths`), so they are not meta-variables.
+
+    Args:
+      patterns: regular expressions over variable paths (``re.search``), e.g.
+        ``("bn",)`` or ``("gamma", "beta")``.
+    """
+
+    def __init__(self, patterns: Sequence[str] = gin.REQUIRED, name: Optional[str] = None):
+        super().__init__(name=name)
+        self.patterns = check_patterns(patterns, "PerStepWeights")
+        self._paths: List[str] = []
+        self._copies: List[keras.Variable] = []
+        self._steps = 0
+
+    def paths(self, weights: Weights) -> List[str]:
+        return select_paths(list(weights), self.patterns, "PerStepWeights")
+
+    def own_task_paths(self, weights: Weights) -> Sequence[str]:
+        return self.paths(weights)
+
+    def build(self, weights: Weights, steps: int) -> None:
+        self._steps = int(steps)
+        self._paths = self.paths(weights)
+        self._copies = [
+            keras.Variable(np.repeat(np.asarray(weights[p])[None], steps + 1, axis=0),
+                           dtype=weights[p].dtype.name, trainable=True,
+                           name=variable_name(p, "per_step"))
+            for p in self._paths]  # each [steps + 1, *shape]
+
+    def own_meta_variables(self):
+        return list(self._copies)
+
+    def at_step(self, weights: Weights, step: int) -> Weights:
+        """``weights`` with the copies of inner step ``step`` put in."""
+        weights = dict(weights)
+        index = min(step, self._steps)
+        for path, copies in zip(self._paths, self._copies):
+            weights[path] = tf.convert_to_tensor(copies)[index]
+        return weights
+
+    def start(self, weights):
+        return self.at_step(weights, 0)
+
+    def wrap(self, step_fn):
+        def with_copies(weights, state, step, x, y):
+            weights, state = step_fn(weights, state, step, x, y)
+            return self.at_step(weights, step + 1), state
+        return with_copies
+
+
+@gin.configurable
+class Recompute(StepWrapper):
+    """Trades compute for memory: each inner step is a checkpoint whose intermediate
+    activations are not kept for the meta-gradient but recomputed from the step's
+    input weights (and transform state) in the backward pass.
+
+    A ``tf.custom_gradient`` (unlike ``tf.recompute_grad`` it allows the gradient tape
+    inside the step); same values and meta-gradients. TensorFlow ignores custom gradients
+    inside ``tf.map_fn``, so the learner then runs the tasks unrolled (or batched): the
+    capability says so. Cost and savings: benchmarks/README.md.
+    """
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(custom_gradient=True)
+
+    def wrap(self, step_fn):
+        def recomputed(weights, state, step, x, y):
+            keys = list(weights)
+            flat_state = tf.nest.flatten(state)
+            count = len(keys)
+
+            def run(values):
+                w = dict(zip(keys, values[:count]))
+                s = tf.nest.pack_sequence_as(state, list(values[count:]))
+                w, s = step_fn(w, s, step, x, y)
+                return [w[k] for k in keys] + tf.nest.flatten(s)
+
+            @tf.custom_gradient
+            def checkpointed(*values):
+                result = run(list(values))
+
+                def grad(*output_grads, variables=None):
+                    variables = list(variables or [])
+                    # Inputs that depend on the incoming gradients: the recomputation can
+                    # only start in the backward pass, and graph optimisation cannot merge
+                    # it with the forward ops (which would keep their activations alive).
+                    with tf.control_dependencies(output_grads):
+                        inputs = [tf.identity(v) for v in values]
+                    with tf.GradientTape() as tape:
+                        tape.watch(inputs)
+                        again = run(inputs)
+                    grads = tape.gradient(again, inputs + variables,
+                                          output_gradients=list(output_grads))
+                    return grads[:len(values)], grads[len(values):]
+                return result, grad
+
+            out = checkpointed(*[weights[k] for k in keys], *flat_state)
+            new_state = tf.nest.pack_sequence_as(state, list(out[count:]))
+            return dict(zip(keys, out[:count])), new_state
+        return recomputed
+
+
+@gin.configurable
+class MiniBatches(StepWrapper):
+    """Each inner step uses a mini-batch of about ``batch_size`` support examples: step
+    ``k`` takes every ``m``-th example from position ``k mod m``, with
+    ``m = max(1, n // batch_size)`` for ``n`` support examples.
+
+    Over ``m`` steps every example is used once, and on the samplers' class-major support
+    sets each mini-batch holds every class equally (when the shots divide evenly).
+    Reptile needs this: with full-batch steps on the same examples its update reduces to
+    joint training (Nichol et al., 2018, sec. 5). Deterministic, so adaptation stays a
+    pure function of the support set. Indexes one task's examples: no task axis.
+    """
+
+    def __init__(self, batch_size: int = gin.REQUIRED, name: Optional[str] = None):
+        super().__init__(name=name)
+        if batch_size is gin.REQUIRED or int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        self.batch_size = int(batch_size)
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(task_axis=False)
+
+    def batch(self, x, y, step):
+        n = tf.shape(tf.nest.flatten(y)[0])[0]
+        stride = tf.maximum(n // self.batch_size, 1)
+        index = tf.range(step % stride, n, stride)
+        take = lambda t: tf.gather(t, index)
+        return tf.nest.map_structure(take, x), tf.nest.map_structure(take, y)

@@ -1,0 +1,7 @@
+"""Closed-form task solvers on embeddings: what an embedding learner fits per task."""
+
+from metalearn.heads.base import Head
+from metalearn.heads.prototypes import (PrototypeHead, class_prototypes,
+                                        squared_distances)
+
+__all__ = ["Head", "PrototypeHead", "class_prototypes", "squared_distances"]

@@ -1,0 +1,31 @@
+"""Closed-form task solvers on an embedding ("heads")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from metalearn.adapters.base import Capabilities, Piece
+
+
+class Head(Piece):
+    """Solves one task on embeddings: :meth:`fit` maps the support embeddings and
+    labels to the task's state (prototypes, a ridge solution, SVM weights), and
+    :meth:`logits` classifies query embeddings with it. Both are differentiable, so the
+    meta-gradient reaches the embedding through the support set and the queries.
+
+    A head may meta-learn variables (a learned scale, a regulariser): list them in
+    :meth:`own_meta_variables`. The state is per task and never meta-learned.
+    """
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(task_axis=False)
+
+    def fit(self, embeddings: tf.Tensor, labels: tf.Tensor, ways: int) -> Any:
+        """The task's state from ``[n, features]`` support embeddings and ``n`` labels."""
+        raise NotImplementedError
+
+    def logits(self, state: Any, embeddings: tf.Tensor) -> tf.Tensor:
+        """``[n, ways]`` logits of ``[n, features]`` query embeddings."""
+        raise NotImplementedError

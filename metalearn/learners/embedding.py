@@ -1,0 +1,118 @@
+"""Embedding learners: a meta-learned embedding and a closed-form head fitted per task.
+
+The task's solution is the head's state (prototypes, a ridge solution) computed from the
+support embeddings; it travels in its own structure, :class:`Solution`, beside the
+weights, never inside the weights dict.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Mapping, NamedTuple, Optional, Union
+
+import gin
+import keras
+import tensorflow as tf
+
+from metalearn import functional
+from metalearn.adapters.base import Adapter, NoAdaptation, Piece
+from metalearn.functional import Weights
+from metalearn.heads.base import Head
+from metalearn.heads.prototypes import flat
+from metalearn.learners.learner import Learner, MetricFn
+
+
+class Solution(NamedTuple):
+    """One task's solution for an embedding learner.
+
+    Attributes:
+      weights: the (adapted) embedding weights by path.
+      head: the head's state for the task (e.g. prototypes ``[ways, features]``).
+    """
+
+    weights: Weights
+    head: Any
+
+
+def softmax_cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    """Per-example softmax cross-entropy of integer labels, in the logits' dtype."""
+    labels = tf.cast(tf.reshape(labels, tf.shape(logits)[:-1]), tf.int32)
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+
+
+def check_ways(ways) -> int:
+    if ways is gin.REQUIRED or ways is None or int(ways) < 2:
+        raise ValueError(f"ways (classes per task) must be an int >= 2, got {ways!r}")
+    return int(ways)
+
+
+@gin.configurable
+class EmbeddingLearner(Learner):
+    """An embedding network and a :class:`~metalearn.heads.Head` fitted per task.
+
+    :meth:`adapt` embeds the support set (after the adapter's inner loop on the
+    embedding, :class:`NoAdaptation` by default) and fits the head:
+    ``Solution(weights, head_state)``; :meth:`predict` gives the head's logits of the
+    query embeddings. The meta-gradient reaches the embedding through the support set
+    (the head's fit) and the queries, and the head's own meta-variables if it has any.
+
+    Args:
+      model: the embedding network, a built Keras model (its output is flattened).
+      head: the task solver.
+      ways: classes per task (support labels are ``0 .. ways - 1``).
+      adapter: an inner loop on the embedding's weights before the head is fitted
+        (its support loss is the head's loss, fitted and evaluated on the support set).
+      loss: defaults to softmax cross-entropy on the logits.
+      metrics, **kwargs: as for :class:`Learner`.
+      drop_head: name of a last layer of ``model`` to leave out, so the same classifier
+        config serves MAML and embedding learners: the embedding is that layer's input.
+    """
+
+    def __init__(self, model: keras.Model, head: Head = gin.REQUIRED, ways: int = gin.REQUIRED,
+                 adapter: Optional[Adapter] = None,
+                 loss: Optional[Union[str, MetricFn]] = None,
+                 metrics: Optional[Mapping[str, Union[str, MetricFn]]] = None,
+                 drop_head: Optional[str] = None, **kwargs: Any):
+        if not isinstance(head, Head):
+            raise TypeError(f"head must be a metalearn.heads.Head, got {head!r}")
+        self.ways = check_ways(ways)
+        if drop_head is not None:
+            functional.check_built(model)
+            model = keras.Model(model.inputs, functional.layer(model, drop_head).input,
+                                name=f"{model.name}_embedding")
+        super().__init__(model, adapter=NoAdaptation() if adapter is None else adapter,
+                         loss=softmax_cross_entropy if loss is None else loss,
+                         metrics=metrics, **kwargs)
+        self.head = head
+        head.bind(self.meta_step)
+
+    @property
+    def pieces(self) -> List[Piece]:
+        head = getattr(self, "head", None)  # set after Learner.__init__
+        return super().pieces + ([head] if head is not None else [])
+
+    def embed(self, weights: Weights, x: Any, training: bool = True) -> tf.Tensor:
+        """Flattened embeddings ``[n, features]`` of ``x`` with the given weights."""
+        return flat(self.forward(weights, x, training=training))
+
+    def support_loss(self, weights: Weights, x: Any, y: Any) -> tf.Tensor:
+        """The head fitted and evaluated on the support set (an adapter's objective)."""
+        embeddings = self.embed(weights, x, training=True)
+        return self.task_loss(y, self.head.logits(self.head.fit(embeddings, y, self.ways),
+                                                  embeddings))
+
+    def adapt(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
+              weights: Optional[Weights] = None) -> Solution:
+        adapted = super().adapt(support_x, support_y, steps=steps, weights=weights)
+        embeddings = self.embed(adapted, support_x, training=True)
+        return Solution(adapted, self.head.fit(embeddings, support_y, self.ways))
+
+    def adapt_trajectory(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
+                         weights: Optional[Weights] = None) -> List[Solution]:
+        return [self.adapt(support_x, support_y, steps, weights)]
+
+    def predict(self, solution: Solution, x: Any) -> tf.Tensor:
+        if not isinstance(solution, Solution):
+            raise TypeError(f"{type(self).__name__}.predict needs the Solution that adapt() "
+                            f"returns (weights and head state), got {type(solution).__name__}")
+        embeddings = self.embed(solution.weights, x, training=self.query_training)
+        return self.head.logits(solution.head, embeddings)

@@ -1,0 +1,91 @@
+"""Small float64 tasks and losses for gradient checks of inner loops."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Sequence
+
+import keras
+
+import numpy as np
+import tensorflow as tf
+
+import metalearn
+from metalearn import models
+from metalearn.adapters import GradientDescent, GradientStep, Mask
+from metalearn.tasks import Episode
+
+
+def mse(y, p):
+    """Mean squared error, a scalar."""
+    return tf.reduce_mean(tf.square(y - p))
+
+
+def softmax_xent(y, logits):
+    """Mean softmax cross-entropy of integer labels, a scalar."""
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        tf.cast(y, tf.int32), logits))
+
+
+def regression_episodes(tasks: int = 3, shots: int = 4, dim: int = 2, seed: int = 0
+                        ) -> Episode:
+    """Random float64 regression tasks ``[tasks, shots, dim] -> [tasks, shots, 1]``."""
+    keys = tf.random.experimental.stateless_split([seed, 1], 4)
+    normal = lambda k, shape: tf.random.stateless_normal(shape, k, dtype=tf.float64)
+    return Episode(normal(keys[0], [tasks, shots, dim]), normal(keys[1], [tasks, shots, 1]),
+                   normal(keys[2], [tasks, shots, dim]), normal(keys[3], [tasks, shots, 1]))
+
+
+def image_episodes(tasks: int = 2, ways: int = 3, size: int = 8, seed: int = 0) -> Episode:
+    """Random float64 ``size x size`` one-shot image tasks, labels ``0 .. ways - 1``."""
+    keys = tf.random.experimental.stateless_split([seed, 2], 2)
+    labels = tf.tile(tf.range(ways)[None], [tasks, 1])
+    images = lambda k: tf.random.stateless_normal([tasks, ways, size, size, 1], k,
+                                                  dtype=tf.float64)
+    return Episode(images(keys[0]), labels, images(keys[1]), labels)
+
+
+def analytic_meta_gradient(learner, episodes: Episode) -> Dict[str, np.ndarray]:
+    """The meta-gradient of ``learner.meta_loss(episodes)`` by meta-variable path."""
+    with tf.GradientTape() as tape:
+        loss = learner.meta_loss(episodes)
+    grads = tape.gradient(loss, learner.meta_variables)
+    missing = [v.path for v, g in zip(learner.meta_variables, grads) if g is None]
+    if missing:
+        raise AssertionError(f"no meta-gradient reaches {missing}")
+    return {v.path: g.numpy() for v, g in zip(learner.meta_variables, grads)}
+
+
+def compiled_meta_gradient(learner, episodes: Episode) -> Dict[str, np.ndarray]:
+    """:func:`analytic_meta_gradient` inside one ``tf.function`` (where ``tf.map_fn`` is a
+    graph loop, which ignores custom gradients: what a compiled meta-step sees)."""
+    @tf.function
+    def meta_gradient(episodes):
+        with tf.GradientTape() as tape:
+            loss = learner.meta_loss(episodes)
+        return tape.gradient(loss, learner.meta_variables)
+    grads = meta_gradient(episodes)
+    missing = [v.path for v, g in zip(learner.meta_variables, grads) if g is None]
+    if missing:
+        raise AssertionError(f"no meta-gradient reaches {missing}")
+    return {v.path: g.numpy() for v, g in zip(learner.meta_variables, grads)}
+
+
+def small_learner(kind: str, steps: int = 2, first_order: bool = False,
+                  adapt: Optional[Sequence[str]] = None, wrappers=()):
+    """A float64 MAML learner (inner rate 0.3): ``"mlp"`` (2-5-4-1 tanh regression, MSE)
+    or ``"conv"`` (a 2-block conv net with BatchNorm on 8x8 images, 3 ways); ``adapt``:
+    ANIL-style path patterns (a ``Mask``)."""
+    keras.utils.set_random_seed(0)
+    if kind == "mlp":
+        model = models.mlp((2,), hidden=(5, 4), outputs=1, activation="tanh", dtype="float64")
+        loss = mse
+    else:
+        model = models.conv_net((8, 8, 1), outputs=3, filters=3, blocks=2, dtype="float64")
+        loss = softmax_xent
+    if adapt is None:
+        adapter = GradientDescent(steps=steps, learning_rate=0.3, first_order=first_order,
+                                  wrappers=wrappers)
+    else:
+        adapter = GradientDescent(steps=steps, first_order=first_order, wrappers=wrappers,
+                                  update=[Mask(adapt), GradientStep(0.3)])
+    return metalearn.Learner(model, adapter=adapter, loss=loss)
