@@ -14,6 +14,7 @@ import metalearn
 from metalearn import adapters, heads, learners, outer
 from metalearn.adapters import (AnnealOrder, ClipByGlobalNorm, GradientDescent,
                                 GradientStep, Hypernetwork, ImplicitGradientDescent,
+                                InnerAdam, InnerMomentum, InnerRMSProp, Learned,
                                 LearnedRates, Mask, MetaSGD, MiniBatches,
                                 PerStepLearningRates, PerStepWeights, Recompute)
 from metalearn.testing import (WAYS, LearnerContract, classification_learner,
@@ -56,6 +57,39 @@ class TestLSLR(LearnerContract):
 
     def make_learner(self):
         return classification_learner(PerStepLearningRates(steps=2, learning_rate=0.1))
+
+
+class TestInnerMomentum(LearnerContract):
+    covers = (InnerMomentum,)
+
+    def make_learner(self):
+        return classification_learner(GradientDescent(
+            steps=2, update=InnerMomentum(0.1, momentum=0.5, nesterov=True)))
+
+
+class TestInnerAdam(LearnerContract):
+    covers = (InnerAdam,)
+
+    def make_learner(self):
+        return classification_learner(GradientDescent(
+            steps=2, update=InnerAdam(Learned(0.05, "layer"), beta_1=Learned(0.8))))
+
+
+class TestInnerRMSProp(LearnerContract):
+    covers = (InnerRMSProp,)
+
+    def make_learner(self):
+        return classification_learner(GradientDescent(
+            steps=2, update=InnerRMSProp(0.01, momentum=0.5, centered=True)))
+
+
+class TestBOIL(LearnerContract):
+    """Body-only inner loop: the head frozen in adaptation (an inverted Mask)."""
+    covers = (Mask,)
+
+    def make_learner(self):
+        return classification_learner(GradientDescent(
+            steps=2, update=[Mask(("head",), invert=True), GradientStep(0.3)]))
 
 
 class TestClippedRecomputedMiniBatches(LearnerContract):
@@ -144,6 +178,11 @@ THEN = {
     "mini_batches": lambda: GradientDescent(2, 0.1, wrappers=[MiniBatches(3)]),
     "clip": lambda: GradientDescent(2, update=[ClipByGlobalNorm(1.0), GradientStep(0.1)]),
     "implicit": lambda: ImplicitGradientDescent(3, 0.1, regularization=2.0, cg_steps=3),
+    "momentum": lambda: GradientDescent(2, update=InnerMomentum(Learned(0.1, "layer"), 0.5)),
+    "adam": lambda: GradientDescent(2, update=InnerAdam(0.05, epsilon=1e-4)),
+    "rmsprop": lambda: GradientDescent(2, update=InnerRMSProp(0.01, momentum=0.5)),
+    "boil": lambda: GradientDescent(2, update=[Mask(("head",), invert=True),
+                                               GradientStep(0.1)]),
 }
 
 

@@ -232,7 +232,7 @@ def test_bad_arguments():
                           loss=mse)
     with pytest.raises(ValueError, match="PerStepLearningRates needs steps >= 1, got 0"):
         PerStepLearningRates(steps=0)
-    with pytest.raises(ValueError, match="per-step learning rates need steps >= 1, got 0"):
+    with pytest.raises(ValueError, match="per-step learning_rate needs steps >= 1, got 0"):
         metalearn.Learner(_mlp(), GradientDescent(0, update=LearnedRates("layer_step")),
                           loss=mse)
     with pytest.raises(TypeError, match=r"GradientDescent\(per_step=...\) is a piece"):

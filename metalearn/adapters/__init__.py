@@ -5,7 +5,9 @@
   :class:`Hypernetwork`, :class:`NoAdaptation`;
 * update transforms (:mod:`metalearn.adapters.updates`): :class:`GradientStep`,
   :class:`FirstOrder`, :class:`AnnealOrder`, :class:`Mask`, :class:`LearnedRates`,
-  :class:`ClipByGlobalNorm`, :class:`Chain`;
+  :class:`ClipByGlobalNorm`, :class:`Chain`; any hyperparameter :class:`Learned`;
+* differentiable inner optimizers (:mod:`metalearn.adapters.optimizers`):
+  :class:`InnerMomentum` (and Nesterov), :class:`InnerAdam`, :class:`InnerRMSProp`;
 * step wrappers (:mod:`metalearn.adapters.wrappers`): :class:`PerStepWeights`,
   :class:`Recompute`, :class:`MiniBatches`.
 """
@@ -15,13 +17,17 @@ from metalearn.adapters.base import (Adapter, CallFn, Capabilities, LossFn, NoAd
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.adapters.hypernetwork import Hypernetwork
 from metalearn.adapters.implicit import ImplicitGradientDescent
+from metalearn.adapters.hyperparameters import Learned
 from metalearn.adapters.learned_rates import MetaSGD, PerStepLearningRates
+from metalearn.adapters.optimizers import InnerAdam, InnerMomentum, InnerRMSProp
 from metalearn.adapters.updates import (AnnealOrder, Chain, ClipByGlobalNorm,
                                         FirstOrder, GradientStep, LearnedRates, Mask,
                                         StepInfo, Update)
 from metalearn.adapters.wrappers import MiniBatches, PerStepWeights, Recompute, StepWrapper
 
 __all__ = ["Adapter", "AnnealOrder", "CallFn", "Capabilities", "Chain", "ClipByGlobalNorm",
-           "FirstOrder", "GradientDescent", "GradientStep", "Hypernetwork", "ImplicitGradientDescent",
-           "LearnedRates", "LossFn", "Mask", "MetaSGD", "MiniBatches", "NoAdaptation",
-           "PerStepLearningRates", "PerStepWeights", "Piece", "Recompute",            "StepInfo", "StepWrapper", "Update"]
+           "FirstOrder", "GradientDescent", "GradientStep", "Hypernetwork",
+           "ImplicitGradientDescent", "InnerAdam", "InnerMomentum", "InnerRMSProp",
+           "Learned", "LearnedRates", "LossFn", "Mask", "MetaSGD", "MiniBatches",
+           "NoAdaptation", "PerStepLearningRates", "PerStepWeights", "Piece", "Recompute",
+           "StepInfo", "StepWrapper", "Update"]

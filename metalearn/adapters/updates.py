@@ -27,15 +27,13 @@ Today's options, as pieces: ``GradientDescent(steps, learning_rate, first_order)
 
 from __future__ import annotations
 
-import re
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import gin
-import keras
-import numpy as np
 import tensorflow as tf
 
 from metalearn.adapters.base import Capabilities, Piece, check_patterns, select_paths
+from metalearn.adapters.hyperparameters import HyperparameterSet, Learned, Value
 from metalearn.functional import Weights
 
 State = Any
@@ -54,11 +52,6 @@ class StepInfo(NamedTuple):
     steps: int
 
 
-def variable_name(path: str, suffix: str) -> str:
-    """A Keras variable name for state belonging to weight ``path`` (no ``/`` allowed)."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", path) + "_" + suffix
-
-
 class Update(Piece):
     """A differentiable transform of inner-loop gradients into weight updates.
 
@@ -69,13 +62,34 @@ class Update(Piece):
     otherwise.
     """
 
+    _suffixes = {"learning_rate": "lr"}  # variable-name suffixes of learned ones
+
+    def __init__(self, name: Optional[str] = None):
+        super().__init__(name=name)
+        self.hyperparameters = HyperparameterSet()
+
+    def hyperparameter(self, name: str, value: Value, positive: bool = False,
+                       below_one: bool = False) -> Value:
+        """Declares hyperparameter ``name``: a number, or :class:`Learned` (then
+        :meth:`build` creates its variables). Returns the checked value."""
+        return self.hyperparameters.declare(name, value, positive, below_one)
+
+    def hp(self, name: str, path: str, info: "StepInfo", dtype: tf.DType) -> tf.Tensor:
+        """The value of hyperparameter ``name`` for weight ``path`` at this inner step."""
+        return self.hyperparameters.value(name, path, info.step, dtype)
+
+    def own_meta_variables(self):
+        return self.hyperparameters.meta_variables
+
     def select(self, paths: Sequence[str]) -> List[str]:
         """Which of ``paths`` the loop adapts (default: all of them)."""
         return list(paths)
 
     def build(self, weights: Weights, steps: int) -> None:
         """Creates meta-learned state for the adapted ``weights`` (one task's shapes) and
-        a loop of ``steps`` inner steps. Called once, by the loop's build."""
+        a loop of ``steps`` inner steps (the learned hyperparameters' variables). Called
+        once, by the loop's build; an override calls ``super().build``."""
+        self.hyperparameters.build(weights, steps, self._suffixes)
 
     def init(self, weights: Weights) -> State:
         """The state before the first inner step (default: none)."""
@@ -132,17 +146,17 @@ class Chain(Update):
 
 @gin.configurable
 class GradientStep(Update):
-    """Plain gradient steps: ``updates = -learning_rate * grads``."""
+    """Plain gradient steps: ``updates = -learning_rate * grads``; the rate may be
+    :class:`Learned` (per element: Meta-SGD; per layer and step: LSLR)."""
 
-    def __init__(self, learning_rate: float = 0.01, name: Optional[str] = None):
+    def __init__(self, learning_rate: Value = 0.01, name: Optional[str] = None):
         super().__init__(name=name)
-        if not float(learning_rate) > 0:
-            raise ValueError(f"learning_rate must be > 0, got {learning_rate} (an inner "
-                             "step of gradient descent)")
-        self.learning_rate = float(learning_rate)
+        self.learning_rate = self.hyperparameter("learning_rate", learning_rate,
+                                                 positive=True)
 
     def update(self, grads, state, weights, info):
-        return {p: -tf.constant(self.learning_rate, g.dtype) * g for p, g in grads.items()}, state
+        return {p: -self.hp("learning_rate", p, info, g.dtype) * g
+                for p, g in grads.items()}, state
 
 
 @gin.configurable
@@ -185,14 +199,25 @@ class AnnealOrder(Update):
 class Mask(Update):
     """Adapt only the weights whose path a regular expression matches (``re.search``),
     e.g. ``Mask(("head",))`` for ANIL; the others keep their initial values in the inner
-    loop (and no inner gradient is computed for them)."""
+    loop (and no inner gradient is computed for them). ``invert=True`` adapts every
+    weight *but* the matching ones: ``Mask(("head",), invert=True)`` is BOIL (Oh et al.,
+    2021), the body adapted and the head frozen in the inner loop."""
 
-    def __init__(self, patterns: Sequence[str] = gin.REQUIRED, name: Optional[str] = None):
+    def __init__(self, patterns: Sequence[str] = gin.REQUIRED, invert: bool = False,
+                 name: Optional[str] = None):
         super().__init__(name=name)
         self.patterns = check_patterns(patterns, "Mask")
+        self.invert = bool(invert)
 
     def select(self, paths):
-        return select_paths(paths, self.patterns, "Mask")
+        matched = select_paths(paths, self.patterns, "Mask")
+        if not self.invert:
+            return matched
+        kept = [p for p in paths if p not in set(matched)]
+        if not kept:
+            raise ValueError(f"Mask(invert=True) of {self.patterns!r} leaves no weight to "
+                             f"adapt among {list(paths)}")
+        return kept
 
     def update(self, grads, state, weights, info):
         return grads, state
@@ -222,8 +247,8 @@ RATES = ("element", "layer_step")
 
 
 @gin.configurable
-class LearnedRates(Update):
-    """Meta-learned inner learning rates: ``updates = -rate * grads``.
+class LearnedRates(GradientStep):
+    """Meta-learned inner learning rates: ``GradientStep(Learned(initial, per, ...))``.
 
     Args:
       per: ``"element"``, a rate for every element of every adapted weight (Meta-SGD,
@@ -243,7 +268,6 @@ class LearnedRates(Update):
     def __init__(self, per: str = "element", initial: float = 0.01,
                  max_learning_rate: Optional[float] = None,
                  min_learning_rate: Optional[float] = None, name: Optional[str] = None):
-        super().__init__(name=name)
         if per not in RATES:
             raise ValueError(f"LearnedRates per must be one of {RATES}, got {per!r}")
         if not float(initial) > 0:
@@ -255,46 +279,20 @@ class LearnedRates(Update):
                 not float(min_learning_rate) < float(max_learning_rate):
             raise ValueError(f"min_learning_rate={min_learning_rate} must be below "
                              f"max_learning_rate={max_learning_rate}")
+        high = None if max_learning_rate is None else float(max_learning_rate)
+        low = float(min_learning_rate) if min_learning_rate is not None else \
+            (None if high is None else -high)
+        super().__init__(Learned(initial, per, low=low, high=high), name=name)
         self.per = per
         self.initial = float(initial)
-        self.max_learning_rate = None if max_learning_rate is None else float(max_learning_rate)
+        self.max_learning_rate = high
         self.min_learning_rate = None if min_learning_rate is None else float(min_learning_rate)
-        self._paths: List[str] = []
-        self._rates: List[keras.Variable] = []
-        self._steps = 0
-
-    def build(self, weights: Weights, steps: int) -> None:
-        if self.per == "layer_step" and steps < 1:
-            raise ValueError(f"per-step learning rates need steps >= 1, got {steps}")
-        self._steps = int(steps)
-        self._paths = list(weights)
-        self._rates = [keras.Variable(
-            np.full(tuple(weights[p].shape) if self.per == "element" else (steps,),
-                    self.initial),
-            dtype=weights[p].dtype.name, trainable=True, name=variable_name(p, "lr"))
-            for p in self._paths]
-
-    def own_meta_variables(self):
-        return list(self._rates)
 
     @property
     def learning_rates(self):
         """The learned rates by weight path (variables)."""
-        return dict(zip(self._paths, self._rates))
+        return self.hyperparameters.by_path("learning_rate")
 
     def rate(self, path: str, dtype: tf.DType, step: int) -> tf.Tensor:
         """The (clipped) rate of ``path`` at inner step ``step``."""
-        if path not in self._paths:
-            raise KeyError(f"no learned rate for weight {path!r}: the rates were built "
-                           f"for {self._paths}")
-        rate = tf.cast(self._rates[self._paths.index(path)], dtype)
-        if self.per == "layer_step":
-            rate = rate[min(step, self._steps - 1)]
-        if self.max_learning_rate is not None or self.min_learning_rate is not None:
-            high = self.max_learning_rate if self.max_learning_rate is not None else np.inf
-            low = self.min_learning_rate if self.min_learning_rate is not None else -high
-            rate = tf.clip_by_value(rate, low, high)
-        return rate
-
-    def update(self, grads, state, weights, info):
-        return {p: -self.rate(p, g.dtype, info.step) * g for p, g in grads.items()}, state
+        return self.hyperparameters.value("learning_rate", path, step, dtype)

@@ -23,7 +23,8 @@ import numpy as np
 import tensorflow as tf
 
 from metalearn.adapters.base import Capabilities, Piece, check_patterns, select_paths
-from metalearn.adapters.updates import State, variable_name
+from metalearn.adapters.hyperparameters import variable_name
+from metalearn.adapters.updates import State
 from metalearn.functional import Weights
 
 StepFn = Callable[[Weights, State, int, Any, Any], Tuple[Weights, State]]

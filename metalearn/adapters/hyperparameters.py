@@ -1,0 +1,148 @@
+"""Meta-learned hyperparameters of update transforms.
+
+Any hyperparameter of a transform (a rate, Adam's betas, a momentum, epsilon) is either
+a number or :class:`Learned`: then the transform creates ``keras.Variable``s for it in
+its ``build`` (one per weight, per inner step, per element, ... as ``per`` says), lists
+them as meta-variables and reads them inside the inner loop, so the outer step trains
+them with the initial weights. Meta-SGD is ``GradientStep(Learned(0.01, "element"))``;
+MAML++'s LSLR ``GradientStep(Learned(0.01, "layer_step"))``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Union
+
+import gin
+import keras
+import numpy as np
+import tensorflow as tf
+
+from metalearn.functional import Weights
+
+PER = ("scalar", "layer", "step", "layer_step", "element")
+
+
+@gin.configurable
+class Learned:
+    """A meta-learned hyperparameter.
+
+    Args:
+      initial: its initial value.
+      per: ``"scalar"`` (one value for every weight and step), ``"layer"`` (one per
+        adapted weight tensor), ``"step"`` (one per inner step), ``"layer_step"`` (one
+        per weight tensor and step) or ``"element"`` (one per element of each weight).
+        With more inner steps at test time than it was built for, the last step's value
+        is reused.
+      low, high: if set, the value is clipped to ``[low, high]`` where it is used (no
+        gradient reaches it while it is clipped).
+    """
+
+    def __init__(self, initial: float = gin.REQUIRED, per: str = "scalar",
+                 low: Optional[float] = None, high: Optional[float] = None):
+        if initial is gin.REQUIRED:
+            raise ValueError("Learned needs an initial value")
+        if per not in PER:
+            raise ValueError(f"Learned per must be one of {PER}, got {per!r}")
+        if low is not None and high is not None and not float(low) < float(high):
+            raise ValueError(f"Learned low={low} must be below high={high}")
+        self.initial = float(initial)
+        self.per = per
+        self.low = None if low is None else float(low)
+        self.high = None if high is None else float(high)
+
+    def __repr__(self) -> str:
+        return f"Learned({self.initial}, per={self.per!r})"
+
+
+Value = Union[float, Learned]
+
+
+def variable_name(path: str, suffix: str) -> str:
+    """A Keras variable name for state belonging to weight ``path`` (no ``/`` allowed)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", path) + "_" + suffix
+
+
+class HyperparameterSet(tf.Module):
+    """The hyperparameters of one transform: numbers, and the variables of the learned
+    ones (created by :meth:`build` for the adapted weights and the number of steps;
+    tracked, so checkpoints save them)."""
+
+    def __init__(self):
+        super().__init__(name="hyperparameters")
+        self.values: Dict[str, Value] = {}
+        self._paths: List[str] = []
+        self._steps = 0
+        self._variables: Dict[str, List[keras.Variable]] = {}
+
+    def declare(self, name: str, value: Value, positive: bool = False,
+                below_one: bool = False) -> Value:
+        """Records hyperparameter ``name``; checks a number's range (``> 0``, ``< 1``)."""
+        if not isinstance(value, Learned):
+            number = float(value)
+            if positive and not number > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+            if below_one and not number < 1:
+                raise ValueError(f"{name} must be < 1, got {value}")
+            value = number
+        elif below_one and value.initial >= 1 or positive and value.initial <= 0:
+            raise ValueError(f"{name}'s initial value {value.initial} is out of range")
+        self.values[name] = value
+        return value
+
+    def learned(self, name: str) -> bool:
+        return isinstance(self.values[name], Learned)
+
+    def build(self, weights: Weights, steps: int, suffixes: Dict[str, str]) -> None:
+        self._paths, self._steps = list(weights), int(steps)
+        self._variables = {}
+        for name, value in self.values.items():
+            if not isinstance(value, Learned):
+                continue
+            if value.per in ("step", "layer_step") and steps < 1:
+                raise ValueError(f"per-step {name} needs steps >= 1, got {steps}")
+            suffix = suffixes.get(name, name)
+            dtype = next(iter(weights.values())).dtype.name if weights else "float32"
+            if value.per in ("scalar", "step"):
+                shape = () if value.per == "scalar" else (steps,)
+                self._variables[name] = [keras.Variable(
+                    np.full(shape, value.initial), dtype=dtype, trainable=True,
+                    name=suffix)]
+                continue
+            self._variables[name] = [keras.Variable(
+                np.full({"layer": (), "layer_step": (steps,),
+                         "element": tuple(weights[p].shape)}[value.per], value.initial),
+                dtype=weights[p].dtype.name, trainable=True, name=variable_name(p, suffix))
+                for p in self._paths]
+
+    @property
+    def meta_variables(self) -> List[keras.Variable]:
+        return [v for variables in self._variables.values() for v in variables]
+
+    def by_path(self, name: str) -> Dict[str, keras.Variable]:
+        """A per-weight learned hyperparameter's variables by weight path."""
+        return dict(zip(self._paths, self._variables.get(name, [])))
+
+    def value(self, name: str, path: str, step: int, dtype: tf.DType) -> tf.Tensor:
+        """Hyperparameter ``name`` for weight ``path`` at inner step ``step``."""
+        value = self.values[name]
+        if not isinstance(value, Learned):
+            return tf.constant(value, dtype)
+        if name not in self._variables:
+            raise RuntimeError(f"learned {name} is not built: build the adapter first "
+                               "(a Learner does)")
+        variables = self._variables[name]
+        if value.per in ("scalar", "step"):
+            variable = variables[0]
+        else:
+            if path not in self._paths:
+                raise KeyError(f"no learned {name} for weight {path!r}: it was built for "
+                               f"{self._paths}")
+            variable = variables[self._paths.index(path)]
+        result = tf.cast(variable, dtype)
+        if value.per in ("step", "layer_step"):
+            result = result[min(step, self._steps - 1)]
+        if value.low is not None or value.high is not None:
+            result = tf.clip_by_value(result, -np.inf if value.low is None else value.low,
+                                      np.inf if value.high is None else value.high)
+        return result
