@@ -3,5 +3,6 @@
 from metalearn.heads.base import Head
 from metalearn.heads.prototypes import (PrototypeHead, class_prototypes,
                                         squared_distances)
+from metalearn.heads.ridge import RidgeHead
 
-__all__ = ["Head", "PrototypeHead", "class_prototypes", "squared_distances"]
+__all__ = ["Head", "PrototypeHead", "RidgeHead", "class_prototypes", "squared_distances"]

@@ -22,6 +22,10 @@ class Head(Piece):
     def own_capabilities(self) -> Capabilities:
         return Capabilities(task_axis=False)
 
+    def build(self, dtype: tf.DType) -> None:
+        """Creates the head's meta-learned variables in ``dtype`` (the embedding's);
+        called once by the learner."""
+
     def fit(self, embeddings: tf.Tensor, labels: tf.Tensor, ways: int) -> Any:
         """The task's state from ``[n, features]`` support embeddings and ``n`` labels."""
         raise NotImplementedError

@@ -84,6 +84,7 @@ class EmbeddingLearner(Learner):
                          metrics=metrics, **kwargs)
         self.head = head
         head.bind(self.meta_step)
+        head.build(tf.as_dtype(self.model.trainable_variables[0].dtype))
 
     @property
     def pieces(self) -> List[Piece]:
