@@ -87,10 +87,15 @@ class Learner(tf.Module):
         task axis on inputs and adapted weights, see :mod:`metalearn.functional.batched`; needs a
         Sequential model whose weighted layers have batched rules, pieces whose
         capabilities allow a task axis, and none of :meth:`forward`, :meth:`predict`,
-        :meth:`task_initial_weights`, :meth:`episode_metrics` overridden). All three
-        give the same values and meta-gradients; ``benchmarks/meta_step.py`` measures
-        their speed.
-      parallel_iterations: tasks run concurrently with ``"map_fn"``.
+        :meth:`task_initial_weights`, :meth:`episode_metrics` overridden), or
+        ``"accumulate"`` (the meta-gradient of each task computed and summed inside a
+        compiled loop over tasks: only ``parallel_iterations`` tasks' activations are
+        alive at once, so memory is flat in the number of tasks; custom gradients are
+        honoured inside it; see :func:`metalearn.learners.task_batching.accumulate`).
+        All give the same values and meta-gradients; ``benchmarks/meta_step.py``
+        measures their speed and memory.
+      parallel_iterations: tasks run concurrently with ``"map_fn"`` and
+        ``"accumulate"``.
       zero_init: regular expressions over weight paths (``re.search``) of weights that
         start every task at zero instead of at a meta-learned value, e.g. ``("head",)``
         for the linear head: the "zeroing trick" of Kao et al. (2022, "MAML is a noisy

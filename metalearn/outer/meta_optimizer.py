@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from metalearn import _compat
+from metalearn.learners import task_batching
 from metalearn.learners.learner import Learner
 from metalearn.tasks.episode import Episode
 
@@ -76,6 +77,8 @@ class MetaOptimizer:
                           ) -> Tuple[Gradients, Dict[str, tf.Tensor]]:
         """Meta-gradients and per-task metrics (``[tasks]`` each) of a batch of episodes."""
         variables = learner.meta_variables
+        if learner.task_batching == "accumulate":  # one task's tape at a time
+            return task_batching.accumulate(learner, episodes, variables)
         with tf.GradientTape() as tape:
             metrics = learner.meta_metrics(episodes)
             loss = tf.reduce_mean(metrics["loss"])
