@@ -11,10 +11,12 @@ At the optimum ``d phi* / d theta = (I + H / lambda)^-1`` with ``H`` the Hessian
 conjugate gradient on Hessian-vector products. Nothing of the inner loop's trajectory is
 kept for the backward pass.
 
-Design: the adapter wraps the inner solve in ``tf.custom_gradient``. The forward pass
-runs the inner loop as a ``tf.while_loop`` on ``tf.stop_gradient(theta)`` (constant graph
-size and memory in the number of steps); the custom backward pass receives
-``grad L_query(phi)`` and returns the conjugate-gradient solution. To every caller it is
+Design: the forward pass runs the inner loop as a ``tf.while_loop`` on
+``tf.stop_gradient(theta)`` (constant graph size and memory in the number of steps); the
+point reached goes through the implicit-differentiation primitive
+(:func:`metalearn.adapters.implicit_diff.implicit_solution`) with the optimality condition
+``F(phi, theta) = grad L_support(phi) + lambda (phi - theta)``, whose backward pass solves
+``(H + lambda I) u = grad L_query(phi)`` by conjugate gradient and returns ``lambda u``. To every caller it is
 just another :class:`~metalearn.adapters.Adapter`: the learner, the meta-optimizer and
 the training loop are unchanged, except that the learner runs a batch's tasks unrolled
 (TensorFlow 2.21 silently ignores a ``tf.custom_gradient`` inside ``tf.map_fn``'s loop,
@@ -23,36 +25,20 @@ giving the plain gradient; ``tests/implicit_test.py`` checks the batched path).
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional
 
 import gin
 import tensorflow as tf
 
 from metalearn.adapters.base import Adapter, Capabilities, LossFn
+from metalearn.adapters.implicit_diff import ConjugateGradient, implicit_solution
 from metalearn.functional import Weights
 
 
-def _dot(a: Sequence[tf.Tensor], b: Sequence[tf.Tensor]) -> tf.Tensor:
-    return tf.add_n([tf.reduce_sum(x * y) for x, y in zip(a, b)])
-
-
 def conjugate_gradient(apply_a, b: List[tf.Tensor], steps: int) -> List[tf.Tensor]:
-    """``steps`` iterations of conjugate gradient for ``A x = b`` from ``x = 0``, with
-    ``A`` symmetric positive definite given as ``apply_a(list of tensors)``."""
-    x = [tf.zeros_like(t) for t in b]
-    r = list(b)
-    p = list(b)
-    rs = _dot(r, r)
-    for _ in range(steps):
-        ap = apply_a(p)
-        alpha = tf.math.divide_no_nan(rs, _dot(p, ap))
-        x = [xi + alpha * pi for xi, pi in zip(x, p)]
-        r = [ri - alpha * api for ri, api in zip(r, ap)]
-        rs_new = _dot(r, r)
-        beta = tf.math.divide_no_nan(rs_new, rs)
-        p = [ri + beta * pi for ri, pi in zip(r, p)]
-        rs = rs_new
-    return x
+    """``steps`` iterations of conjugate gradient for ``A x = b`` from ``x = 0``
+    (:class:`~metalearn.adapters.implicit_diff.ConjugateGradient`)."""
+    return ConjugateGradient(steps)(apply_a, b)
 
 
 @gin.configurable
@@ -121,38 +107,22 @@ class ImplicitGradientDescent(Adapter):
             return tape.gradient(loss, values,
                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
 
-        def hessian_vector_product(values, vector):
-            with tf.GradientTape(watch_accessed_variables=False) as outer:
-                outer.watch(values)
-                inner_product = _dot(support_gradient(values), vector)
-            return outer.gradient(inner_product, values,
-                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        theta = [tf.stop_gradient(weights[p]) for p in paths]
 
-        @tf.custom_gradient
-        def solve(*theta):
-            theta = [tf.stop_gradient(t) for t in theta]
+        def body(step, *phi):
+            phi = list(phi)
+            grads = support_gradient(phi)
+            updates = [g + lam * (p - t) for p, g, t in zip(phi, grads, theta)]
+            if self.clip_norm is not None:
+                updates, _ = tf.clip_by_global_norm(updates, self.clip_norm)
+            return [step + 1] + [p - lr * u for p, u in zip(phi, updates)]
 
-            def body(step, *phi):
-                phi = list(phi)
-                grads = support_gradient(phi)
-                updates = [g + lam * (p - t) for p, g, t in zip(phi, grads, theta)]
-                if self.clip_norm is not None:
-                    updates, _ = tf.clip_by_global_norm(updates, self.clip_norm)
-                return [step + 1] + [p - lr * u for p, u in zip(phi, updates)]
+        phi = tf.while_loop(lambda step, *_: step < steps, body, [tf.constant(0)] + theta,
+                            parallel_iterations=1)[1:]
 
-            phi = tf.while_loop(lambda step, *_: step < steps, body, [tf.constant(0)] + theta,
-                                parallel_iterations=1)[1:]
-            phi = [tf.identity(p) for p in phi]
+        def optimality(x, th):  # F(phi, theta) = grad L_support(phi) + lambda (phi - theta)
+            return [g + lam * (xi - ti) for g, xi, ti in zip(support_gradient(x), x, th)]
 
-            def grad(*upstream, variables=None):
-                upstream = [tf.zeros_like(p) if u is None else u
-                            for u, p in zip(upstream, phi)]
-                apply_a = lambda v: [vi + hv / lam for vi, hv in
-                                     zip(v, hessian_vector_product(phi, v))]
-                meta_gradient = conjugate_gradient(apply_a, upstream, self.cg_steps)
-                return meta_gradient, [None] * len(variables or ())
-
-            return phi, grad
-
-        adapted = solve(*[weights[p] for p in paths])
+        adapted = implicit_solution(optimality, phi, [weights[p] for p in paths],
+                                    ConjugateGradient(self.cg_steps))
         return dict(zip(paths, adapted))
