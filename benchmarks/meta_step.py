@@ -25,7 +25,8 @@ peak memory are its own, and prints:
   formulation, as they do the same arithmetic; ``gflop_per_s`` = gflop / median.
 
 ``--formulation`` selects ``Learner(task_batching=...)``; ``recompute`` is ``map_fn``
-with ``GradientDescent(wrappers=[Recompute()])`` (inner steps recomputed in the backward pass).
+with ``GradientDescent(wrappers=[Recompute()])`` (inner steps recomputed in the backward
+pass), ``accumulate_recompute`` the same with ``accumulate``.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ flags.DEFINE_list("meta_batch", ["8", "32"], "Meta-batch sizes.")
 flags.DEFINE_list("inner_steps", ["1", "5"], "Inner steps.")
 flags.DEFINE_list("order", ["second", "first"], "Meta-gradient order.")
 flags.DEFINE_list("formulation", ["map_fn", "unrolled", "batched"],
-                  "Learner task_batching values, or 'recompute' (map_fn with recomputed "
-                  "inner steps).")
+                  "Learner task_batching values, or 'recompute' / 'accumulate_recompute' "
+                  "(map_fn / accumulate with recomputed inner steps).")
 flags.DEFINE_list("xla", ["false", "true"], "jit_compile the meta-step.")
 flags.DEFINE_integer("steps", 10, "Timed meta-steps (median reported).")
 flags.DEFINE_integer("warmup", 2, "Untimed meta-steps after the first (compiling) call.")
@@ -68,8 +69,10 @@ def _learner(formulation: str, steps: int, order: str):
     model = metalearn.models.omniglot_conv_net(outputs=WAYS)
     adapter = metalearn.adapters.GradientDescent(
         steps=steps, learning_rate=0.4, first_order=order == "first",
-        wrappers=[metalearn.adapters.Recompute()] if formulation == "recompute" else [])
-    batching = "map_fn" if formulation == "recompute" else formulation
+        wrappers=[metalearn.adapters.Recompute()] if formulation.endswith("recompute")
+        else [])
+    batching = {"recompute": "map_fn", "accumulate_recompute": "accumulate"}.get(
+        formulation, formulation)
     return metalearn.Learner(
         model, adapter, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         task_batching=batching)
