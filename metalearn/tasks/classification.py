@@ -49,7 +49,8 @@ class FewShotClassification(TaskSampler):
     ``split_seed``. Rotations by multiples of 90 degrees make new classes *within* a
     split (a character and its rotations always share a split).
 
-    Each batch holds ``support_x [tasks, ways * shots, H, W, C]`` (float32),
+    Each batch holds ``support_x [tasks, ways * shots, H, W, C]`` (float32; uint8
+    images are scaled to [0, 1]),
     ``support_y [tasks, ways * shots]`` (int32, labels ``0 .. ways - 1``, class-major),
     and ``query_x``/``query_y`` likewise with ``queries`` per class.
 
@@ -346,7 +347,9 @@ class FewShotClassification(TaskSampler):
 
     def _sample(self, class_seed, example_seed, num_tasks, split, ways, shots) -> Episode:
         info = self._splits[split]
-        images = tf.constant(info["images"], tf.float32)          # [examples, H, W, C]
+        # Stored as given (uint8 stays uint8: a quarter of the memory), converted per
+        # episode: uint8 to [0, 1] floats.
+        images = tf.constant(info["images"])                       # [examples, H, W, C]
         pool_class = tf.constant(info["pool_class"])
         pool_size = len(info["names"])
         # Classes: the top-`ways` of uniform scores is a uniformly random ordered subset,
@@ -375,6 +378,8 @@ class FewShotClassification(TaskSampler):
         within = tf.math.top_k(draws, k=per_class).indices             # [tasks, ways, K+Q]
         index = tf.gather(tf.constant(info["offsets"]), classes)[..., None] + within
         x = tf.gather(images, index)                                   # [tasks, ways, K+Q, H, W, C]
+        x = tf.cast(x, tf.float32) / 255.0 if images.dtype == tf.uint8 else tf.cast(
+            x, tf.float32)
         if self.rotations != (0,) and split in self.rotation_splits:
             x = _rotate(x, tf.broadcast_to(rotation[..., None], tf.shape(index)))
         if self.max_shift and split in self.augment_splits:

@@ -1,7 +1,10 @@
-"""Data set loaders for classification tasks: each returns ``LabelledImages``."""
+"""Data set loaders for classification tasks: each returns ``LabelledImages``, or a
+``{split: LabelledImages}`` mapping for benchmarks with a canonical class split."""
 
-from metalearn.tasks.datasets.base import LabelledImages
+from metalearn.tasks.datasets.base import LabelledImages, select_classes, split_class_names
+from metalearn.tasks.datasets.folder import load_image_folder
 from metalearn.tasks.datasets.mnist import load_mnist
 from metalearn.tasks.datasets.omniglot import MINIMAL_SPLIT, load_omniglot
 
-__all__ = ["LabelledImages", "MINIMAL_SPLIT", "load_mnist", "load_omniglot"]
+__all__ = ["LabelledImages", "MINIMAL_SPLIT", "load_image_folder", "load_mnist",
+           "load_omniglot", "select_classes", "split_class_names"]
