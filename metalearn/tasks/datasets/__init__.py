@@ -3,8 +3,11 @@
 
 from metalearn.tasks.datasets.base import LabelledImages, select_classes, split_class_names
 from metalearn.tasks.datasets.folder import load_image_folder
+from metalearn.tasks.datasets.mini_imagenet import load_mini_imagenet
 from metalearn.tasks.datasets.mnist import load_mnist
 from metalearn.tasks.datasets.omniglot import MINIMAL_SPLIT, load_omniglot
+from metalearn.tasks.datasets.tiered_imagenet import load_tiered_imagenet
 
-__all__ = ["LabelledImages", "MINIMAL_SPLIT", "load_image_folder", "load_mnist",
-           "load_omniglot", "select_classes", "split_class_names"]
+__all__ = ["LabelledImages", "MINIMAL_SPLIT", "load_image_folder", "load_mini_imagenet",
+           "load_mnist", "load_omniglot", "load_tiered_imagenet", "select_classes",
+           "split_class_names"]
