@@ -241,3 +241,51 @@ def check_episodes(splits, ways: int = 5, shots: int = 1, queries: int = 1) -> N
         np.testing.assert_array_equal(batch.support_x.numpy(), again.support_x.numpy())
         other = sampler.sample(tf.constant([8, 1], tf.int64), 2, split)
         assert not np.array_equal(batch.support_x.numpy(), other.support_x.numpy())
+
+
+# --- CIFAR-100 as TFDS yields it ----------------------------------------------------
+
+CIFAR100_SUPERCLASS_MEMBERS = {
+    "aquatic_mammals": ("beaver", "dolphin", "otter", "seal", "whale"),
+    "fish": ("aquarium_fish", "flatfish", "ray", "shark", "trout"),
+    "flowers": ("orchid", "poppy", "rose", "sunflower", "tulip"),
+    "food_containers": ("bottle", "bowl", "can", "cup", "plate"),
+    "fruit_and_vegetables": ("apple", "mushroom", "orange", "pear", "sweet_pepper"),
+    "household_electrical_devices": ("clock", "keyboard", "lamp", "telephone", "television"),
+    "household_furniture": ("bed", "chair", "couch", "table", "wardrobe"),
+    "insects": ("bee", "beetle", "butterfly", "caterpillar", "cockroach"),
+    "large_carnivores": ("bear", "leopard", "lion", "tiger", "wolf"),
+    "large_man-made_outdoor_things": ("bridge", "castle", "house", "road", "skyscraper"),
+    "large_natural_outdoor_scenes": ("cloud", "forest", "mountain", "plain", "sea"),
+    "large_omnivores_and_herbivores": ("camel", "cattle", "chimpanzee", "elephant",
+                                       "kangaroo"),
+    "medium_mammals": ("fox", "porcupine", "possum", "raccoon", "skunk"),
+    "non-insect_invertebrates": ("crab", "lobster", "snail", "spider", "worm"),
+    "people": ("baby", "boy", "girl", "man", "woman"),
+    "reptiles": ("crocodile", "dinosaur", "lizard", "snake", "turtle"),
+    "small_mammals": ("hamster", "mouse", "rabbit", "shrew", "squirrel"),
+    "trees": ("maple_tree", "oak_tree", "palm_tree", "pine_tree", "willow_tree"),
+    "vehicles_1": ("bicycle", "bus", "motorcycle", "pickup_truck", "train"),
+    "vehicles_2": ("lawn_mower", "rocket", "streetcar", "tank", "tractor"),
+}
+"""CIFAR-100's published superclass of every class."""
+
+
+def cifar100_examples(split: str, per_class: int):
+    """What TFDS's ``cifar100`` builder yields for ``split``: ``id``, uint8 ``image``
+    [32, 32, 3], fine ``label`` and ``coarse_label`` (label order of the name files),
+    shuffled as TFDS's records are."""
+    from metalearn.tasks.datasets.cifar import CIFAR100_LABELS, CIFAR100_SUPERCLASSES
+    coarse_of = {f: CIFAR100_SUPERCLASSES.index(c)
+                 for c, members in CIFAR100_SUPERCLASS_MEMBERS.items() for f in members}
+    offset = 0 if split == "train" else per_class
+    rows = [(label, i) for label in range(100) for i in range(per_class)]
+    order = np.random.default_rng(0 if split == "train" else 1).permutation(len(rows))
+    examples = {"id": [], "image": [], "label": [], "coarse_label": []}
+    for k in order:
+        label, i = rows[k]
+        examples["id"].append(f"{split}_{k:05d}")
+        examples["image"].append(class_image(label, offset + i, size=32))
+        examples["label"].append(label)
+        examples["coarse_label"].append(coarse_of[CIFAR100_LABELS[label]])
+    return {k: np.stack(v) if k == "image" else np.array(v) for k, v in examples.items()}
