@@ -381,7 +381,7 @@ class FewShotClassification(TaskSampler):
         info = self._splits[split]
         # Stored as given (uint8 stays uint8: a quarter of the memory), converted per
         # episode: uint8 to [0, 1] floats.
-        images = tf.constant(info["images"])                       # [examples, H, W, C]
+        stored = info["images"]                                    # [examples, H, W, C]
         pool_class = tf.constant(info["pool_class"])
         pool_size = len(info["names"])
         # Classes: the top-`ways` of uniform scores is a uniformly random ordered subset,
@@ -409,8 +409,8 @@ class FewShotClassification(TaskSampler):
         draws = tf.where(position < counts[..., None], draws, -1.0)
         within = tf.math.top_k(draws, k=per_class).indices             # [tasks, ways, K+Q]
         index = tf.gather(tf.constant(info["offsets"]), classes)[..., None] + within
-        x = tf.gather(images, index)                                   # [tasks, ways, K+Q, H, W, C]
-        x = tf.cast(x, tf.float32) / 255.0 if images.dtype == tf.uint8 else tf.cast(
+        x = _gather_images(stored, index)                              # [tasks, ways, K+Q, H, W, C]
+        x = tf.cast(x, tf.float32) / 255.0 if stored.dtype == np.uint8 else tf.cast(
             x, tf.float32)
         if self.rotations != (0,) and split in self.rotation_splits:
             x = _rotate(x, tf.broadcast_to(rotation[..., None], tf.shape(index)))
@@ -439,6 +439,22 @@ class FewShotClassification(TaskSampler):
             support_y = tf.ensure_shape(support_y, (num_tasks, ways * shots))
             query_y = tf.ensure_shape(query_y, (num_tasks, ways * self.queries))
         return Episode(support_x, support_y, query_x, query_y)
+
+
+MAX_CONSTANT_BYTES = 1 << 30
+"""Image pools up to this size are graph constants; larger ones (tiered-ImageNet's 9.5 GB
+of training images) are gathered by NumPy, since a graph cannot hold a constant over
+2 GB."""
+
+
+def _gather_images(images: np.ndarray, index: tf.Tensor) -> tf.Tensor:
+    """``images[index]`` for an in-memory pool, as a graph constant when it is small
+    enough, else by ``tf.numpy_function`` (the same values, no copy of the pool)."""
+    if images.nbytes <= MAX_CONSTANT_BYTES:
+        return tf.gather(tf.constant(images), index)
+    gathered = tf.numpy_function(lambda i: images[i], [index], tf.as_dtype(images.dtype),
+                                 stateful=False)
+    return tf.ensure_shape(gathered, index.shape.concatenate(images.shape[1:]))
 
 
 def _rotate(x: tf.Tensor, quarter_turns: tf.Tensor) -> tf.Tensor:
