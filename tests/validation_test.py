@@ -358,6 +358,11 @@ CASES: List[Case] = [
     Case("malformed CUB index line", "an `images.txt` line without its id", ValueError,
          "line 1: expected '<id> <value>'", malformed_cub_index,
          lambda p: str(p / "CUB_200_2011" / "images.txt"), "the file and line"),
+    Case("normalisation without statistics", "`FewShotClassification(normalize=True)` on "
+         "data whose preprocessing has no mean and std", ValueError,
+         "normalize=True needs the data set's per-channel mean and std",
+         lambda p: FewShotClassification(tiny_images(), ways=2, normalize=True), None,
+         "the loaders that record them"),
     Case("workdir of another config", "`train` into a workdir whose `config.gin` has "
          "another `GradientDescent.learning_rate`", validation.ConfigChangeError,
          "GradientDescent.learning_rate: 0.01 in the workdir, 0.1 now",

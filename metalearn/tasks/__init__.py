@@ -8,5 +8,5 @@ from metalearn.tasks import datasets
 from metalearn.tasks.episode import Episode
 from metalearn.tasks.sinusoid import Sinusoid
 
-__all__ = ["Episode", "FewShotClassification", "ImageAugmentation", "SPLITS", "Sinusoid", "SupervisedBatches",
-           "TaskSampler", "datasets", "rotate", "split_seed"]
+__all__ = ["Episode", "FewShotClassification", "ImageAugmentation", "SPLITS", "Sinusoid",
+           "SupervisedBatches", "TaskSampler", "datasets", "rotate", "split_seed"]
