@@ -1,6 +1,5 @@
 """mini-ImageNet from the split CSVs + images/, and from the pickle caches (plain data)."""
 
-import os
 
 import numpy as np
 import pytest

@@ -4,9 +4,9 @@ A crafted pickle payload writes a marker file when unpickled (checked first, so 
 payload is live); every loader is then given it and must reject or ignore it without
 the marker appearing. The benchmark caches that are pickles (mini-ImageNet,
 tiered-ImageNet) are read by ``plain_pickle``, which builds plain data only: the payload
-is given to it at every protocol, as a value, a key, an object array and the whole file. A scan of the source checks that nothing in ``metalearn/``
-deserialises with pickle, ``eval``/``exec`` or ``np.load`` without
-``allow_pickle=False``. See docs/errors.md, "Untrusted files".
+is given to it at every protocol, as a value, a key, an object array and the whole
+file. A scan of the source checks that nothing in ``metalearn/`` deserialises with
+pickle, ``eval``/``exec`` or ``np.load`` without ``allow_pickle=False``. See docs/errors.md, "Untrusted files".
 """
 
 from __future__ import annotations
