@@ -50,3 +50,13 @@ def test_bad_archive_files_are_named(tmp_path):
     os.remove(image)
     with pytest.raises(FileNotFoundError, match=f"image file '{image}' listed in"):
         load_cub(base)
+
+
+def test_decoded_arrays_cache_round_trip(tmp_path):
+    base = fixtures.write_cub(str(tmp_path / "data"), per_class=1)
+    first = load_cub(base, image_size=16, cache_dir=str(tmp_path / "cache"))
+    cub._CACHE.clear()
+    second = load_cub(base, image_size=16, cache_dir=str(tmp_path / "cache"))
+    for split in first:
+        np.testing.assert_array_equal(first[split].images, second[split].images)
+        assert first[split].class_names == second[split].class_names

@@ -69,3 +69,21 @@ def test_bad_files_are_named(tmp_path):
     with pytest.raises(ValueError, match=f"'{val}' is not a pickle of plain data: the file "
                                          "ends inside a value"):
         load_mini_imagenet(str(tmp_path / "cache"))
+
+
+def test_decoded_arrays_cache_round_trip(tmp_path):
+    fixtures.write_mini_imagenet_csv(str(tmp_path / "data"), per_class=2, size=16)
+    first = load_mini_imagenet(str(tmp_path / "data"), image_size=16,
+                               cache_dir=str(tmp_path / "cache"))
+    assert len(list((tmp_path / "cache").glob("mini_imagenet_*.npz"))) == 3
+    mini_imagenet._CACHE.clear()
+    for image in (tmp_path / "data" / "images").iterdir():
+        image.unlink()  # from the cache now, not the images
+    second = load_mini_imagenet(str(tmp_path / "data"), image_size=16,
+                                cache_dir=str(tmp_path / "cache"))
+    for split in first:
+        np.testing.assert_array_equal(first[split].images, second[split].images)
+        np.testing.assert_array_equal(first[split].labels, second[split].labels)
+        assert first[split].class_names == second[split].class_names
+        assert second[split].groups is None
+        assert second[split].preprocessing == first[split].preprocessing

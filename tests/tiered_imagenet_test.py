@@ -80,3 +80,14 @@ def test_damaged_and_mismatched_files_are_named(tmp_path, tiered_dir):
     (bad / "val_images_png.pkl").unlink()
     with pytest.raises(FileNotFoundError, match="val_images_png.pkl' not found"):
         load_tiered_imagenet(str(bad))
+
+
+def test_decoded_arrays_cache_keeps_the_categories(tmp_path, tiered_dir):
+    root, _ = tiered_dir
+    first = load_tiered_imagenet(root, cache_dir=str(tmp_path))
+    tiered_imagenet._CACHE.clear()
+    second = load_tiered_imagenet(root, cache_dir=str(tmp_path))
+    assert len(list(tmp_path.glob("tiered_imagenet_*.npz"))) == 3
+    for split in first:
+        np.testing.assert_array_equal(first[split].images, second[split].images)
+        assert first[split].groups == second[split].groups

@@ -228,3 +228,27 @@ def test_benchmark_caches_with_a_pickle_payload_are_rejected(tmp_path, payload):
         load_tiered_imagenet(str(tiered))
     assert str(tiered / "train_images_png.pkl") in str(info.value)
     assert not os.path.exists(marker)
+
+
+def test_benchmark_array_cache_with_a_pickle_payload_is_rejected(tmp_path, payload):
+    from metalearn.tasks.datasets import base
+    _, marker = payload
+    key = ("some", "key")
+
+    def build():
+        data = base.LabelledImages(np.zeros([2, 4, 4, 3], np.uint8), np.array([0, 1]),
+                                   ("a", "b"))
+        return {s: data for s in base.SPLIT_NAMES}
+
+    base.cached_splits(str(tmp_path), "mini_imagenet", key, build)
+    file = sorted(tmp_path.glob("mini_imagenet_*_train.npz"))[0]
+    buffer = io.BytesIO()
+    np.savez(buffer, images=np.zeros([2, 4, 4, 3], np.uint8), labels=np.array([0, 1]),
+             class_names=np.array([_Payload(marker), "b"], dtype=object),
+             groups=np.array(["", ""]), has_groups=np.array(False),
+             preprocessing=np.array("{}"))
+    file.write_bytes(buffer.getvalue())
+    with pytest.raises(ValueError, match="not a cache of plain arrays") as info:
+        base.cached_splits(str(tmp_path), "mini_imagenet", key, build)
+    assert str(file) in str(info.value)
+    assert not os.path.exists(marker)

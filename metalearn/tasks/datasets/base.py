@@ -135,3 +135,50 @@ def check_split_sizes(splits: Mapping[str, LabelledImages], expected: Mapping[st
                 raise ValueError(f"{what}: class {name!r} is in both the {owner[name]!r} "
                                  f"and the {split!r} split ({files})")
             owner[name] = split
+
+
+def cached_splits(cache_dir: Optional[str], name: str, key: Any, build) -> Dict[str,
+                                                                               LabelledImages]:
+    """``build()``'s ``{split: LabelledImages}``, kept in ``cache_dir`` as one ``.npz`` of
+    plain arrays per split (read back with ``allow_pickle=False``: a cache never runs
+    code), named by a digest of ``key``; ``cache_dir=None`` always builds."""
+    import hashlib
+    import io
+    import json
+    import os
+    import zipfile
+    if cache_dir is None:
+        return build()
+    folder = os.path.expanduser(cache_dir)
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+    files = {s: os.path.join(folder, f"{name}_{digest}_{s}.npz") for s in SPLIT_NAMES}
+    if all(os.path.isfile(f) for f in files.values()):
+        splits = {}
+        for split, file in files.items():
+            try:
+                with np.load(file, allow_pickle=False) as saved:
+                    groups = saved["groups"].tolist()
+                    splits[split] = LabelledImages(
+                        saved["images"], saved["labels"], tuple(saved["class_names"].tolist()),
+                        tuple(groups) if saved["has_groups"] else None,
+                        preprocessing={k: tuple(v) if isinstance(v, list) else v for k, v
+                                       in json.loads(str(saved["preprocessing"])).items()})
+            except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as error:
+                raise ValueError(f"{name} cache file {file!r} is damaged or not a cache of "
+                                 f"plain arrays ({type(error).__name__}: {error}); delete "
+                                 "it to rebuild it from the data") from error
+        return splits
+    splits = build()
+    os.makedirs(folder, exist_ok=True)
+    for split, data in splits.items():
+        buffer = io.BytesIO()
+        np.savez(buffer, images=data.images, labels=data.labels,
+                 class_names=np.asarray(data.class_names, dtype=str),
+                 groups=np.asarray(data.groups or [""] * data.num_classes, dtype=str),
+                 has_groups=np.asarray(data.groups is not None),
+                 preprocessing=np.asarray(json.dumps(dict(data.preprocessing))))
+        tmp = files[split] + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(buffer.getvalue())
+        os.replace(tmp, files[split])
+    return splits

@@ -21,7 +21,8 @@ import gin
 import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
-from metalearn.tasks.datasets.base import SPLIT_NAMES, LabelledImages, check_split_sizes
+from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
+                                           check_split_sizes)
 
 CHEN_SPLIT_SIZES = {"train": 100, "validation": 50, "test": 50}
 INDEX_FILES = ("images.txt", "image_class_labels.txt", "classes.txt")
@@ -55,13 +56,16 @@ def _read_index(file: str) -> List[Tuple[int, str]]:
 
 @gin.configurable
 def load_cub(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
-             strict: bool = True) -> Mapping[str, LabelledImages]:
+             strict: bool = True, cache_dir: Optional[str] = None
+             ) -> Mapping[str, LabelledImages]:
     """CUB-200-2011's three class splits.
 
     Args:
       path: the extracted ``CUB_200_2011`` folder (or the folder holding it).
       image_size: side the images are resized to (84 in Chen et al.'s Conv-4 runs).
       strict: there must be the archive's 200 classes (100 / 50 / 50).
+      cache_dir: if given, the decoded arrays are also kept there (``.npz`` of plain
+        arrays), so later runs skip decoding.
 
     Returns:
       ``{"train", "validation", "test"}`` to ``LabelledImages`` (uint8 ``[examples,
@@ -82,6 +86,14 @@ def load_cub(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
     key = (os.path.abspath(path), image_size)
     if key in _CACHE:
         return dict(_CACHE[key])
+    splits = cached_splits(cache_dir, "cub", key, lambda: _read_splits(path, image_size))
+    check_split_sizes(splits, CHEN_SPLIT_SIZES if strict else {}, "CUB-200-2011",
+                      f"{os.path.join(path, 'classes.txt')!r}")
+    _CACHE[key] = splits
+    return dict(splits)
+
+
+def _read_splits(path: str, image_size: int) -> Dict[str, LabelledImages]:
     images_txt, labels_txt, classes_txt = (os.path.join(path, f) for f in INDEX_FILES)
     files = dict(_read_index(images_txt))
     labels = {}
@@ -120,7 +132,4 @@ def load_cub(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
             tuple(names[c] for c in members),
             preprocessing=image_files.preprocessing("cub", image_size, 3,
                                                     image_files.IMAGENET_STATS))
-    check_split_sizes(splits, CHEN_SPLIT_SIZES if strict else {}, "CUB-200-2011",
-                      f"{classes_txt!r}")
-    _CACHE[key] = splits
-    return dict(splits)
+    return splits

@@ -29,7 +29,8 @@ import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
 from metalearn.tasks.datasets import plain_pickle
-from metalearn.tasks.datasets.base import SPLIT_NAMES, LabelledImages, check_split_sizes
+from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
+                                           check_split_sizes)
 
 RAVI_SPLIT_SIZES = {"train": 64, "validation": 16, "test": 20}
 """Classes per split in Ravi & Larochelle's split."""
@@ -141,8 +142,8 @@ def _preprocessing(image_size, source):
 
 @gin.configurable
 def load_mini_imagenet(path: str = gin.REQUIRED, source: str = "auto",
-                       image_size: Optional[int] = IMAGE_SIZE, strict: bool = True
-                       ) -> Mapping[str, LabelledImages]:
+                       image_size: Optional[int] = IMAGE_SIZE, strict: bool = True,
+                       cache_dir: Optional[str] = None) -> Mapping[str, LabelledImages]:
     """mini-ImageNet's three class splits.
 
     Args:
@@ -154,6 +155,8 @@ def load_mini_imagenet(path: str = gin.REQUIRED, source: str = "auto",
         the files' sizes (which must then agree).
       strict: the class counts must be Ravi & Larochelle's 64 / 16 / 20 (a truncated or
         foreign split file is an error); ``False`` loads any split.
+      cache_dir: if given, the decoded arrays are also kept there (``.npz`` of plain
+        arrays), so later runs skip decoding.
 
     Returns:
       ``{"train", "validation", "test"}`` to ``LabelledImages`` (uint8 ``[examples,
@@ -174,7 +177,9 @@ def load_mini_imagenet(path: str = gin.REQUIRED, source: str = "auto",
     image_size = None if image_size is None else int(image_size)
     key = (os.path.abspath(path), source, image_size)
     if key not in _CACHE:
-        splits = (_from_csv if source == "csv" else _from_pickles)(path, image_size)
+        reader = _from_csv if source == "csv" else _from_pickles
+        splits = cached_splits(cache_dir, "mini_imagenet", key,
+                               lambda: reader(path, image_size))
         files = ("train.csv, val.csv, test.csv" if source == "csv"
                  else "mini-imagenet-cache-{train,val,test}.pkl")
         check_split_sizes(splits, RAVI_SPLIT_SIZES if strict else {}, "mini-ImageNet",

@@ -28,7 +28,8 @@ import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
 from metalearn.tasks.datasets import plain_pickle
-from metalearn.tasks.datasets.base import SPLIT_NAMES, LabelledImages, check_split_sizes
+from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
+                                           check_split_sizes)
 
 REN_SPLIT_SIZES = {"train": 351, "validation": 97, "test": 160}
 """Classes per split in Ren et al.'s split."""
@@ -104,7 +105,8 @@ def _decode_pngs(encoded, file: str, image_size: Optional[int]) -> np.ndarray:
 
 @gin.configurable
 def load_tiered_imagenet(path: str = gin.REQUIRED, image_size: Optional[int] = IMAGE_SIZE,
-                         strict: bool = True) -> Mapping[str, LabelledImages]:
+                         strict: bool = True, cache_dir: Optional[str] = None
+                         ) -> Mapping[str, LabelledImages]:
     """tiered-ImageNet's three class splits, classes grouped by category.
 
     Args:
@@ -114,6 +116,9 @@ def load_tiered_imagenet(path: str = gin.REQUIRED, image_size: Optional[int] = I
         ``None`` keeps them.
       strict: the class and category counts must be Ren et al.'s (351 / 97 / 160
         classes, 20 / 6 / 8 categories); ``False`` loads any split.
+      cache_dir: if given, the decoded arrays are also kept there (``.npz`` of plain
+        arrays, about 10 GB for the whole data set), so later runs skip decoding the
+        PNGs.
 
     Returns:
       ``{"train", "validation", "test"}`` to ``LabelledImages`` (uint8 ``[examples,
@@ -132,6 +137,15 @@ def load_tiered_imagenet(path: str = gin.REQUIRED, image_size: Optional[int] = I
     key = (os.path.abspath(path), image_size)
     if key in _CACHE:
         return dict(_CACHE[key])
+    splits = cached_splits(cache_dir, "tiered_imagenet", key,
+                           lambda: _read_splits(path, image_size))
+    if strict:
+        _check_ren_split(splits, path)
+    _CACHE[key] = splits
+    return dict(splits)
+
+
+def _read_splits(path: str, image_size: Optional[int]) -> Dict[str, LabelledImages]:
     splits = {}
     for split in SPLIT_NAMES:
         name = FILE_SPLITS[split]
@@ -156,21 +170,23 @@ def load_tiered_imagenet(path: str = gin.REQUIRED, image_size: Optional[int] = I
             preprocessing=image_files.preprocessing(
                 "tiered_imagenet", image_size or IMAGE_SIZE, 3,
                 image_files.MINI_IMAGENET_STATS))
-    if strict:
-        files = f"{{train,val,test}}_labels.pkl in {path!r}"
-        check_split_sizes(splits, REN_SPLIT_SIZES, "tiered-ImageNet", files)
-        for split, count in REN_CATEGORY_SIZES.items():
-            found = len(set(splits[split].groups))
-            if found != count:
-                raise ValueError(f"tiered-ImageNet: the {split!r} split has {found} "
-                                 f"categories, Ren et al.'s has {count} ({files}); pass "
-                                 "strict=False to load another split anyway")
-        owner = {}
-        for split, data in splits.items():
-            for category in set(data.groups):
-                if owner.setdefault(category, split) != split:
-                    raise ValueError(f"tiered-ImageNet: category {category!r} is in both "
-                                     f"the {owner[category]!r} and the {split!r} split "
-                                     f"({files})")
-    _CACHE[key] = splits
-    return dict(splits)
+    return splits
+
+
+def _check_ren_split(splits: Mapping[str, LabelledImages], path: str) -> None:
+    """Ren et al.'s class and category counts, no category in two splits."""
+    files = f"{{train,val,test}}_labels.pkl in {path!r}"
+    check_split_sizes(splits, REN_SPLIT_SIZES, "tiered-ImageNet", files)
+    for split, count in REN_CATEGORY_SIZES.items():
+        found = len(set(splits[split].groups))
+        if found != count:
+            raise ValueError(f"tiered-ImageNet: the {split!r} split has {found} "
+                             f"categories, Ren et al.'s has {count} ({files}); pass "
+                             "strict=False to load another split anyway")
+    owner = {}
+    for split, data in splits.items():
+        for category in set(data.groups):
+            if owner.setdefault(category, split) != split:
+                raise ValueError(f"tiered-ImageNet: category {category!r} is in both "
+                                 f"the {owner[category]!r} and the {split!r} split "
+                                 f"({files})")
