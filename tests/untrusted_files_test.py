@@ -6,7 +6,8 @@ the marker appearing. The benchmark caches that are pickles (mini-ImageNet,
 tiered-ImageNet) are read by ``plain_pickle``, which builds plain data only: the payload
 is given to it at every protocol, as a value, a key, an object array and the whole
 file. A scan of the source checks that nothing in ``metalearn/`` deserialises with
-pickle, ``eval``/``exec`` or ``np.load`` without ``allow_pickle=False``. See docs/errors.md, "Untrusted files".
+pickle, ``eval``/``exec`` or ``np.load`` without ``allow_pickle=False``. See
+docs/errors.md, "Untrusted files".
 """
 
 from __future__ import annotations
