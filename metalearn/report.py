@@ -15,6 +15,14 @@ Writes into the output directory:
 - ``sinusoid_adaptation.png`` for sinusoid runs: a test task's curve before and after
   1 and 10 inner steps (the MAML paper's figure), from the best group's first run.
 
+Paired comparison of two runs evaluated on the same test episodes (the same
+``evaluate.seed``, split, number of tasks and sampler; checked):
+
+    python -m metalearn.report runs/maml runs/protonets --paired --paired_metric=accuracy
+
+writes ``paired.json`` and ``paired.md``: the mean per-episode difference (first minus
+second), its 95% interval and the paired t-test's p-value over the episodes.
+
 Plots need matplotlib (``pip install 'metalearn[report]'``). TensorBoard stays the live
 view of running jobs (``tensorboard --logdir ROOT``).
 """
@@ -43,6 +51,12 @@ flags.DEFINE_string("plot_metric", None, "Column plotted against the swept value
 flags.DEFINE_bool("plots", True, "Write the plots (needs matplotlib).")
 flags.DEFINE_bool("adaptation_plot", True, "For sinusoid runs, plot a task before and "
                   "after adaptation (restores a run).")
+flags.DEFINE_bool("paired", False, "Compare two runs episode by episode on the same "
+                  "test episodes (paired t-test) instead of the tables and plots.")
+flags.DEFINE_string("paired_metric", "accuracy", "The per-episode metric compared.")
+flags.DEFINE_string("paired_steps", None, "Inner steps of the compared values (default: "
+                    "the last each run evaluated).")
+flags.DEFINE_string("eval_file", "eval.json", "The evaluation file inside each run.")
 FLAGS = flags.FLAGS
 
 
@@ -270,10 +284,41 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
     return {"table": table, "files": files, "rows": rows}
 
 
+def paired_report(workdir_a: str, workdir_b: str, output_dir: Optional[str] = None,
+                  metric: str = "accuracy", steps: Optional[str] = None,
+                  eval_file: str = "eval.json") -> Dict[str, object]:
+    """Writes ``paired.json`` and ``paired.md`` comparing two runs on the same test
+    episodes (:func:`metalearn.runs.results.compare_runs`: ``a`` minus ``b``).
+
+    Returns:
+      ``{"table": markdown, "files": [written paths], "result": the comparison}``.
+    """
+    import json
+    result = results.compare_runs(workdir_a, workdir_b, metric, steps, eval_file)
+    names = [os.path.basename(os.path.normpath(w)) for w in (workdir_a, workdir_b)]
+    table = results.paired_markdown(result, *names)
+    output_dir = output_dir or os.path.join(workdir_a, "report")
+    os.makedirs(output_dir, exist_ok=True)
+    files = [os.path.join(output_dir, "paired.json"), os.path.join(output_dir, "paired.md")]
+    write_text(files[0], json.dumps({"a": workdir_a, "b": workdir_b, **result},
+                                    indent=2, sort_keys=True) + "\n")
+    write_text(files[1], table)
+    return {"table": table, "files": files, "result": result}
+
+
 def main(argv) -> None:
     if len(argv) < 2:
         raise app.UsageError("give run directories or sweep roots: "
                              "python -m metalearn.report runs/sweep_inner_lr")
+    if FLAGS.paired:
+        if len(argv) != 3:
+            raise app.UsageError("--paired compares exactly two run directories")
+        out = paired_report(argv[1], argv[2], FLAGS.output_dir, FLAGS.paired_metric,
+                            FLAGS.paired_steps, FLAGS.eval_file)
+        sys.stdout.write(out["table"])
+        for path in out["files"]:
+            print(f"wrote {path}")
+        return
     out = report(argv[1:], FLAGS.output_dir, FLAGS.metrics, FLAGS.seed_key,
                  FLAGS.plot_metric, FLAGS.plots, FLAGS.adaptation_plot)
     sys.stdout.write(out["table"])

@@ -290,3 +290,21 @@ def test_classes_of_different_sizes_never_lend_examples():
     _check_episode(episode, 4, 2, 1, range(6))
     used = {_owner(x)[1] for x in np.asarray(episode.query_x).reshape(-1, SIZE, SIZE, 1)}
     assert len(used) > 20  # examples beyond the smallest class's count are drawn too
+
+
+def test_large_image_pools_are_gathered_outside_the_graph(monkeypatch):
+    """A pool over MAX_CONSTANT_BYTES (a graph constant cannot exceed 2 GB: tiered-
+    ImageNet's training images are 9.5 GB) is gathered by NumPy: the same episodes."""
+    from metalearn.tasks import ImageAugmentation, classification
+    rng = np.random.default_rng(0)
+    data = LabelledImages(rng.integers(0, 256, (120, 8, 8, 3), np.uint8),
+                          np.arange(120) % 12, [f"c{i}" for i in range(12)])
+    kwargs = dict(ways=3, shots=1, queries=2, rotations=(0, 90), augment=ImageAugmentation(),
+                  split_fractions=(0.5, 0.0, 0.5))
+    small = [b.query_x.numpy() for b in
+             FewShotClassification(data, **kwargs).dataset(2, num_steps=3)]
+    monkeypatch.setattr(classification, "MAX_CONSTANT_BYTES", 1000)
+    large = [b.query_x.numpy() for b in
+             FewShotClassification(data, **kwargs).dataset(2, num_steps=3)]
+    for a, b in zip(small, large):
+        np.testing.assert_array_equal(a, b)

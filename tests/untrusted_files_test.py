@@ -2,9 +2,12 @@
 
 A crafted pickle payload writes a marker file when unpickled (checked first, so the
 payload is live); every loader is then given it and must reject or ignore it without
-the marker appearing. A scan of the source checks that nothing in ``metalearn/``
-deserialises with pickle, ``eval``/``exec`` or ``np.load`` without
-``allow_pickle=False``. See docs/errors.md, "Untrusted files".
+the marker appearing. The benchmark caches that are pickles (mini-ImageNet,
+tiered-ImageNet) are read by ``plain_pickle``, which builds plain data only: the payload
+is given to it at every protocol, as a value, a key, an object array and the whole
+file. A scan of the source checks that nothing in ``metalearn/`` deserialises with
+pickle, ``eval``/``exec`` or ``np.load`` without ``allow_pickle=False``. See
+docs/errors.md, "Untrusted files".
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import pytest
 import tensorflow as tf
 
 import metalearn
-from metalearn.tasks.datasets import load_omniglot
+from metalearn.tasks.datasets import (load_mini_imagenet, load_omniglot,
+                                      load_tiered_imagenet, mini_imagenet, plain_pickle,
+                                      tiered_imagenet)
 from metalearn.runs import results, sweeps
 from metalearn.training import build_experiment, parse_config
 
@@ -163,4 +168,88 @@ def test_omniglot_cache_with_a_pickle_payload_is_rejected(tmp_path, payload):
     with pytest.raises(ValueError, match="not a cache of plain arrays") as info:
         load_omniglot(path, cache_dir=str(cache_dir))
     assert str(cache_file) in str(info.value)
+    assert not os.path.exists(marker)
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_plain_pickle_reader_never_runs_a_payload(tmp_path, payload, protocol):
+    _, marker = payload
+    crafted = {
+        "whole file": _Payload(marker),
+        "a value": {"image_data": np.zeros([1, 2, 2, 3], np.uint8),
+                    "class_dict": {"n01": [0]}, "extra": _Payload(marker)},
+        "a key": {(_Payload(marker),): 1},
+        "in a list": [np.zeros(2), [1, "a", _Payload(marker)]],
+        "an object array": np.array([_Payload(marker), 1], dtype=object),
+    }
+    for where, value in crafted.items():
+        with pytest.raises(plain_pickle.UnsafePickleError, match="not plain data") as info:
+            plain_pickle.loads(pickle.dumps(value, protocol=protocol))
+        assert "_write_marker" in str(info.value) or "builtins.object" in str(info.value) \
+            or "object arrays" in str(info.value), (where, str(info.value))
+    # plain data at the same protocol is read back as written
+    plain = {"image_data": np.arange(24, dtype=np.uint8).reshape(1, 2, 4, 3),
+             "class_dict": {"n01": [0], "n02": []}, "name": "x", "raw": b"\x00\xff"}
+    back = plain_pickle.loads(pickle.dumps(plain, protocol=protocol))
+    np.testing.assert_array_equal(back["image_data"], plain["image_data"])
+    assert back["class_dict"] == plain["class_dict"] and back["raw"] == plain["raw"]
+    assert not os.path.exists(marker)
+
+
+def test_benchmark_caches_with_a_pickle_payload_are_rejected(tmp_path, payload):
+    _, marker = payload
+    mini = tmp_path / "mini"
+    mini.mkdir()
+    for split in ("train", "val", "test"):
+        cache = {"image_data": np.zeros([1, 84, 84, 3], np.uint8),
+                 "class_dict": {"n01": _Payload(marker)}}
+        (mini / f"mini-imagenet-cache-{split}.pkl").write_bytes(pickle.dumps(cache))
+    mini_imagenet._CACHE.clear()
+    with pytest.raises(ValueError, match="mini-ImageNet cache file .* is not a pickle of "
+                                         "plain data: it refers to") as info:
+        load_mini_imagenet(str(mini), source="pickle")
+    assert str(mini / "mini-imagenet-cache-train.pkl") in str(info.value)
+    tiered = tmp_path / "tiered"
+    tiered.mkdir()
+    for split in ("train", "val", "test"):
+        (tiered / f"{split}_labels.pkl").write_bytes(pickle.dumps(
+            {"label_specific": np.zeros(1, np.int64), "label_general": _Payload(marker),
+             "label_specific_str": ["n01"], "label_general_str": ["c"]}, protocol=2))
+        (tiered / f"{split}_images_png.pkl").write_bytes(pickle.dumps([_Payload(marker)]))
+    tiered_imagenet._CACHE.clear()
+    with pytest.raises(ValueError, match="tiered-ImageNet labels file .* is not a pickle of "
+                                         "plain data") as info:
+        load_tiered_imagenet(str(tiered))
+    assert str(tiered / "train_labels.pkl") in str(info.value)
+    (tiered / "train_labels.pkl").write_bytes(pickle.dumps(
+        {"label_specific": np.zeros(1, np.int64), "label_general": np.zeros(1, np.int64),
+         "label_specific_str": ["n01"], "label_general_str": ["c"]}, protocol=2))
+    with pytest.raises(ValueError, match="tiered-ImageNet images file .* is not a pickle of "
+                                         "plain data") as info:
+        load_tiered_imagenet(str(tiered))
+    assert str(tiered / "train_images_png.pkl") in str(info.value)
+    assert not os.path.exists(marker)
+
+
+def test_benchmark_array_cache_with_a_pickle_payload_is_rejected(tmp_path, payload):
+    from metalearn.tasks.datasets import base
+    _, marker = payload
+    key = ("some", "key")
+
+    def build():
+        data = base.LabelledImages(np.zeros([2, 4, 4, 3], np.uint8), np.array([0, 1]),
+                                   ("a", "b"))
+        return {s: data for s in base.SPLIT_NAMES}
+
+    base.cached_splits(str(tmp_path), "mini_imagenet", key, build)
+    file = sorted(tmp_path.glob("mini_imagenet_*_train.npz"))[0]
+    buffer = io.BytesIO()
+    np.savez(buffer, images=np.zeros([2, 4, 4, 3], np.uint8), labels=np.array([0, 1]),
+             class_names=np.array([_Payload(marker), "b"], dtype=object),
+             groups=np.array(["", ""]), has_groups=np.array(False),
+             preprocessing=np.array("{}"))
+    file.write_bytes(buffer.getvalue())
+    with pytest.raises(ValueError, match="not a cache of plain arrays") as info:
+        base.cached_splits(str(tmp_path), "mini_imagenet", key, build)
+    assert str(file) in str(info.value)
     assert not os.path.exists(marker)

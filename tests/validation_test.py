@@ -24,7 +24,9 @@ import tensorflow as tf
 
 import metalearn  # noqa: F401  (registers the configurables)
 from metalearn.tasks import FewShotClassification
-from metalearn.tasks.datasets import LabelledImages, load_mnist, load_omniglot
+from metalearn.tasks.datasets import (LabelledImages, load_cub, load_image_folder,
+                                      load_mini_imagenet, load_mnist, load_omniglot,
+                                      load_tiered_imagenet)
 from metalearn.runs import validation
 from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.evaluation import evaluate
@@ -176,6 +178,66 @@ def evaluate_zero_batch(tmp_path) -> None:
     evaluate(experiment.learner, experiment.sampler, num_tasks=10, batch_size=0)
 
 
+def empty_class_folder(tmp_path) -> None:
+    (tmp_path / "images" / "cat").mkdir(parents=True)
+    (tmp_path / "images" / "cat" / "notes.txt").write_text("no images here")
+    load_image_folder(str(tmp_path / "images"))
+
+
+def undecodable_folder_image(tmp_path) -> None:
+    (tmp_path / "images" / "cat").mkdir(parents=True)
+    (tmp_path / "images" / "cat" / "001.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    load_image_folder(str(tmp_path / "images"))
+
+
+def malformed_split_csv(tmp_path) -> None:
+    (tmp_path / "mini" / "images").mkdir(parents=True)
+    (tmp_path / "mini" / "train.csv").write_text("filename,label\nn0153282900000005.jpg\n")
+    load_mini_imagenet(str(tmp_path / "mini"))
+
+
+def truncated_pickle_cache(tmp_path) -> None:
+    import pickle
+    (tmp_path / "mini").mkdir()
+    cache = {"image_data": np.zeros([2, 84, 84, 3], np.uint8), "class_dict": {"n01": [0, 1]}}
+    data = pickle.dumps(cache, protocol=4)
+    (tmp_path / "mini" / "mini-imagenet-cache-train.pkl").write_bytes(data[:len(data) // 2])
+    load_mini_imagenet(str(tmp_path / "mini"))
+
+
+def pickle_cache_naming_code(tmp_path) -> None:
+    import pickle
+    (tmp_path / "mini").mkdir()
+    (tmp_path / "mini" / "mini-imagenet-cache-train.pkl").write_bytes(
+        pickle.dumps({"image_data": print, "class_dict": {}}))
+    load_mini_imagenet(str(tmp_path / "mini"))
+
+
+def split_of_other_counts(tmp_path) -> None:
+    from tests import benchmark_fixtures
+    benchmark_fixtures.write_mini_imagenet_csv(str(tmp_path / "mini"), per_class=1, size=8)
+    rows = (tmp_path / "mini" / "val.csv").read_text().splitlines()
+    (tmp_path / "mini" / "val.csv").write_text("\n".join(rows[:-1]) + "\n")
+    load_mini_imagenet(str(tmp_path / "mini"), image_size=8)
+
+
+def undecodable_cache_png(tmp_path) -> None:
+    from tests import benchmark_fixtures
+    (tmp_path / "tiered").mkdir()
+    labels = {"label_specific": np.zeros(1, np.int64), "label_general": np.zeros(1, np.int64),
+              "label_specific_str": ["n01"], "label_general_str": ["c"]}
+    (tmp_path / "tiered" / "train_labels.pkl").write_bytes(benchmark_fixtures.py2_pickle(labels))
+    (tmp_path / "tiered" / "train_images_png.pkl").write_bytes(benchmark_fixtures.py2_pickle(
+        [np.frombuffer(b"\x89PNG\r\n\x1a\n broken", np.uint8)]))
+    load_tiered_imagenet(str(tmp_path / "tiered"))
+
+
+def malformed_cub_index(tmp_path) -> None:
+    (tmp_path / "CUB_200_2011").mkdir()
+    (tmp_path / "CUB_200_2011" / "images.txt").write_text("001.Bird/a.jpg\n")
+    load_cub(str(tmp_path / "CUB_200_2011"))
+
+
 # --- the cases: one per row of docs/errors.md --------------------------------------
 
 
@@ -270,6 +332,37 @@ CASES: List[Case] = [
          ValueError, "is not an IDX file of the expected kind: magic number 2049, expected "
          "2051", swapped_mnist_files,
          lambda p: str(p / "mnist" / "t10k-images-idx3-ubyte.gz"), "the file"),
+    Case("empty class folder", "`load_image_folder` on a folder whose `cat/` has no images",
+         ValueError, "holds no image files", empty_class_folder,
+         lambda p: str(p / "images" / "cat"), "the class folder"),
+    Case("undecodable image in an image folder", "`cat/001.jpg` holding no JPEG", ValueError,
+         "is not a decodable image", undecodable_folder_image,
+         lambda p: str(p / "images" / "cat" / "001.jpg"), "the file"),
+    Case("malformed split CSV row", "a mini-ImageNet `train.csv` row without its label",
+         ValueError, "line 2: expected 'filename,label'", malformed_split_csv,
+         lambda p: str(p / "mini" / "train.csv"), "the file and line"),
+    Case("truncated pickle cache", "a cut-off `mini-imagenet-cache-train.pkl`", ValueError,
+         "is not a pickle of plain data: the file ends", truncated_pickle_cache,
+         lambda p: str(p / "mini" / "mini-imagenet-cache-train.pkl"), "the file"),
+    Case("pickle cache naming code", "a `mini-imagenet-cache-train.pkl` that refers to a "
+         "function", ValueError, "it refers to builtins.print, which is not plain data",
+         pickle_cache_naming_code,
+         lambda p: str(p / "mini" / "mini-imagenet-cache-train.pkl"), "the file"),
+    Case("split of other class counts", "a mini-ImageNet `val.csv` with a class cut off",
+         ValueError, "the 'validation' split has 15 classes, the canonical split has 16",
+         split_of_other_counts, lambda p: "strict=False", "the files and `strict=False`"),
+    Case("undecodable PNG in a pickle cache", "a tiered-ImageNet `train_images_png.pkl` "
+         "entry holding no PNG", ValueError, "image 0 of tiered-ImageNet images file",
+         undecodable_cache_png, lambda p: str(p / "tiered" / "train_images_png.pkl"),
+         "the entry and file"),
+    Case("malformed CUB index line", "an `images.txt` line without its id", ValueError,
+         "line 1: expected '<id> <value>'", malformed_cub_index,
+         lambda p: str(p / "CUB_200_2011" / "images.txt"), "the file and line"),
+    Case("normalisation without statistics", "`FewShotClassification(normalize=True)` on "
+         "data whose preprocessing has no mean and std", ValueError,
+         "normalize=True needs the data set's per-channel mean and std",
+         lambda p: FewShotClassification(tiny_images(), ways=2, normalize=True), None,
+         "the loaders that record them"),
     Case("workdir of another config", "`train` into a workdir whose `config.gin` has "
          "another `GradientDescent.learning_rate`", validation.ConfigChangeError,
          "GradientDescent.learning_rate: 0.01 in the workdir, 0.1 now",

@@ -251,3 +251,155 @@ def write_summary_csv(path: str, keys: Sequence[str], rows: Sequence[Dict[str, o
             cells += ["", ""] if stat is None else [stat["mean"], stat["ci95"]]
         writer.writerow(cells)
     write_text(path, f.getvalue())
+
+
+# --- paired comparison of two runs on the same test episodes -------------------------
+
+
+def _beta_continued_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        for numerator in (m * (b - m) * x / ((a - 1.0 + 2 * m) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 1.0 + 2 * m))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b) (Numerical Recipes' ``betai``)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_continued_fraction(a, b, x) / a
+    return 1.0 - front * _beta_continued_fraction(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t: float, dof: int) -> float:
+    """Two-sided p-value of Student's t statistic ``t`` with ``dof`` degrees of freedom."""
+    if dof < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {dof}")
+    if math.isinf(t):
+        return 0.0
+    return _incomplete_beta(dof / 2.0, 0.5, dof / (dof + t * t))
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> Dict[str, float]:
+    """Paired comparison of two methods measured on the same episodes, in order.
+
+    The per-episode differences ``a - b`` are averaged; their 95% interval is Student's
+    t (``t(n-1) * sd / sqrt(n)``) and the p-value is the paired t-test's, two-sided
+    (null: the same mean). Pairing removes the episodes' own difficulty from the
+    comparison, so it resolves differences that two separate intervals cannot.
+
+    Returns:
+      ``{"mean_a", "mean_b", "difference", "ci95", "low", "high", "p_value", "n",
+      "wins_a", "wins_b", "ties"}``.
+    """
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired values must be two equally long lists, got {a.shape} and "
+                         f"{b.shape}")
+    if a.size < 2:
+        raise ValueError(f"need at least 2 paired episodes, got {a.size}")
+    d = a - b
+    mean, sd, n = float(d.mean()), float(d.std(ddof=1)), int(d.size)
+    half = t_quantile_975(n - 1) * sd / math.sqrt(n)
+    if sd == 0.0:
+        p = 1.0 if mean == 0.0 else 0.0
+    else:
+        p = t_two_sided_p(mean / (sd / math.sqrt(n)), n - 1)
+    return {"mean_a": float(a.mean()), "mean_b": float(b.mean()), "difference": mean,
+            "ci95": half, "low": mean - half, "high": mean + half, "p_value": p, "n": n,
+            "wins_a": int((d > 0).sum()), "wins_b": int((d < 0).sum()),
+            "ties": int((d == 0).sum())}
+
+
+def _eval_report(workdir: str, eval_file: str) -> Dict:
+    path = eval_file if os.path.isabs(eval_file) else os.path.join(workdir, eval_file)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"evaluation file {path!r} not found; write it with "
+                                f"python -m metalearn.evaluate --workdir={workdir}")
+    with open(path) as f:
+        try:
+            report = json.load(f)
+        except ValueError as error:
+            raise ValueError(f"evaluation file {path!r} is not JSON ({error})") from None
+    if not isinstance(report, dict) or "per_task" not in report:
+        raise ValueError(f"evaluation file {path!r} has no per-episode values "
+                         "('per_task'): evaluate the run again with this version")
+    report["path"] = path
+    return report
+
+
+def compare_runs(workdir_a: str, workdir_b: str, metric: str = "accuracy",
+                 steps: Optional[str] = None, eval_file: str = "eval.json"
+                 ) -> Dict[str, object]:
+    """Paired comparison of two runs' evaluations on the same test episodes.
+
+    Both ``eval_file``s must come from ``evaluate`` with the same seed, split and
+    number of tasks, on the same episodes (their ``episodes`` digests agree: same data,
+    ways, shots and queries); otherwise the comparison would not be paired and this
+    raises, naming both files.
+
+    Args:
+      workdir_a, workdir_b: the two runs (or paths of their evaluation files).
+      metric: the per-episode metric compared (``"accuracy"``, ``"loss"``).
+      steps: the inner-step count of each (default: the last one each evaluated).
+      eval_file: the evaluation file name inside each workdir.
+
+    Returns:
+      :func:`paired_difference`'s fields (``a`` minus ``b``), plus ``metric``,
+      ``steps_a``, ``steps_b``, ``files`` and the shared ``seed``, ``split``.
+    """
+    reports = [_eval_report(w, eval_file) for w in (workdir_a, workdir_b)]
+    for key in ("seed", "split", "num_tasks", "episodes"):
+        values = [r.get(key) for r in reports]
+        if values[0] != values[1]:
+            raise ValueError(f"not the same test episodes: {key} is {values[0]!r} in "
+                             f"{reports[0]['path']!r} and {values[1]!r} in "
+                             f"{reports[1]['path']!r}; evaluate both with the same "
+                             "evaluate.seed, split, num_tasks and tasks")
+    chosen, series = [], []
+    for report in reports:
+        per_task = report["per_task"]
+        key = steps if steps is not None else max(per_task, key=int)
+        if key not in per_task or metric not in per_task[key]:
+            raise ValueError(f"{report['path']!r} has no per-episode {metric!r} after "
+                             f"{key} inner steps (it has steps {sorted(per_task)} and "
+                             f"metrics {sorted(next(iter(per_task.values()), {}))})")
+        chosen.append(key)
+        series.append([float(v) for v in per_task[key][metric]])
+    result: Dict[str, object] = dict(paired_difference(*series))
+    result.update(metric=metric, steps_a=chosen[0], steps_b=chosen[1],
+                  files=[r["path"] for r in reports], seed=reports[0].get("seed"),
+                  split=reports[0].get("split"))
+    return result
+
+
+def paired_markdown(result: Dict[str, object], name_a: str, name_b: str) -> str:
+    """A short markdown table of :func:`compare_runs`'s result."""
+    metric = result["metric"]
+    scale = 100.0 if metric == "accuracy" else 1.0
+    unit = " (points)" if metric == "accuracy" else ""
+    fmt = lambda v: f"{scale * float(v):.2f}"  # noqa: E731
+    return ("| | " + name_a + " | " + name_b + f" | difference{unit} | 95% interval | "
+            "p-value | episodes (a better / b better / tied) |\n"
+            "| --- | --- | --- | --- | --- | --- | --- |\n"
+            f"| {metric} | {fmt(result['mean_a'])} | {fmt(result['mean_b'])} | "
+            f"{fmt(result['difference'])} | [{fmt(result['low'])}, {fmt(result['high'])}] | "
+            f"{float(result['p_value']):.3g} | {result['n']} ({result['wins_a']} / "
+            f"{result['wins_b']} / {result['ties']}) |\n")

@@ -1,5 +1,6 @@
 """Tasks: what an episode is and how episodes are sampled."""
 
+from metalearn.tasks.augmentation import ImageAugmentation
 from metalearn.tasks.base import SPLITS, TaskSampler, split_seed
 from metalearn.tasks.batches import SupervisedBatches
 from metalearn.tasks.classification import FewShotClassification, rotate
@@ -7,5 +8,5 @@ from metalearn.tasks import datasets
 from metalearn.tasks.episode import Episode
 from metalearn.tasks.sinusoid import Sinusoid
 
-__all__ = ["Episode", "FewShotClassification", "SPLITS", "Sinusoid", "SupervisedBatches",
-           "TaskSampler", "datasets", "rotate", "split_seed"]
+__all__ = ["Episode", "FewShotClassification", "ImageAugmentation", "SPLITS", "Sinusoid",
+           "SupervisedBatches", "TaskSampler", "datasets", "rotate", "split_seed"]

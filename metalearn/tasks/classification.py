@@ -16,6 +16,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from metalearn.tasks.augmentation import ImageAugmentation
 from metalearn.tasks.base import SPLITS, TaskSampler
 from metalearn.tasks.datasets.base import LabelledImages
 from metalearn.tasks.episode import Episode
@@ -49,7 +50,8 @@ class FewShotClassification(TaskSampler):
     ``split_seed``. Rotations by multiples of 90 degrees make new classes *within* a
     split (a character and its rotations always share a split).
 
-    Each batch holds ``support_x [tasks, ways * shots, H, W, C]`` (float32),
+    Each batch holds ``support_x [tasks, ways * shots, H, W, C]`` (float32; uint8
+    images are scaled to [0, 1]),
     ``support_y [tasks, ways * shots]`` (int32, labels ``0 .. ways - 1``, class-major),
     and ``query_x``/``query_y`` likewise with ``queries`` per class.
 
@@ -86,8 +88,16 @@ class FewShotClassification(TaskSampler):
         drawn independently per image from the episode's seed (so still reproducible),
         the uncovered border filled with zeros (the background after Omniglot's
         inversion). ``0`` (default) leaves images as they are.
-      augment_splits: the splits whose episodes are augmented (default meta-training
-        only).
+      augment: data augmentation for natural images, e.g. ``ImageAugmentation()``
+        (random resized crop, flip, colour jitter): applied to every image of an
+        episode of ``augment_splits``, each image drawn from the episode's seed (so,
+        like ``max_shift``, reproducible and resumed exactly). ``None`` (default): none.
+      augment_splits: the splits whose episodes are augmented (``max_shift`` and
+        ``augment``; default meta-training only).
+      normalize: subtract the data set's per-channel mean and divide by its standard
+        deviation (the ``mean`` and ``std`` in the loader's ``preprocessing``, images in
+        [0, 1]), in every split, after augmentation: the standard normalisation of each
+        benchmark. ``preprocessing`` then records them, for images of one's own.
     """
 
     def __init__(self, dataset: Union[LabelledImages, Mapping[str, LabelledImages]] = gin.REQUIRED,
@@ -102,7 +112,8 @@ class FewShotClassification(TaskSampler):
                  rotation_splits: Sequence[str] = SPLITS,
                  within_group: bool = False,
                  train_shots: Optional[IntOrChoices] = None, max_shift: int = 0,
-                 augment_splits: Sequence[str] = ("train",)):
+                 augment: Optional[ImageAugmentation] = None,
+                 augment_splits: Sequence[str] = ("train",), normalize: bool = False):
         self.ways = _choices("ways", ways)
         self.shots = _choices("shots", shots)
         self.train_shots = self.shots if train_shots is None else _choices("train_shots",
@@ -133,6 +144,12 @@ class FewShotClassification(TaskSampler):
             if split not in SPLITS:
                 raise ValueError(f"augment_splits must be among {SPLITS}, got {split!r}")
         self.augment_splits = tuple(augment_splits)
+        if augment is not None and not callable(augment):
+            raise TypeError(f"augment must be an ImageAugmentation (or a function of "
+                            f"(images, seed)), got {augment!r}")
+        self.augment = augment
+        self.normalize = bool(normalize)
+        self._mean = self._std = None
 
         if not (isinstance(dataset, (LabelledImages, Mapping)) or callable(dataset)):
             raise TypeError("dataset must be a LabelledImages, a {split: LabelledImages} "
@@ -178,6 +195,22 @@ class FewShotClassification(TaskSampler):
         self._preprocessing.update(image_shape=self.image_shape, dtype="float32",
                                    rotations=self.rotations,
                                    rotation_splits=self.rotation_splits)
+        if first.images.dtype == np.uint8:
+            self._preprocessing.update(scale=1 / 255)
+        if self.normalize:
+            stats = first.preprocessing
+            if stats.get("mean") is None or stats.get("std") is None:
+                raise ValueError("normalize=True needs the data set's per-channel mean and "
+                                 "std in its preprocessing (the benchmark loaders record "
+                                 "them; load_image_folder(mean=..., std=...))")
+            self._mean = np.asarray(stats["mean"], np.float32)
+            self._std = np.asarray(stats["std"], np.float32)
+            if self._mean.shape not in ((), (self.image_shape[-1],)) or \
+                    self._std.shape != self._mean.shape or np.any(self._std <= 0):
+                raise ValueError(f"mean {stats['mean']} and std {stats['std']} must have "
+                                 f"one value per channel ({self.image_shape[-1]}), std > 0")
+            self._preprocessing.update(normalize=True, mean=tuple(self._mean.tolist()),
+                                       std=tuple(self._std.tolist()))
         splits = {s: self._build_split(s, data[s], names[s]) for s in data}
         self._splits = splits
         for split in splits:
@@ -346,7 +379,9 @@ class FewShotClassification(TaskSampler):
 
     def _sample(self, class_seed, example_seed, num_tasks, split, ways, shots) -> Episode:
         info = self._splits[split]
-        images = tf.constant(info["images"], tf.float32)          # [examples, H, W, C]
+        # Stored as given (uint8 stays uint8: a quarter of the memory), converted per
+        # episode: uint8 to [0, 1] floats.
+        stored = info["images"]                                    # [examples, H, W, C]
         pool_class = tf.constant(info["pool_class"])
         pool_size = len(info["names"])
         # Classes: the top-`ways` of uniform scores is a uniformly random ordered subset,
@@ -374,12 +409,22 @@ class FewShotClassification(TaskSampler):
         draws = tf.where(position < counts[..., None], draws, -1.0)
         within = tf.math.top_k(draws, k=per_class).indices             # [tasks, ways, K+Q]
         index = tf.gather(tf.constant(info["offsets"]), classes)[..., None] + within
-        x = tf.gather(images, index)                                   # [tasks, ways, K+Q, H, W, C]
+        x = _gather_images(stored, index)                              # [tasks, ways, K+Q, H, W, C]
+        x = tf.cast(x, tf.float32) / 255.0 if stored.dtype == np.uint8 else tf.cast(
+            x, tf.float32)
         if self.rotations != (0,) and split in self.rotation_splits:
             x = _rotate(x, tf.broadcast_to(rotation[..., None], tf.shape(index)))
         if self.max_shift and split in self.augment_splits:
             x = _shift(x, self.max_shift,
                        tf.random.experimental.stateless_fold_in(example_seed, 1))
+        if self.augment is not None and split in self.augment_splits:
+            shape = tf.shape(x)
+            flat = tf.reshape(x, tf.concat([[-1], shape[-3:]], 0))   # [images, H, W, C]
+            flat = self.augment(flat, tf.random.experimental.stateless_fold_in(
+                example_seed, 2))
+            x = tf.reshape(flat, shape)
+        if self.normalize:
+            x = (x - self._mean) / self._std
         labels = tf.broadcast_to(tf.range(ways, dtype=tf.int32)[None, :, None],
                                  tf.shape(index))
         def flatten(t, start, size):
@@ -394,6 +439,22 @@ class FewShotClassification(TaskSampler):
             support_y = tf.ensure_shape(support_y, (num_tasks, ways * shots))
             query_y = tf.ensure_shape(query_y, (num_tasks, ways * self.queries))
         return Episode(support_x, support_y, query_x, query_y)
+
+
+MAX_CONSTANT_BYTES = 1 << 30
+"""Image pools up to this size are graph constants; larger ones (tiered-ImageNet's 9.5 GB
+of training images) are gathered by NumPy, since a graph cannot hold a constant over
+2 GB."""
+
+
+def _gather_images(images: np.ndarray, index: tf.Tensor) -> tf.Tensor:
+    """``images[index]`` for an in-memory pool, as a graph constant when it is small
+    enough, else by ``tf.numpy_function`` (the same values, no copy of the pool)."""
+    if images.nbytes <= MAX_CONSTANT_BYTES:
+        return tf.gather(tf.constant(images), index)
+    gathered = tf.numpy_function(lambda i: images[i], [index], tf.as_dtype(images.dtype),
+                                 stateful=False)
+    return tf.ensure_shape(gathered, index.shape.concatenate(images.shape[1:]))
 
 
 def _rotate(x: tf.Tensor, quarter_turns: tf.Tensor) -> tf.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Dict, Optional, Sequence
 
@@ -42,7 +43,9 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
       seed, split: the task stream (``"test"`` tasks never appear in meta-training).
 
     Returns:
-      ``{"num_tasks", "split", "results": {steps: {metric: {"mean", "ci95", "std"}}}}``.
+      ``{"num_tasks", "split", "seed", "episodes" (a digest of the episodes), "results":
+      {steps: {metric: {"mean", "ci95", "std"}}}, "per_task": {steps: {metric: [value
+      per episode]}}}``.
     """
     if int(num_tasks) < 2:
         raise ValueError(f"num_tasks must be >= 2, got {num_tasks}")
@@ -58,6 +61,7 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
                                     num_steps=batches))
     validation.check_outputs(learner, episodes[0].task(0), sampler)  # e.g. ways != outputs
     results: Dict[str, Dict[str, Dict[str, float]]] = {}
+    per_episode: Dict[str, Dict[str, list]] = {}
     for steps in inner_steps:
         run = tf.function(lambda batch, steps=steps: learner.meta_metrics(batch, steps=steps))
         per_task: Dict[str, list] = {}
@@ -66,4 +70,17 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
                 per_task.setdefault(name, []).extend(values.numpy().tolist())
         results[str(steps)] = {name: mean_and_interval(values[:num_tasks])
                                for name, values in per_task.items()}
-    return {"num_tasks": int(num_tasks), "split": split, "results": results}
+        per_episode[str(steps)] = {name: values[:num_tasks] for name, values in per_task.items()}
+    # Per-episode values and a digest of the episodes, so that two runs evaluated on
+    # the same episodes can be compared pair by pair (metalearn.runs.results.compare_runs).
+    # (Labels, and each example's mean rounded to 5 decimals: the same on any machine.)
+    digest = hashlib.sha256()
+    for batch in episodes:
+        for part in tf.nest.flatten(batch):
+            values = np.asarray(part.numpy(), np.float64)
+            if values.ndim > 2 and values.size:
+                values = values.reshape(values.shape[:2] + (-1,)).mean(axis=-1)
+            digest.update(np.round(values, 5).tobytes())
+    return {"num_tasks": int(num_tasks), "split": split, "seed": int(seed),
+            "episodes": digest.hexdigest()[:16], "results": results,
+            "per_task": per_episode}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -44,3 +44,141 @@ class LabelledImages:
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
+
+
+SPLIT_NAMES = ("train", "validation", "test")
+
+
+def split_class_names(names: Sequence[str], train: Optional[Sequence[str]] = None,
+                      validation: Optional[Sequence[str]] = None,
+                      test: Optional[Sequence[str]] = None,
+                      fractions: Optional[Sequence[float]] = None, seed: int = 0,
+                      where: str = "the data set") -> Dict[str, Tuple[str, ...]]:
+    """Class names per split, given by lists or cut by fractions (deterministic).
+
+    Args:
+      names: every class name of the data.
+      train, validation, test: the names in each split; names given nowhere are left
+        out. A name in two splits or unknown to ``names`` is an error.
+      fractions: ``(train, validation, test)`` fractions instead: the sorted names are
+        shuffled with ``seed`` (NumPy's PCG64, the same on every machine) and cut.
+      where: what the names come from, for error messages (a folder, a file).
+
+    Returns:
+      ``{"train": names, "validation": names, "test": names}`` (given order kept; cut
+      splits in shuffled order).
+    """
+    known = set(names)
+    given = {"train": train, "validation": validation, "test": test}
+    if any(v is not None for v in given.values()):
+        if fractions is not None:
+            raise ValueError("give the split either as class lists or as fractions, not both")
+        owner: Dict[str, str] = {}
+        result = {}
+        for split, members in given.items():
+            members = tuple(members or ())
+            unknown = sorted(set(members) - known)
+            if unknown:
+                raise ValueError(f"unknown class {unknown[:10]} in the {split!r} split; "
+                                 f"{where} has {sorted(known)[:20]}"
+                                 f"{' ...' if len(known) > 20 else ''}")
+            for name in members:
+                if name in owner:
+                    raise ValueError(f"class {name!r} is in both the {owner[name]!r} and "
+                                     f"the {split!r} split")
+                owner[name] = split
+            result[split] = members
+        return result
+    fractions = tuple(float(f) for f in (fractions or (0.7, 0.1, 0.2)))
+    if len(fractions) != 3 or min(fractions) < 0 or not 0.999 <= sum(fractions) <= 1.001:
+        raise ValueError("split fractions must be 3 non-negative numbers summing to 1, got "
+                         f"{fractions!r}")
+    ordered = sorted(known)
+    shuffled = [ordered[i] for i in np.random.default_rng(int(seed)).permutation(len(ordered))]
+    cuts = np.round(np.cumsum(fractions) * len(ordered)).astype(int)
+    return {"train": tuple(shuffled[:cuts[0]]),
+            "validation": tuple(shuffled[cuts[0]:cuts[1]]),
+            "test": tuple(shuffled[cuts[1]:])}
+
+
+def select_classes(data: LabelledImages, names: Sequence[str]) -> LabelledImages:
+    """The examples of the classes ``names`` only, relabelled ``0 .. len(names) - 1`` in
+    the order given (groups and preprocessing kept)."""
+    index = {name: i for i, name in enumerate(data.class_names)}
+    missing = [n for n in names if n not in index]
+    if missing:
+        raise ValueError(f"unknown classes {missing[:10]}")
+    new_label = np.full([data.num_classes], -1, np.int64)
+    for i, name in enumerate(names):
+        new_label[index[name]] = i
+    mapped = new_label[np.asarray(data.labels)]
+    keep = np.flatnonzero(mapped >= 0)
+    groups = None if data.groups is None else tuple(data.groups[index[n]] for n in names)
+    return LabelledImages(data.images[keep], mapped[keep], tuple(names), groups,
+                          preprocessing=dict(data.preprocessing))
+
+
+def check_split_sizes(splits: Mapping[str, LabelledImages], expected: Mapping[str, int],
+                      what: str, files: str) -> None:
+    """Raises if a split's class count is not the canonical one (a truncated or
+    mismatched split file), naming ``files``."""
+    for split, count in expected.items():
+        found = splits[split].num_classes
+        if found != count:
+            raise ValueError(f"{what}: the {split!r} split has {found} classes, the "
+                             f"canonical split has {count} ({files}); pass strict=False "
+                             "to load another split anyway")
+    owner: Dict[str, str] = {}
+    for split, data in splits.items():
+        for name in data.class_names:
+            if name in owner:
+                raise ValueError(f"{what}: class {name!r} is in both the {owner[name]!r} "
+                                 f"and the {split!r} split ({files})")
+            owner[name] = split
+
+
+def cached_splits(cache_dir: Optional[str], name: str, key: Any, build) -> Dict[str,
+                                                                               LabelledImages]:
+    """``build()``'s ``{split: LabelledImages}``, kept in ``cache_dir`` as one ``.npz`` of
+    plain arrays per split (read back with ``allow_pickle=False``: a cache never runs
+    code), named by a digest of ``key``; ``cache_dir=None`` always builds."""
+    import hashlib
+    import io
+    import json
+    import os
+    import zipfile
+    if cache_dir is None:
+        return build()
+    folder = os.path.expanduser(cache_dir)
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+    files = {s: os.path.join(folder, f"{name}_{digest}_{s}.npz") for s in SPLIT_NAMES}
+    if all(os.path.isfile(f) for f in files.values()):
+        splits = {}
+        for split, file in files.items():
+            try:
+                with np.load(file, allow_pickle=False) as saved:
+                    groups = saved["groups"].tolist()
+                    splits[split] = LabelledImages(
+                        saved["images"], saved["labels"], tuple(saved["class_names"].tolist()),
+                        tuple(groups) if saved["has_groups"] else None,
+                        preprocessing={k: tuple(v) if isinstance(v, list) else v for k, v
+                                       in json.loads(str(saved["preprocessing"])).items()})
+            except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as error:
+                raise ValueError(f"{name} cache file {file!r} is damaged or not a cache of "
+                                 f"plain arrays ({type(error).__name__}: {error}); delete "
+                                 "it to rebuild it from the data") from error
+        return splits
+    splits = build()
+    os.makedirs(folder, exist_ok=True)
+    for split, data in splits.items():
+        buffer = io.BytesIO()
+        np.savez(buffer, images=data.images, labels=data.labels,
+                 class_names=np.asarray(data.class_names, dtype=str),
+                 groups=np.asarray(data.groups or [""] * data.num_classes, dtype=str),
+                 has_groups=np.asarray(data.groups is not None),
+                 preprocessing=np.asarray(json.dumps(dict(data.preprocessing))))
+        tmp = files[split] + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(buffer.getvalue())
+        os.replace(tmp, files[split])
+    return splits
