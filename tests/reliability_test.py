@@ -4,6 +4,7 @@ a key given twice, and checkpoints of other pieces (issue 18). The kill tests (S
 a damaged latest checkpoint resumed by a new process) are in tests/resume_test.py."""
 
 import json
+import re
 import os
 import shutil
 import socket
@@ -257,3 +258,25 @@ def test_a_sweep_axis_given_twice_is_an_error():
         sweeps.add_axes({}, ["Experiment.seed=[2]"], "--zip", taken=["Experiment.seed"])
     assert sweeps.add_axes({}, ["Experiment.seed=[0, 1]", "mlp.hidden=[(4,)]"]) == {
         "Experiment.seed": ["0", "1"], "mlp.hidden": ["(4,)"]}
+
+
+def test_log_line_has_elapsed_time_and_eta(tmp_path, caplog):
+    import logging
+    caplog.set_level(logging.INFO)
+    _train(tmp_path / "run", params=["Experiment.num_steps = 4", "Experiment.log_every = 2"])
+    lines = [r.getMessage() for r in caplog.records if "meta-loss" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert all(re.search(r"elapsed \d+:\d\d:\d\d  ETA \d+:\d\d:\d\d$", line)
+               for line in lines), lines
+    assert lines[-1].endswith("ETA 0:00:00")
+
+
+def test_tensorflow_info_chatter_is_filtered_ours_is_not():
+    import logging
+    quiet = metalearn._QuietTensorFlow()
+    record = lambda path, level: logging.LogRecord("absl", level, path, 1, "m", (), None)
+    tf_file = os.path.join(os.path.dirname(tf.__file__), "python", "checkpoint", "x.py")
+    assert not quiet.filter(record(tf_file, logging.INFO))
+    assert quiet.filter(record(tf_file, logging.WARNING))
+    assert quiet.filter(record(os.path.join(ROOT, "metalearn", "training", "loop.py"),
+                               logging.INFO))

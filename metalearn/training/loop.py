@@ -261,6 +261,10 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
                                 "command to resume", signal.Signals(stop.received).name,
                                 current, saved)
                 raise TrainingInterrupted(stop.received, current, saved)
+        if done:
+            # Never ask the stream for its end: reaching it waited ~20 s after a
+            # 3,000-step sinusoid run (the silence before "final metrics").
+            break
     writer.flush()
     if not chief:
         shutil.rmtree(write_dir, ignore_errors=True)
