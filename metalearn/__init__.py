@@ -25,6 +25,31 @@ Command lines: ``python -m metalearn.train`` and ``python -m metalearn.evaluate`
 import os as _os
 
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# TensorFlow's own chatter out of the default output, ours in: its C++ INFO and WARNING
+# lines (CUDA probing on CPU machines; level 1 does not hide those logged before absl's
+# C++ logging starts) unless TF_CPP_MIN_LOG_LEVEL is set (it takes effect when metalearn
+# is imported before TensorFlow, as the entry points do); and its Python INFO lines
+# ("Sharding callback duration: 14 microseconds" after every checkpoint), below.
+# TensorFlow's errors stay; metalearn's own absl lines are not affected.
+_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import logging as _logging  # noqa: E402
+
+
+class _QuietTensorFlow(_logging.Filter):
+    """Drops INFO (and lower) records that TensorFlow's own modules log through absl or
+    the ``tensorflow`` logger; warnings and errors pass, and so does everything else."""
+
+    _PACKAGE = _os.sep + "tensorflow" + _os.sep
+
+    def filter(self, record: _logging.LogRecord) -> bool:
+        return record.levelno >= _logging.WARNING or self._PACKAGE not in record.pathname
+
+
+from absl import logging as _absl_logging  # noqa: E402
+
+_absl_logging.get_absl_handler().addFilter(_QuietTensorFlow())  # what absl prints
+_logging.getLogger("tensorflow").addFilter(_QuietTensorFlow())
 
 from metalearn import adapters, configurables, functional, heads, models, tasks  # noqa: E402
 from metalearn import learners  # noqa: E402

@@ -131,12 +131,23 @@ def strategy_supports_no_merge_call() -> bool:
     return bool(check())
 
 
+def trackable_object_graph() -> Any:
+    """The proto class of a checkpoint's object graph (its ``_CHECKPOINTABLE_OBJECT_GRAPH``
+    tensor): which object holds which variable, by attribute name."""
+    try:
+        from tensorflow.core.protobuf import trackable_object_graph_pb2
+        return trackable_object_graph_pb2.TrackableObjectGraph
+    except (ImportError, AttributeError) as error:
+        raise _moved("tensorflow.core.protobuf.trackable_object_graph_pb2",
+                     "tensorflow", tf.__version__) from error
+
+
 def every_reach() -> List[Callable[[], Any]]:
     """Each guarded reach as a function of no arguments (what the tests call)."""
     return [keras_tf_backend_nn,
             lambda: optimizer_learning_rate(keras.optimizers.SGD(0.1)),
             gin_file_readers, gin_location_prefixes, gin_parser, system_path_file_exists,
-            strategy_supports_no_merge_call,
+            strategy_supports_no_merge_call, trackable_object_graph,
             lambda: _check_augment()]
 
 

@@ -5,36 +5,53 @@ r"""Evaluates a trained run on held-out tasks, with 95% confidence intervals.
         --output=eval_5shot.json
 
 Rebuilds the run from its saved config.gin (plus any --gin_file/--gin_param on top),
-restores the latest checkpoint and writes the results as JSON into the workdir.
+restores the newest intact checkpoint and writes the results as JSON into the workdir
+(--output's folder is created and checked writable before anything is evaluated).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from typing import Dict, Sequence
 
 from absl import app, flags, logging
 
 import metalearn  # noqa: F401
 from metalearn.flags import define_gin_flags, resolve_gin_files
 from metalearn.training import evaluate, restore
-from metalearn.runs.files import write_json
+from metalearn.runs.files import check_writable, write_json
 
 define_gin_flags()
 flags.DEFINE_string("workdir", None, "A run directory written by metalearn.train.")
-flags.DEFINE_string("output", "eval.json", "Results file name, inside the workdir.")
+flags.DEFINE_string("output", "eval.json", "Results file, relative to the workdir (or "
+                    "absolute); its folder is created, and checked writable first.")
 flags.mark_flag_as_required("workdir")
 FLAGS = flags.FLAGS
+
+
+def run(workdir: str, output: str = "eval.json", gin_files: Sequence[str] = (),
+        gin_params: Sequence[str] = ()) -> Dict[str, object]:
+    """What ``python -m metalearn.evaluate`` does: restores the run, evaluates it and
+    writes the report to ``output`` (relative to ``workdir``; its folder is created).
+    The output's writability is checked before anything is restored or evaluated.
+
+    Returns:
+      The report (``evaluate``'s, plus ``checkpoint_step``).
+    """
+    path = check_writable(os.path.join(workdir, output))  # before any work
+    params = [f"include '{p}'" for p in resolve_gin_files(gin_files)]
+    experiment = restore(workdir, gin_params=params + list(gin_params))
+    report = evaluate(experiment.learner, experiment.sampler)
+    report["checkpoint_step"] = experiment.restored_step
+    write_json(path, report)
+    return report
 
 
 def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    params = [f"include '{path}'" for path in resolve_gin_files(FLAGS.gin_file)]
-    experiment = restore(FLAGS.workdir, gin_params=params + list(FLAGS.gin_param))
-    report = evaluate(experiment.learner, experiment.sampler)
-    report["checkpoint_step"] = experiment.restored_step
-    write_json(os.path.join(FLAGS.workdir, FLAGS.output), report)
+    report = run(FLAGS.workdir, FLAGS.output, FLAGS.gin_file, FLAGS.gin_param)
     for steps, metrics in report["results"].items():
         logging.info("%s inner steps: %s", steps, "  ".join(
             f"{name} {m['mean']:.4f} ± {m['ci95']:.4f}" for name, m in metrics.items()))

@@ -56,12 +56,12 @@ def spec_from_flags() -> sweeps.SweepSpec:
         if FLAGS.sweep_file else sweeps.SweepSpec()
     spec.gin_files += list(FLAGS.gin_file)
     spec.gin_params += list(FLAGS.gin_param)
-    for text in FLAGS.axis:
-        key, values = sweeps.parse_axis(text)
-        spec.axes[key] = values
+    zipped_keys = [key for group in spec.zipped for key in group]
+    sweeps.add_axes(spec.axes, FLAGS.axis, taken=zipped_keys)
     spec.eval_params += list(FLAGS.eval_gin_param)
     if FLAGS.zip:
-        spec.zipped.append(dict(sweeps.parse_axis(text) for text in FLAGS.zip))
+        spec.zipped.append(sweeps.add_axes({}, FLAGS.zip, "--zip",
+                                           taken=list(spec.axes) + zipped_keys))
     if not spec.gin_files:
         raise app.UsageError("give the runs' config: --gin_file or a --sweep_file with "
                              "sweep.gin_files")

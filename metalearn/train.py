@@ -9,11 +9,17 @@ receives config.gin (the operative config), checkpoints/, TensorBoard summaries 
 train/ and metrics.json. --deterministic turns on TensorFlow's op determinism (the
 binding Experiment.deterministic=True): a run killed at any moment then resumes to the
 same weights as an uninterrupted one, and the same config and seed repeat exactly.
+
+SIGTERM (what schedulers and `timeout` send) or Ctrl-C: the step under way finishes, a
+checkpoint of it is saved, and the process exits with status 128 + the signal's number
+(143, 130); rerunning resumes there. A second process on the same workdir stops with an
+error naming the pid and host of the one training there.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 import gin
 from absl import app, flags, logging
@@ -22,6 +28,7 @@ import metalearn  # noqa: F401  (registers the configurables)
 from metalearn.flags import (define_determinism_flag, define_gin_flags,
                              determinism_params, resolve_gin_files)
 from metalearn.training import build_experiment, parse_config, train
+from metalearn.training.loop import TrainingInterrupted
 from metalearn.training.distribute import STRATEGIES, make_strategy
 
 define_gin_flags()
@@ -45,8 +52,12 @@ def main(argv) -> None:
                  list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic))
     strategy = make_strategy(name=FLAGS.strategy) if FLAGS.strategy else make_strategy()
     experiment = build_experiment(strategy)
-    metrics = train(experiment, FLAGS.workdir, strategy,
-                    allow_config_change=FLAGS.allow_config_change)
+    try:
+        metrics = train(experiment, FLAGS.workdir, strategy,
+                        allow_config_change=FLAGS.allow_config_change)
+    except TrainingInterrupted as stopped:  # SIGTERM, Ctrl-C: a checkpoint was saved
+        logging.warning("%s", stopped)
+        sys.exit(128 + stopped.signal_number)  # as a shell reports a signal's end
     logging.info("final metrics: %s", json.dumps(metrics, sort_keys=True))
     print(json.dumps(metrics, sort_keys=True))
 

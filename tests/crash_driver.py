@@ -7,6 +7,8 @@
   * ``mid_save:N``: inside the save of checkpoint N, after its data and index files
     are written and before the ``checkpoint`` state file records it;
   * ``after_save:N``: right after checkpoint N is saved and recorded.
+  * ``sigterm:N``: ``SIGTERM`` to this process right after meta-step N has run (what a
+    scheduler or ``timeout`` sends; training saves a checkpoint and exits 143).
 The kill is ``SIGKILL`` to this process: no handler, no cleanup, no flush.
 """
 
@@ -27,7 +29,8 @@ def _die() -> None:
 def _install(spec: str) -> None:
     where, number = spec.split(":")
     number = int(number)
-    if where == "step":
+    if where in ("step", "sigterm"):
+        die = _die if where == "step" else lambda: os.kill(os.getpid(), signal.SIGTERM)
         make = loop.make_meta_step  # the builder the training loop calls
 
         def make_killing(learner, *args, **kwargs):
@@ -36,7 +39,7 @@ def _install(spec: str) -> None:
             def killing(batch):
                 result = step(batch)
                 if int(learner.meta_step.numpy()) == number:
-                    _die()
+                    die()
                 return result
             return killing
         loop.make_meta_step = make_killing
@@ -58,7 +61,8 @@ def _install(spec: str) -> None:
             return path
         checkpoint_management.CheckpointManager.save = save_then_die
     else:
-        raise ValueError(f"CRASH_AT must be step:N, mid_save:N or after_save:N, got {spec!r}")
+        raise ValueError("CRASH_AT must be step:N, sigterm:N, mid_save:N or after_save:N, "
+                         f"got {spec!r}")
 
 
 if __name__ == "__main__":

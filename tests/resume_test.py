@@ -19,6 +19,7 @@ PARAMS = ["Experiment.num_steps = 40", "Experiment.log_every = 8",
           "Experiment.checkpoint_every = 5", "Experiment.meta_batch_size = 4",
           "mlp.hidden = (8,)"]
 KILLED = -9  # returncode of a process ended by SIGKILL
+TERMINATED = 128 + 15  # metalearn.train's exit status after a SIGTERM (checkpoint saved)
 
 
 def _start(workdir, crash_at=None):
@@ -96,6 +97,48 @@ def test_killed_anywhere_resumes_bit_identical(runs):
         assert np.array_equal(value, resumed[name]), name
     assert _metrics(workdirs["killed"]) == _metrics(workdirs["a"])
     assert _metrics(workdirs["a"])["step"] == 40
+
+
+def test_sigterm_saves_a_checkpoint_and_resumes_bit_identical(runs, tmp_path):
+    workdirs, _, _ = runs
+    workdir = str(tmp_path / "terminated")
+    output = _finish(_start(workdir, "sigterm:13"), TERMINATED)
+    assert _latest(workdir).endswith("ckpt-13")  # not ckpt-10: no step lost
+    assert "stopped by SIGTERM at step 13" in output
+    assert "Traceback" not in output
+    resumed = _finish(_start(workdir), 0)
+    assert "ckpt-13 at step 13" in resumed
+    uninterrupted, final = _tensors(workdirs["a"]), _tensors(workdir)
+    assert sorted(uninterrupted) == sorted(final)
+    for name, value in uninterrupted.items():
+        if name.startswith("save_counter"):  # counts saves: one more, ckpt-13's
+            assert final[name] == value + 1
+            continue
+        assert np.array_equal(value, final[name]), name
+    assert _metrics(workdir) == _metrics(workdirs["a"])
+
+
+def test_damaged_latest_checkpoint_resumes_from_the_newest_intact_one(runs, tmp_path):
+    workdirs, _, _ = runs
+    workdir = str(tmp_path / "damaged")
+    _finish(_start(workdir, "after_save:35"), KILLED)  # checkpoints 25, 30, 35
+    folder = os.path.join(workdir, "checkpoints")
+    data = os.path.join(folder, "ckpt-35.data-00000-of-00001")
+    with open(data, "r+b") as f:  # truncated, as by a full disk
+        f.truncate(os.path.getsize(data) // 2)
+    with open(os.path.join(folder, "checkpoint"), "w") as f:
+        f.write("\x00garbled{")  # and the state file garbled
+    resumed = _finish(_start(workdir), 0)
+    assert "skipped" in resumed and "ckpt-35" in resumed and "garbled" in resumed
+    assert "ckpt-30 at step 30" in resumed
+    # intact ones were deleted only as newer ones replaced them (3 kept)
+    assert sorted(f for f in os.listdir(folder) if f.endswith(".index")) == \
+        ["ckpt-30.index", "ckpt-35.index", "ckpt-40.index"]
+    uninterrupted, final = _tensors(workdirs["a"]), _tensors(workdir)
+    assert sorted(uninterrupted) == sorted(final)
+    for name, value in uninterrupted.items():
+        assert np.array_equal(value, final[name]), name
+    assert _metrics(workdir) == _metrics(workdirs["a"])
 
 
 def test_same_config_and_seed_give_identical_runs(runs):

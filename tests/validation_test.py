@@ -27,7 +27,12 @@ from metalearn.tasks import FewShotClassification
 from metalearn.tasks.datasets import (LabelledImages, load_cub, load_image_folder,
                                       load_mini_imagenet, load_mnist, load_omniglot,
                                       load_tiered_imagenet)
+
+from metalearn.tasks.datasets import LabelledImages, load_mnist, load_omniglot
+from metalearn.flags import resolve_gin_files
 from metalearn.runs import validation
+from metalearn.runs.lock import WorkdirLockedError
+from metalearn.training.checkpoint import DamagedCheckpointError, UnmatchedCheckpointError
 from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.evaluation import evaluate
 
@@ -237,6 +242,176 @@ def malformed_cub_index(tmp_path) -> None:
     (tmp_path / "CUB_200_2011" / "images.txt").write_text("001.Bird/a.jpg\n")
     load_cub(str(tmp_path / "CUB_200_2011"))
 
+# --- issue 18: more bad inputs, each a row -----------------------------------------
+
+
+def broadcasting_loss():
+    def squared_error(y, p):  # [N] - [N, 1] -> [N, N]
+        return tf.square(tf.squeeze(y, -1) - p)
+    return squared_error
+
+
+def short_loss():
+    def first_five(y, p):  # 5 values for 10 examples
+        return tf.square(y - p)[:5, 0]
+    return first_five
+
+
+with gin.unlock_config():
+    gin.configurable("broadcasting_loss")(broadcasting_loss)
+    gin.configurable("short_loss")(short_loss)
+
+
+def gin_only(name, bad_line, error, excerpt, base=SINUSOID, points_to="the binding"):
+    """A bad binding whose error names the parameter (not gin's file and line)."""
+    lines = list(base) + [bad_line]
+    return Case(name, f"`{bad_line}`", error, excerpt, lambda p: run_gin(p, lines), None,
+                points_to)
+
+
+def _saved_run(folder, gin_file="experiments/sinusoid/maml.gin", params=()):
+    """A workdir with config.gin and one checkpoint (step 0), no training."""
+    from metalearn.training.checkpoint import checkpoint_for
+    os.makedirs(folder, exist_ok=True)
+    parse_config([gin_file], ["mlp.hidden = (4,)", *params])
+    experiment = build_experiment()
+    with open(os.path.join(folder, "config.gin"), "w") as f:
+        f.write(experiment.config)
+    checkpoint = checkpoint_for(experiment, experiment.learner.meta_step)
+    tf.train.CheckpointManager(checkpoint, os.path.join(folder, "checkpoints"),
+                               max_to_keep=3).save(checkpoint_number=1)
+    return os.path.join(folder, "checkpoints", "ckpt-1")
+
+
+def metasgd_into_maml(tmp_path) -> None:
+    metasgd = _saved_run(tmp_path / "metasgd", "experiments/sinusoid/metasgd.gin")
+    _saved_run(tmp_path / "maml")
+    metalearn.restore(str(tmp_path / "maml"), checkpoint=metasgd)
+
+
+def maml_into_metasgd(tmp_path) -> None:
+    maml = _saved_run(tmp_path / "maml")
+    _saved_run(tmp_path / "metasgd", "experiments/sinusoid/metasgd.gin")
+    metalearn.restore(str(tmp_path / "metasgd"), checkpoint=maml)
+
+
+def lost_config_changed(tmp_path) -> None:
+    _saved_run(tmp_path / "run")
+    os.remove(tmp_path / "run" / "config.gin")
+    parse_config(["experiments/sinusoid/maml.gin"], ["mlp.hidden = (4,)",
+                                                     "GradientDescent.learning_rate = 0.5"])
+    train(build_experiment(), str(tmp_path / "run"))
+
+
+def no_intact_checkpoint(tmp_path) -> None:
+    _saved_run(tmp_path / "run")
+    os.remove(tmp_path / "run" / "checkpoints" / "ckpt-1.index")
+    metalearn.restore(str(tmp_path / "run"))
+
+
+def damaged_given_checkpoint(tmp_path) -> None:
+    path = _saved_run(tmp_path / "run")
+    with open(path + ".data-00000-of-00001", "wb") as f:
+        f.write(b"garbage")
+    metalearn.restore(str(tmp_path / "run"), checkpoint=path)
+
+
+def workdir_in_use(tmp_path) -> None:
+    from metalearn.runs.lock import WorkdirLock
+    with WorkdirLock(str(tmp_path / "run")):
+        parse_config(["experiments/sinusoid/maml.gin"], ["Experiment.num_steps = 1"])
+        train(build_experiment(), str(tmp_path / "run"))
+
+
+def evaluate_output(output):
+    def run(tmp_path) -> None:
+        from metalearn import evaluate as entry_point
+        (tmp_path / "config.gin").write_text("")
+        entry_point.run(str(tmp_path), output)
+    return run
+
+
+class AlwaysNaN(metalearn.Learner):
+    def query_metrics(self, query_y, predictions):
+        results = dict(super().query_metrics(query_y, predictions))
+        results["loss"] = results["loss"] + np.nan
+        return results
+
+
+def all_steps_skipped(tmp_path) -> None:
+    import keras
+    from metalearn.adapters import GradientDescent
+    from metalearn.models import mlp
+    from metalearn.tasks import Sinusoid
+    keras.utils.set_random_seed(0)
+    learner = AlwaysNaN(mlp(hidden=(4,)), adapter=GradientDescent(1, 0.01),
+                        loss=keras.losses.MeanSquaredError())
+    train(metalearn.Experiment(learner, Sinusoid(shots=5, queries=5), meta_batch_size=2,
+                               num_steps=8, log_every=4, on_non_finite="skip"),
+          str(tmp_path / "run"))
+
+
+def sinusoid_evaluate(**kwargs):
+    def run(tmp_path) -> None:
+        parse_config(["experiments/sinusoid/maml.gin"], ["mlp.hidden = (4,)"])
+        experiment = build_experiment()
+        evaluate(experiment.learner, experiment.sampler, **dict(
+            dict(num_tasks=4, batch_size=2), **kwargs))
+    return run
+
+
+def with_environment(name, value, run):
+    def wrapped(tmp_path) -> None:
+        saved = os.environ.get(name)
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+        try:
+            run()
+        finally:
+            if saved is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = saved
+    return wrapped
+
+
+def run_json(name, text):
+    def run(tmp_path) -> None:
+        from metalearn.runs import results
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / name).write_text(text)
+        results.load_run(str(tmp_path / "run"))
+    return run
+
+
+def garbled_progress(tmp_path) -> None:
+    from metalearn.training.checkpoint import Progress
+    progress = Progress()
+    progress.state.assign("{'window': oops")
+    progress.load("ckpt-7")
+
+
+def unequal_task_counts(tmp_path) -> None:
+    from metalearn.tasks import Episode
+    Episode(tf.zeros([2, 5, 1]), tf.zeros([2, 5, 1]), tf.zeros([3, 10, 1]),
+            tf.zeros([3, 10, 1])).check_tasks()
+
+
+def sweeps_module():
+    from metalearn.runs import sweeps
+    return sweeps
+
+
+def sweeps_error():
+    return sweeps_module().SweepError
+
+
+def _distribute():
+    from metalearn.training import distribute
+    return distribute
+
 
 # --- the cases: one per row of docs/errors.md --------------------------------------
 
@@ -374,6 +549,150 @@ CASES: List[Case] = [
          evaluate_more_ways, None, "the sampler's binding"),
     Case("zero evaluation batch", "`evaluate(..., batch_size=0)`", ValueError,
          "batch_size must be >= 1, got 0", evaluate_zero_batch, None, "the argument"),
+    # issue 18
+    gin_case("classification metric on regression", "Learner.metrics = {'acc': 'accuracy'}",
+             ValueError, "metric 'acc' accuracy is for classification, but the tasks are "
+             "regression (float targets)"),
+    gin_case("cross-entropy loss on regression",
+             "Learner.loss = @keras.losses.SparseCategoricalCrossentropy()", ValueError,
+             "loss SparseCategoricalCrossentropy is for classification, but the tasks are "
+             "regression"),
+    gin_case("regression loss on classification",
+             "Learner.loss = @keras.losses.MeanSquaredError()", ValueError,
+             "loss MeanSquaredError is a regression loss, but the tasks are classification",
+             base=CLASSIFICATION),
+    gin_case("custom loss that broadcasts", "Learner.loss = @broadcasting_loss()",
+             ValueError, "loss squared_error gives values of shape [10, 10] for 10 query "
+             "examples"),
+    gin_case("custom loss of the wrong length", "Learner.loss = @short_loss()", ValueError,
+             "loss first_five gives values of shape [5] for 10 query examples"),
+    gin_case("unknown log average", "Experiment.log_average = 'mean'", ValueError,
+             "Experiment.log_average must be one of ('window', 'running'), got 'mean'"),
+    gin_case("unknown non-finite policy", "Experiment.on_non_finite = 'ignore'", ValueError,
+             "Experiment.on_non_finite must be one of ('raise', 'skip'), got 'ignore'"),
+    gin_case("skipped fraction above 1", "Experiment.max_skipped_fraction = 1.5", ValueError,
+             "Experiment.max_skipped_fraction must be a number in [0, 1], got 1.5"),
+    gin_case("unknown task batching", "Learner.task_batching = 'loop'", ValueError,
+             "task_batching must be one of"),
+    gin_case("unknown loss name", "Learner.loss = 'msee'", ValueError,
+             "unknown loss 'msee'"),
+    gin_only("a metric named loss", "Learner.metrics = {'loss': 'mse'}", ValueError,
+             "'loss' is reserved for the query loss", points_to="the configurable"),
+    gin_case("zero sinusoid queries", "Sinusoid.queries = 0", ValueError,
+             "queries must be >= 1, got 0"),
+    gin_case("inverted amplitude range", "Sinusoid.amplitude = (5.0, 0.1)", ValueError,
+             "must be a (low, high) pair with low <= high, got (5.0, 0.1)"),
+    gin_case("zero classification queries", "FewShotClassification.queries = 0", ValueError,
+             "queries must be >= 1, got 0", base=CLASSIFICATION),
+    gin_case("negative image shift", "FewShotClassification.max_shift = -1", ValueError,
+             "max_shift must be >= 0 pixels, got -1", base=CLASSIFICATION),
+    gin_only("unknown dtype policy", "Experiment.dtype_policy = 'float17'", ValueError,
+             "Experiment.dtype_policy:"),
+    Case("fractional evaluation inner steps", "`evaluate.inner_steps = (1.9, 2.5)`",
+         TypeError, "evaluate.inner_steps must be whole numbers of inner steps, got "
+         "(1.9, 2.5)", sinusoid_evaluate(inner_steps=(1.9, 2.5)), None, "the argument"),
+    Case("negative evaluation inner steps", "`evaluate.inner_steps = (-1,)`", ValueError,
+         "inner_steps must be >= 0, got [-1]", sinusoid_evaluate(inner_steps=(-1,)), None,
+         "the argument"),
+    Case("one evaluation task", "`evaluate.num_tasks = 1`", ValueError,
+         "num_tasks must be >= 2, got 1", sinusoid_evaluate(num_tasks=1), None,
+         "the argument"),
+    Case("mirrored devices that do not exist", "`make_strategy.devices = ['/cpu:0', "
+         "'/cpu:9']`", ValueError, "make_strategy.devices: ['/cpu:9'] not among the "
+         "visible devices", lambda p: _distribute().make_strategy(
+             "mirrored", devices=["/cpu:0", "/cpu:9"]), None, "the devices, and the visible ones"),
+    Case("mirrored GPUs on a CPU-only machine", "`make_strategy.devices = ['/gpu:0', "
+         "'/gpu:1']` without GPUs", ValueError, "['/gpu:0', '/gpu:1'] not among the visible "
+         "devices", lambda p: _distribute().make_strategy(
+             "mirrored", devices=["/gpu:0", "/gpu:1"]), None, "the devices, and the visible ones"),
+    Case("no mirrored devices", "`make_strategy.devices = []`", ValueError,
+         "make_strategy.devices is empty", lambda p: _distribute().make_strategy(
+             "mirrored", devices=[]), None, "the argument"),
+    Case("unknown strategy", "`--strategy=tpu`", ValueError, "strategy must be one of "
+         "('default', 'mirrored', 'multi_worker'), got 'tpu'",
+         lambda p: _distribute().make_strategy("tpu"), None, "the choices"),
+    Case("unknown all-reduce", "`make_strategy.cross_device_ops = 'ring'`", ValueError,
+         "cross_device_ops must be one of", lambda p: _distribute().make_strategy(
+             "mirrored", cross_device_ops="ring"), None, "the choices"),
+    Case("multi_worker without TF_CONFIG", "`--strategy=multi_worker`, no `TF_CONFIG`",
+         ValueError, "strategy 'multi_worker' needs the TF_CONFIG environment variable",
+         with_environment("TF_CONFIG", None,
+                          lambda: _distribute().make_strategy("multi_worker")),
+         None, "the variable"),
+    Case("TF_CONFIG that is not JSON", "`TF_CONFIG='{cluster: ...'`", ValueError,
+         "TF_CONFIG is not valid JSON", with_environment(
+             "TF_CONFIG", "{cluster: ", lambda: _distribute().make_strategy("multi_worker")),
+         None, "the variable's text"),
+    Case("meta-batch that does not divide among replicas", "`Experiment.meta_batch_size = "
+         "5` on 2 replicas", ValueError, "meta_batch_size=5 does not divide among 2 "
+         "replicas", lambda p: _distribute().tasks_per_replica(
+             5, tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])), None, "the multiple"),
+    Case("sweep axis given twice", "`--axis='Experiment.seed=[0, 1]' "
+         "--axis='Experiment.seed=[2]'`", sweeps_error(), "--axis key 'Experiment.seed' is "
+         "given twice", lambda p: sweeps_module().add_axes(
+             {}, ["Experiment.seed=[0, 1]", "Experiment.seed=[2]"]), None, "the key"),
+    Case("sweep axis without brackets", "`--axis='Experiment.seed=0,1'`", sweeps_error(),
+         "must look like 'Configurable.parameter=[v1, v2]'",
+         lambda p: sweeps_module().parse_axis("Experiment.seed=0,1"), None, "the axis"),
+    Case("sweep axis without values", "`--axis='Experiment.seed=[]'`", sweeps_error(),
+         "has no values", lambda p: sweeps_module().parse_axis("Experiment.seed=[]"), None,
+         "the axis"),
+    Case("gin file not found", "`--gin_file=nowhere.gin`", FileNotFoundError,
+         "gin file 'nowhere.gin' not found", lambda p: resolve_gin_files(["nowhere.gin"]),
+         None, "the places looked in"),
+    Case("restore of a directory that is no run", "`metalearn.restore(<empty folder>)`",
+         FileNotFoundError, "no config.gin in workdir", lambda p: metalearn.restore(str(p)),
+         lambda p: str(p), "the folder"),
+    Case("no intact checkpoint", "every checkpoint of a workdir damaged (index missing)",
+         DamagedCheckpointError, "ckpt-1.index is missing", no_intact_checkpoint,
+         lambda p: "Nothing was deleted", "each checkpoint and why"),
+    Case("damaged checkpoint given", "`restore(workdir, checkpoint=<garbage data>)`",
+         DamagedCheckpointError, "is damaged: it cannot be read", damaged_given_checkpoint,
+         lambda p: str(p / "run" / "checkpoints" / "ckpt-1"), "the checkpoint"),
+    Case("Meta-SGD checkpoint into a MAML config", "`restore(maml_run, "
+         "checkpoint=<Meta-SGD checkpoint>)`", UnmatchedCheckpointError,
+         "the checkpoint holds 4 variable(s) the config does not build (learner/adapter",
+         metasgd_into_maml, None, "the variables by path"),
+    Case("MAML checkpoint into a Meta-SGD config", "`restore(metasgd_run, "
+         "checkpoint=<MAML checkpoint>)`", UnmatchedCheckpointError,
+         "the config builds 4 variable(s) the checkpoint does not hold (learner/adapter",
+         maml_into_metasgd, None, "the variables by path"),
+    Case("config.gin lost, config changed", "`train` into a workdir without `config.gin` "
+         "whose checkpoint has another `GradientDescent.learning_rate`",
+         validation.ConfigChangeError, "GradientDescent.learning_rate: 0.01 in the workdir, "
+         "0.5 now", lost_config_changed,
+         lambda p: "the config its checkpoint carries", "the checkpoint's config"),
+    Case("workdir in use", "a second `train` on a workdir another process trains in",
+         WorkdirLockedError, "is in use: process", workdir_in_use,
+         lambda p: f"process {os.getpid()} on host", "the holder's pid and host"),
+    Case("evaluation output that is a folder", "`evaluate --output=.`", ValueError,
+         "is a folder: give a file name", evaluate_output("."), None, "the path"),
+    Case("evaluation output under a file", "`evaluate --output=config.gin/eval.json`",
+         FileExistsError, "cannot write the output", evaluate_output("config.gin/eval.json"),
+         lambda p: "nothing was run", "the path, before any work"),
+    Case("every step skipped", "`Experiment.on_non_finite = 'skip'`, a NaN at every step",
+         FloatingPointError, "3 of 8 steps skipped", all_steps_skipped,
+         lambda p: "Experiment.max_skipped_fraction = 0.25", "the limit's binding"),
+    Case("metrics.json that is not JSON", "a truncated `metrics.json`", ValueError,
+         "is not valid JSON", run_json("metrics.json", '{"loss": 0.'),
+         lambda p: str(p / "run" / "metrics.json"), "the file"),
+    Case("metrics.json of no numbers", '`metrics.json` holding `{"loss": "low"}`',
+         ValueError, "does not hold final metrics", run_json("metrics.json",
+                                                             '{"loss": "low"}'),
+         lambda p: str(p / "run" / "metrics.json"), "the file"),
+    Case("evaluation report without results", '`eval.json` holding `{"num_tasks": 5}`',
+         ValueError, "is not an evaluation report", run_json("eval.json",
+                                                             '{"num_tasks": 5}'),
+         lambda p: str(p / "run" / "eval.json"), "the file"),
+    Case("sweep run record without a name", '`sweep_run.json` holding `{}`', ValueError,
+         "is not a sweep run record", run_json("sweep_run.json", "{}"),
+         lambda p: str(p / "run" / "sweep_run.json"), "the file"),
+    Case("garbled training progress", "a checkpoint whose `progress` is not JSON",
+         ValueError, "the training progress in ckpt-7 is not a progress record",
+         garbled_progress, None, "the checkpoint"),
+    Case("support and query of different task counts", "an episode batch of 2 support and "
+         "3 query tasks", ValueError, "different numbers of tasks (leading axis): "
+         "support_x 2", unequal_task_counts, None, "each part's count"),
 ]
 
 

@@ -63,6 +63,9 @@ class Experiment:
         ``"mixed_bfloat16"`` (bfloat16 compute, float32 weights; CPUs and recent GPUs)
         or ``"mixed_float16"`` (GPUs). Weights, losses, metrics and meta-gradients stay
         float32. Set globally by :func:`build_experiment` before the model is built.
+      max_skipped_fraction: with ``on_non_finite="skip"``, the run fails
+        (``FloatingPointError``) as soon as more than this fraction of
+        ``num_steps`` was skipped, instead of finishing with metrics of too few steps.
     """
 
     def __init__(self, learner: Learner = gin.REQUIRED, sampler: TaskSampler = gin.REQUIRED,
@@ -71,7 +74,7 @@ class Experiment:
                  log_every: int = 100, checkpoint_every: int = 1000,
                  keep_checkpoints: int = 3, log_average: str = "window",
                  on_non_finite: str = "raise", deterministic: bool = False,
-                 dtype_policy: str = "float32"):
+                 dtype_policy: str = "float32", max_skipped_fraction: float = 0.25):
         for name, value in (("meta_batch_size", meta_batch_size), ("num_steps", num_steps),
                             ("log_every", log_every), ("checkpoint_every", checkpoint_every),
                             ("keep_checkpoints", keep_checkpoints), ("seed", seed)):
@@ -87,6 +90,11 @@ class Experiment:
         if on_non_finite not in ON_NON_FINITE:
             raise ValueError(f"Experiment.on_non_finite must be one of {ON_NON_FINITE}, "
                              f"got {on_non_finite!r}")
+        if isinstance(max_skipped_fraction, bool) or not isinstance(
+                max_skipped_fraction, (int, float, np.integer, np.floating)) or \
+                not 0 <= max_skipped_fraction <= 1:
+            raise ValueError("Experiment.max_skipped_fraction must be a number in [0, 1], "
+                             f"got {max_skipped_fraction!r}")
         if not isinstance(learner, Learner):
             raise TypeError(f"Experiment.learner must be a metalearn.Learner, got {learner!r}")
         if not isinstance(sampler, TaskSampler):
@@ -104,6 +112,7 @@ class Experiment:
         self.checkpoint_every = int(checkpoint_every)
         self.keep_checkpoints = int(keep_checkpoints)
         self.on_non_finite = on_non_finite
+        self.max_skipped_fraction = float(max_skipped_fraction)
         self.deterministic = bool(deterministic)
         if self.deterministic:
             enable_determinism()
@@ -149,18 +158,32 @@ def build_experiment(strategy: Optional[tf.distribute.Strategy] = None) -> Exper
 
 
 def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
-                 skip_unknown: bool = False) -> None:
+                 skip_unknown: bool = False, saved_config: Optional[str] = None) -> None:
     """Clears gin and parses a run's config: the workdir's saved one first (if any), then
-    ``gin_files`` and ``gin_params`` on top."""
+    ``gin_files`` and ``gin_params`` on top.
+
+    Args:
+      saved_config: the run's config as its checkpoint carries it, parsed in place of
+        the workdir's ``config.gin`` when that file is missing.
+
+    Raises:
+      FileNotFoundError: ``workdir`` has no ``config.gin`` and no ``saved_config`` is
+        given.
+    """
     from metalearn import configurables  # noqa: F401  (registers Keras configurables)
     gin.clear_config()
     files = list(gin_files)
     if workdir is not None:
         saved = os.path.join(workdir, CONFIG_FILE)
-        if not os.path.exists(saved):
+        if os.path.exists(saved):
+            files.insert(0, saved)
+        elif saved_config:
+            from absl import logging
+            logging.warning("%s is missing: using the config its checkpoint carries", saved)
+            gin.parse_config(saved_config, skip_unknown=skip_unknown)
+        else:
             raise FileNotFoundError(f"no {CONFIG_FILE} in workdir {workdir!r}: is it a "
                                     "metalearn run directory?")
-        files.insert(0, saved)
     gin.parse_config_files_and_bindings(files, list(gin_params),
                                         skip_unknown=skip_unknown)
     validation.record_sources(files, list(gin_params))

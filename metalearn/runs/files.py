@@ -40,3 +40,43 @@ def write_text(path: str, text: str) -> None:
 def write_json(path: str, value: Any) -> None:
     """``value`` as indented JSON with sorted keys, written atomically."""
     write_text(path, json.dumps(value, indent=2, sort_keys=True))
+
+
+def check_writable(path: str) -> str:
+    """Makes sure ``path`` can be written before the work whose result it will hold:
+    creates its folder if missing, and writes and removes a temporary file there.
+
+    Returns:
+      ``path``, absolute.
+
+    Raises:
+      ValueError: ``path`` is a folder.
+      PermissionError, OSError: the folder cannot be created or written; the message
+        names it.
+    """
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        raise ValueError(f"output {path!r} is a folder: give a file name, e.g. "
+                         f"{os.path.join(path, 'eval.json')!r}")
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                                       dir=directory)
+        os.close(handle)
+        os.remove(tmp)
+    except OSError as error:
+        raise type(error)(f"cannot write the output {path!r}: {error.strerror or error} "
+                          f"(folder {directory!r}); nothing was run") from error
+    return path
+
+
+def read_json(path: str, what: str = "JSON") -> Any:
+    """The JSON value in ``path``; a file that is not JSON (truncated, binary, hand
+    edited) raises ``ValueError`` naming it and saying what it should hold (``what``)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error}); expected {what}: "
+                         "rewrite it (the run that wrote it can), or move it away") from None

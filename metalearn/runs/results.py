@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from metalearn.runs.files import write_text
+from metalearn.runs.files import read_json, write_text
 
 SEED_KEY = "Experiment.seed"
 
@@ -81,8 +81,12 @@ def find_runs(paths: Sequence[str]) -> List[str]:
         found = sorted(p for p in glob.glob(os.path.join(path, "*")) if is_run(p))
         sweep = os.path.join(path, "sweep.json")
         if os.path.isfile(sweep):  # keep the sweep's order
-            with open(sweep) as f:
-                order = {name: i for i, name in enumerate(json.load(f)["runs"])}
+            saved = read_json(sweep, "a sweep record {\"runs\": [names], ...}")
+            try:
+                order = {str(name): i for i, name in enumerate(saved["runs"])}
+            except (KeyError, TypeError) as error:
+                raise ValueError(f"{sweep} is not a sweep record: expected an object with "
+                                 f"a list \"runs\" ({error!r})") from None
             found.sort(key=lambda p: order.get(os.path.basename(p), len(order)))
         if not found:
             raise FileNotFoundError(f"{path!r} is neither a run directory nor holds any "
@@ -119,25 +123,37 @@ def load_run(workdir: str) -> RunResult:
     name, bindings = os.path.basename(os.path.normpath(workdir)), {}
     run_file = os.path.join(workdir, "sweep_run.json")
     if os.path.isfile(run_file):
-        with open(run_file) as f:
-            saved = json.load(f)
-        name, bindings = saved["name"], dict(saved["bindings"])
+        saved = read_json(run_file, "a sweep run record {\"name\", \"bindings\", ...}")
+        try:
+            name, bindings = str(saved["name"]), dict(saved["bindings"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"{run_file} is not a sweep run record: expected an object "
+                             f"with \"name\" and \"bindings\" ({error!r})") from None
     metrics: Dict[str, float] = {}
     metrics_file = os.path.join(workdir, "metrics.json")
     if os.path.isfile(metrics_file):
-        with open(metrics_file) as f:
-            for key, value in json.load(f).items():
+        values = read_json(metrics_file, "the final metrics {\"loss\": ..., \"step\": ...}")
+        try:
+            for key, value in values.items():
                 if key != "replicas":
                     metrics[f"train/{key}"] = float(value)
+        except (AttributeError, TypeError, ValueError) as error:
+            raise ValueError(f"{metrics_file} does not hold final metrics: expected an "
+                             f"object of numbers ({error!r})") from None
     evals = {}
     for path in sorted(glob.glob(os.path.join(workdir, "eval*.json"))):
         stem = os.path.splitext(os.path.basename(path))[0]
-        with open(path) as f:
-            report = json.load(f)
-        evals[stem] = report["results"]
-        for steps, by_metric in sorted(report["results"].items(), key=lambda s: int(s[0])):
-            for metric, value in by_metric.items():
-                metrics[f"{stem}/{metric}@{steps}"] = float(value["mean"])
+        report = read_json(path, "an evaluation report {\"results\": ...}")
+        try:
+            evals[stem] = report["results"]
+            for steps, by_metric in sorted(report["results"].items(),
+                                           key=lambda s: int(s[0])):
+                for metric, value in by_metric.items():
+                    metrics[f"{stem}/{metric}@{steps}"] = float(value["mean"])
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise ValueError(f"{path} is not an evaluation report: expected "
+                             "{\"results\": {inner steps: {metric: {\"mean\": ...}}}} "
+                             f"({error!r})") from None
     return RunResult(workdir, name, bindings, metrics, evals)
 
 

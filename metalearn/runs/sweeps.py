@@ -139,6 +139,26 @@ def parse_axis(text: str) -> Tuple[str, List[str]]:
     return check_key(key), items
 
 
+def add_axes(axes: Dict[str, List[str]], texts: Sequence[str], what: str = "--axis",
+             taken: Sequence[str] = ()) -> Dict[str, List[str]]:
+    """Adds the parsed axes ``texts`` to ``axes`` (and returns it).
+
+    Raises:
+      SweepError: a key given twice (among ``texts``, already in ``axes``, or in
+        ``taken``, e.g. another kind of axis): one of its value lists would be dropped.
+    """
+    for text in texts:
+        key, values = parse_axis(text)
+        if key in axes or key in taken:
+            earlier = axes.get(key)
+            raise SweepError(f"{what} key {key!r} is given twice ({text!r}"
+                             f"{f' and values {earlier}' if earlier else ''}): one list of "
+                             "values would be dropped; give each key once, with all its "
+                             "values")
+        axes[key] = values
+    return axes
+
+
 @dataclasses.dataclass
 class SweepSpec:
     """What a sweep runs: base gin files and bindings, product axes and zipped groups.

@@ -39,7 +39,7 @@ from metalearn.runs.results import config_bindings, config_text_bindings
 RESUMABLE_BINDINGS = ("Experiment.num_steps", "Experiment.log_every",
                       "Experiment.checkpoint_every", "Experiment.keep_checkpoints",
                       "Experiment.log_average", "Experiment.on_non_finite",
-                      "Experiment.deterministic")
+                      "Experiment.deterministic", "Experiment.max_skipped_fraction")
 """Bindings that may change when a run resumes: how long it runs, how it logs, what a
 non-finite step does (resume a run stopped by a NaN with ``'skip'``) and op
 determinism (``--deterministic``)."""
@@ -214,14 +214,16 @@ def config_differences(saved: Mapping[str, str], new: Mapping[str, str]
             if saved.get(k) != new.get(k) and not _resumable(k)]
 
 
-def check_workdir_config(workdir: str, config: str, allow_config_change: bool = False
-                         ) -> None:
+def check_workdir_config(workdir: str, config: str, allow_config_change: bool = False,
+                         saved_config: Optional[str] = None) -> None:
     """Raises unless ``workdir`` is new or holds a run of the same config.
 
     Args:
       workdir: the run directory.
       config: the new run's gin config (``gin.config_str()``).
       allow_config_change: resume anyway (the differences are logged).
+      saved_config: the config the workdir's newest checkpoint carries; the run's
+        config whatever file is lost (``config.gin`` is compared when there is none).
 
     Raises:
       ConfigChangeError: the workdir's ``config.gin`` differs from ``config`` in a
@@ -230,9 +232,17 @@ def check_workdir_config(workdir: str, config: str, allow_config_change: bool = 
     """
     from metalearn.runs.experiment import CONFIG_FILE  # (imports this module)
     path = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.isfile(path):
+    if saved_config:
+        saved = config_text_bindings(saved_config)
+        if not os.path.isfile(path):
+            path = f"the config its checkpoint carries ({CONFIG_FILE} is missing)"
+        else:
+            path = f"{path} (as its checkpoint carries it)"
+    elif os.path.isfile(path):
+        saved = config_bindings(path)
+    else:
         return
-    differences = config_differences(config_bindings(path), config_text_bindings(config))
+    differences = config_differences(saved, config_text_bindings(config))
     if not differences:
         return
     lines = "\n".join(f"  {key}: {'(not bound)' if old is None else old} in the workdir, "
@@ -318,6 +328,67 @@ def check_outputs(learner, episode, sampler) -> None:
         raise ValueError(f"{where} predicts shape {list(shape)} but the query targets of "
                          f"{type(sampler).__name__} have shape {list(target)}: the model's "
                          "output must match the targets (e.g. its number of outputs)")
+    support = tuple(tf.convert_to_tensor(support_y).shape)
+    on_support = tuple(learner.predict(adapted, support_x).shape)
+    if on_support != support and squeeze(on_support) != squeeze(support):
+        raise ValueError(f"{where} predicts shape {list(on_support)} but the support "
+                         f"targets of {type(sampler).__name__} have shape {list(support)}")
+
+
+CLASSIFICATION_LOSSES = ("SparseCategoricalCrossentropy", "CategoricalCrossentropy",
+                         "BinaryCrossentropy", "sparse_categorical_crossentropy",
+                         "categorical_crossentropy", "binary_crossentropy")
+REGRESSION_LOSSES = ("MeanSquaredError", "MeanAbsoluteError", "Huber",
+                     "mean_squared_error", "mean_absolute_error", "huber")
+
+
+def _name_of(fn) -> str:
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def check_loss_and_metrics(learner, episode) -> None:
+    """The learner's loss and metrics fit the task kind (integer labels: classification;
+    float targets: regression), and the loss gives one value per query example (or a
+    scalar), not a broadcast ``[N, N]`` or a wrong length: checked once, on one task,
+    before the numbers it would average are reported.
+
+    Raises:
+      ValueError: naming the loss or metric, the task kind, and the shapes.
+    """
+    loss = getattr(learner, "_loss", None)  # Learner keeps them as given (see report)
+    metrics = dict(getattr(learner, "_metrics", {}) or {})
+    if loss is None:
+        return
+    support_x, support_y, query_x, query_y = learner.split(episode)
+    query_y = tf.convert_to_tensor(query_y)
+    classification = tf.as_dtype(query_y.dtype).is_integer
+    kind = "classification (integer labels)" if classification else \
+        "regression (float targets)"
+    where = f"{type(learner).__name__}"
+    for label, fn in [("loss", loss)] + [(f"metric {k!r}", v) for k, v in metrics.items()]:
+        name = _name_of(fn)
+        if classification and name in REGRESSION_LOSSES:
+            raise ValueError(f"{where} {label} {name} is a regression loss, but the tasks "
+                             f"are {kind}: use e.g. "
+                             "keras.losses.SparseCategoricalCrossentropy(from_logits=True)")
+        if not classification and (name in CLASSIFICATION_LOSSES or name == "accuracy"):
+            raise ValueError(f"{where} {label} {name} is for classification, but the tasks "
+                             f"are {kind} (targets of dtype {query_y.dtype.name}): use a "
+                             "regression loss or metric, e.g. "
+                             "keras.losses.MeanSquaredError()")
+    adapted = learner.adapt(support_x, support_y, steps=0)
+    predictions = learner.predict(adapted, query_x)
+    examples = int(query_y.shape[0]) if query_y.shape.rank else 1
+    values = tf.convert_to_tensor(loss(query_y, predictions))
+    shape = list(values.shape)
+    if shape and (shape[0] != examples or values.shape.num_elements() > max(
+            examples, tf.size(predictions).numpy())):
+        raise ValueError(f"{where} loss {_name_of(loss)} gives values of shape {shape} for "
+                         f"{examples} query examples (targets {list(query_y.shape)}, "
+                         f"predictions {list(predictions.shape)}): it must give one value "
+                         f"per example ([{examples}]) or a scalar; a shape like "
+                         f"[{examples}, {examples}] is a broadcast of targets and "
+                         "predictions of different ranks, averaged into a wrong meta-loss")
 
 
 def check_tasks_and_outputs(experiment) -> None:
@@ -340,13 +411,21 @@ def check_tasks_and_outputs(experiment) -> None:
     except (ValueError, TypeError, FileNotFoundError) as error:
         raise_with_sources(error, [name, "load_omniglot", "load_mnist"])
     try:
+        batch.check_tasks()
+    except ValueError as error:
+        raise_with_sources(ValueError(f"{name}: {error}"), [name])
+    try:
         check_outputs(learner, batch.task(0), sampler)
     except ValueError as error:
         raise_with_sources(error, [name], params=OUTPUT_PARAMS)
+    try:
+        check_loss_and_metrics(learner, batch.task(0))
+    except ValueError as error:
+        raise_with_sources(error, ["Learner"], params=("loss", "metrics"))
 
 
-def check_before_training(experiment, workdir: str, allow_config_change: bool = False
-                          ) -> None:
+def check_before_training(experiment, workdir: str, allow_config_change: bool = False,
+                          saved_config: Optional[str] = None) -> None:
     """Everything that can be checked before the first meta-step, in the order that
     loses nothing: the workdir's config (before any file in it is written), then the
     tasks and the model's outputs (see :func:`check_tasks_and_outputs`).
@@ -356,5 +435,5 @@ def check_before_training(experiment, workdir: str, allow_config_change: bool = 
       ValueError, FileNotFoundError: bad tasks, data or model outputs.
     """
     check_workdir_config(workdir, experiment.config or gin.config_str(),
-                         allow_config_change)
+                         allow_config_change, saved_config=saved_config)
     check_tasks_and_outputs(experiment)

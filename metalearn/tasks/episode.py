@@ -26,6 +26,21 @@ class Episode(NamedTuple):
         """Size of the leading task axis of a batched episode (static)."""
         return int(tf.nest.flatten(self.support_x)[0].shape[0])
 
+    def check_tasks(self) -> "Episode":
+        """Raises ``ValueError`` unless every part of a batched episode has the same
+        number of tasks (its leading axis); returns the episode."""
+        counts = {name: [int(t.shape[0]) if t.shape.rank else None
+                         for t in tf.nest.flatten(getattr(self, name))]
+                  for name in self._fields}
+        sizes = {c for values in counts.values() for c in values}
+        if len(sizes) > 1:
+            shown = ", ".join(f"{name} {values[0] if len(values) == 1 else values}"
+                              for name, values in counts.items())
+            raise ValueError(f"the episode batch's parts have different numbers of tasks "
+                             f"(leading axis): {shown}; support and query sets must hold "
+                             "the same tasks")
+        return self
+
     def task(self, index: int) -> "Episode":
         """The ``index``-th task of a batched episode."""
         return tf.nest.map_structure(lambda t: t[index], self)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
-from typing import Dict, Optional, Sequence
+import re
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
+from absl import logging
 
-from metalearn.runs.experiment import Experiment, build_experiment, parse_config
+from metalearn import _compat
+from metalearn.runs import files
+from metalearn.runs.experiment import CONFIG_FILE, Experiment, build_experiment, parse_config
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -58,52 +63,357 @@ class Progress:
             "running": self.running, "running_steps": self.running_steps,
             "skipped_steps": self.skipped_steps}))
 
-    def load(self) -> None:
-        """The state from the variable (after a restore); empty: from the start."""
-        text = self.state.numpy().decode()
+    def load(self, source: str = "the checkpoint") -> None:
+        """The state from the variable (after a restore); empty: from the start.
+
+        Raises:
+          ValueError: the variable holds no progress record; names ``source``.
+        """
+        text = self.state.numpy().decode("utf-8", "replace")
         self.reset()
         if text:
-            saved = json.loads(text)
-            self.window, self.window_steps = saved["window"], int(saved["window_steps"])
-            self.running, self.running_steps = saved["running"], int(saved["running_steps"])
-            self.skipped_steps = int(saved["skipped_steps"])
+            try:
+                saved = json.loads(text)
+                self.window = {str(k): float(v) for k, v in saved["window"].items()}
+                self.running = {str(k): float(v) for k, v in saved["running"].items()}
+                self.window_steps = int(saved["window_steps"])
+                self.running_steps = int(saved["running_steps"])
+                self.skipped_steps = int(saved["skipped_steps"])
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
+                self.reset()
+                raise ValueError(f"the training progress in {source} is not a progress "
+                                 f"record ({error!r}): {text[:80]!r}") from None
+
+
+CONFIG_VARIABLE = "config"
+"""The checkpoint's copy of the run's gin config (``Experiment.config``): the config
+travels with the weights, so a run whose ``config.gin`` was lost is still checked
+against, and restored with, the config it was trained with."""
+
+STATE_FILE = "checkpoint"  # TensorFlow's record of a folder's checkpoints
+_PREFIX = re.compile(r"^ckpt-(\d+)(?:\.index|\.data-\d{5}-of-\d{5})$")
+_RECORDED = re.compile(r'^\s*(?:model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*'
+                       r'"((?:[^"\\]|\\.)*)"\s*$')
+
+
+class DamagedCheckpointError(ValueError):
+    """A workdir has checkpoints, but none of them can be read back whole."""
+
+
+class UnmatchedCheckpointError(ValueError):
+    """A checkpoint and the config's objects differ: variables in one and not in the
+    other."""
+
+
+@dataclasses.dataclass
+class CheckpointSearch:
+    """What :func:`find_checkpoint` found in a checkpoint folder.
+
+    Attributes:
+      path: the newest intact checkpoint (``None``: there is none).
+      intact: every intact checkpoint tried or recorded, oldest first.
+      skipped: ``(checkpoint, why)`` of each damaged checkpoint passed over.
+      state_problem: why the ``checkpoint`` state file could not be used (``None``: it
+        could).
+    """
+    path: Optional[str]
+    intact: List[str]
+    skipped: List[Tuple[str, str]]
+    state_problem: Optional[str]
+
+    def describe(self) -> str:
+        parts = ([f"the state file is {self.state_problem}"] if self.state_problem else []) \
+            + [f"skipped {path}: {why}" for path, why in self.skipped]
+        return "; ".join(parts)
+
+
+def _step_of(path: str) -> int:
+    match = re.search(r"ckpt-(\d+)$", path)
+    return int(match.group(1)) if match else -1
+
+
+def _recorded(directory: str) -> Tuple[List[str], Optional[str]]:
+    """The checkpoints the state file records, newest first, and what is wrong with it."""
+    state = os.path.join(directory, STATE_FILE)
+    if not os.path.exists(state):
+        return [], "missing"
+    try:
+        with open(state, encoding="utf-8") as f:
+            lines = [line for line in f.read().splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as error:
+        return [], f"unreadable ({error})"
+    if not lines:
+        return [], "empty"
+    names = []
+    for line in lines:
+        match = _RECORDED.match(line)
+        if match is None and not line.lstrip().startswith(
+                ("all_model_checkpoint_timestamps", "last_preserved_timestamp")):
+            return [], f"garbled (line {line[:60]!r})"
+        if match is not None:
+            names.append(match.group(1))
+    if not names:
+        return [], "without any checkpoint recorded"
+    paths = [name if os.path.isabs(name) else os.path.join(directory, name) for name in names]
+    return sorted(set(paths), key=_step_of, reverse=True), None
+
+
+def _on_disk(directory: str) -> List[str]:
+    if not os.path.isdir(directory):
+        return []
+    prefixes = {os.path.join(directory, f"ckpt-{m.group(1)}")
+                for m in map(_PREFIX.match, os.listdir(directory)) if m}
+    return sorted(prefixes, key=_step_of, reverse=True)
+
+
+def damage(path: str) -> Optional[str]:
+    """Why the checkpoint ``path`` (a prefix, ``.../ckpt-30``) cannot be read back whole,
+    or ``None`` when it can: its index file is there and readable, and every tensor it
+    lists reads back from its data files (checksums verified)."""
+    index = path + ".index"
+    if not os.path.isfile(index):
+        return f"its index file {index} is missing"
+    try:
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)  # reads and verifies each tensor's checksum
+    except Exception as error:  # noqa: BLE001  (any failure to read back is damage)
+        message = getattr(error, "message", str(error)).strip().splitlines()
+        return f"it cannot be read ({type(error).__name__}: {message[0] if message else ''})"
+    return None
+
+
+def find_checkpoint(directory: str) -> CheckpointSearch:
+    """The newest intact checkpoint of a checkpoint folder: the one mechanism by which
+    ``train`` (to resume), ``restore`` and ``evaluate`` find what to load.
+
+    Candidates are the checkpoints the ``checkpoint`` state file records, newest first,
+    then (the state file missing, empty or garbled, or every recorded checkpoint
+    damaged) every ``ckpt-N`` whose files are on disk. A checkpoint whose files are on
+    disk but that the state file does not record yet (a save cut short before it was
+    recorded) is tried only after every recorded one. Damaged ones (see :func:`damage`)
+    are passed over and reported in ``skipped``.
+
+    Raises:
+      DamagedCheckpointError: checkpoint files are there but none is intact; the
+        message names each and why.
+    """
+    recorded, state_problem = _recorded(directory)
+    candidates = recorded + [p for p in _on_disk(directory) if p not in recorded]
+    skipped: List[Tuple[str, str]] = []
+    for path in candidates:
+        why = damage(path)
+        if why is None:
+            intact = [p for p in candidates if _step_of(p) < _step_of(path) and
+                      p not in dict(skipped) and (p in recorded or not recorded)]
+            intact = [p for p in intact if damage(p) is None]
+            return CheckpointSearch(path, sorted(intact + [path], key=_step_of), skipped,
+                                    state_problem)
+        skipped.append((path, why))
+    if skipped:
+        raise DamagedCheckpointError(
+            f"no intact checkpoint in {directory!r}, though checkpoint files are there: "
+            + "; ".join(f"{p}: {why}" for p, why in skipped)
+            + (f" (the state file is {state_problem})" if state_problem else "")
+            + ". Nothing was deleted; restore the files from a copy, or move the folder "
+            "away to start again.")
+    return CheckpointSearch(None, [], [], state_problem)
+
+
+def record_checkpoints(directory: str, paths: Sequence[str]) -> None:
+    """Rewrites the ``checkpoint`` state file (atomically) to record ``paths`` (oldest
+    first; the last is the latest): what ``tf.train.CheckpointManager`` reads, rotates
+    and deletes from. Used to leave damaged checkpoints out of the rotation, so that no
+    intact checkpoint is deleted before a newer intact one replaces it."""
+    names = [os.path.relpath(p, directory) for p in paths]
+    # with their times (the index file's), so that the manager rotates them as usual
+    text = f"model_checkpoint_path: {json.dumps(names[-1])}\n" + "".join(
+        f"all_model_checkpoint_paths: {json.dumps(name)}\n" for name in names) + "".join(
+        f"all_model_checkpoint_timestamps: {os.path.getmtime(p + '.index'):.6f}\n"
+        for p in paths) + "last_preserved_timestamp: 0.0\n"
+    files.write_text(os.path.join(directory, STATE_FILE), text)
+
+
+def saved_config(path: str) -> Optional[str]:
+    """The gin config a checkpoint carries (``None``: written before it did)."""
+    reader = tf.train.load_checkpoint(path)
+    key = f"{CONFIG_VARIABLE}/.ATTRIBUTES/VARIABLE_VALUE"
+    if key not in reader.get_variable_to_shape_map():
+        return None
+    value = reader.get_tensor(key)
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def checkpoint_for(experiment: Experiment, step: tf.Variable,
-                   progress: Optional[Progress] = None) -> tf.train.Checkpoint:
+                   progress: Optional[Progress] = None,
+                   parts: Optional[Sequence[str]] = None) -> tf.train.Checkpoint:
     """What a run checkpoints: the step, the learner (model and adapter state), the
-    meta-optimizer (its slots and iteration count) and, when given, the training
-    loop's :class:`Progress`. Nothing else is needed to resume exactly: the task
-    streams are a function of the run's seed and the step."""
-    parts = dict(step=step, learner=experiment.learner,
-                 optimizer=experiment.meta_optimizer.optimizer)
+    meta-optimizer (its slots and iteration count), the run's gin config
+    (:data:`CONFIG_VARIABLE`) and, when given, the training loop's :class:`Progress`.
+    Nothing else is needed to resume exactly: the task streams are a function of the
+    run's seed and the step.
+
+    Args:
+      parts: only these top-level parts (to read a checkpoint written before some
+        part was checkpointed); ``None``: all.
+    """
+    with tf.device("/cpu:0"):
+        config = tf.Variable(experiment.config, dtype=tf.string, trainable=False,
+                             name="config")
+    found = dict(step=step, learner=experiment.learner,
+                 optimizer=experiment.meta_optimizer.optimizer, config=config)
     if progress is not None:
-        parts["progress"] = progress.state
-    return tf.train.Checkpoint(**parts)
+        found["progress"] = progress.state
+    if parts is not None:
+        found = {name: value for name, value in found.items() if name in parts}
+    checkpoint = tf.train.Checkpoint(**found)
+    return checkpoint
+
+
+def _keys(path: str) -> set:
+    """A checkpoint's variable keys, bookkeeping aside."""
+    return {name for name, _ in tf.train.list_variables(path)
+            if not name.startswith(("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter"))}
+
+
+def _paths(path: str, root: str) -> set:
+    """Every variable under the checkpoint's top-level object ``root`` by its path of
+    attribute names (``learner/adapter/rates/0``), read from the checkpoint's object
+    graph: the same names whichever object the checkpoint's keys went through."""
+    reader = tf.train.load_checkpoint(path)
+    graph = _compat.trackable_object_graph()()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    nodes = graph.nodes
+    start = next((c.node_id for c in nodes[0].children if c.local_name == root), None)
+    found, seen = set(), set()
+    stack = [(start, root)] if start is not None else []
+    while stack:
+        node_id, prefix = stack.pop()
+        if node_id in seen:
+            continue
+        seen.add(node_id)
+        node = nodes[node_id]
+        if any(a.name == "VARIABLE_VALUE" for a in node.attributes):
+            found.add(prefix)
+        for child in reversed(node.children):
+            stack.append((child.node_id, f"{prefix}/{child.local_name}"))
+    return found
+
+
+PARTS = ("step", "learner", "optimizer", "config", "progress")
+
+
+def load(experiment: Experiment, step: tf.Variable, path: str,
+         progress: Optional[Progress] = None,
+         into: Optional[tf.train.Checkpoint] = None) -> tf.train.Checkpoint:
+    """Loads the checkpoint ``path`` into the experiment's variables (and ``progress``),
+    after checking that the checkpoint and the config have the same variables: a
+    checkpoint of a Meta-SGD run restored into a MAML config (learned rates that would
+    be dropped), or the reverse (rates that would keep their initial values), raises
+    naming them, before any variable is overwritten.
+
+    Args:
+      into: the checkpoint object to restore (the training loop's, whose save counter
+        then carries on); used when the file holds all of its parts.
+
+    Returns:
+      The checkpoint object restored (of the parts the file holds).
+
+    Raises:
+      UnmatchedCheckpointError: variables in the checkpoint that the config does not
+        build, or the reverse.
+    """
+    saved = {key.split("/", 1)[0] for key in _keys(path)}
+    parts = [name for name in PARTS if name in ("step", "learner", "optimizer")
+             or (name in saved and (name != "progress" or progress is not None))]
+    if progress is not None and "progress" not in parts:
+        progress.reset()  # written before the loop's progress was checkpointed
+    whole = [name for name in PARTS if name != "progress" or progress is not None]
+    checkpoint = into if into is not None and parts == whole else \
+        checkpoint_for(experiment, step, progress, parts=parts)
+    _check_matched(experiment, path)
+    status = checkpoint.restore(path)
+    status.assert_existing_objects_matched()
+    if progress is None:
+        status.expect_partial()
+    return checkpoint
+
+
+def _check_matched(experiment: Experiment, path: str) -> None:
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="metalearn_paths_") as folder:
+        expected = _paths(tf.train.Checkpoint(learner=experiment.learner).write(
+            os.path.join(folder, "paths")), "learner")
+    saved = _paths(path, "learner")
+    missing, extra = sorted(expected - saved), sorted(saved - expected)
+    if not (missing or extra):
+        return
+    show = lambda names: ", ".join(names[:8]) + (
+        f" and {len(names) - 8} more" if len(names) > 8 else "")
+    text = []
+    if extra:
+        text.append(f"the checkpoint holds {len(extra)} variable(s) the config does not "
+                    f"build ({show(extra)}): restoring would drop them")
+    if missing:
+        text.append(f"the config builds {len(missing)} variable(s) the checkpoint does not "
+                    f"hold ({show(missing)}): they would keep their initial values")
+    raise UnmatchedCheckpointError(
+        f"checkpoint {path} does not match the config's learner: " + "; ".join(text) +
+        ". Restore it with the config it was trained with (the workdir's config.gin), or "
+        "with a learner of the same pieces (e.g. MetaSGD for a Meta-SGD run).")
 
 
 def restore(workdir: str, gin_params: Sequence[str] = (),
             checkpoint: Optional[str] = None) -> Experiment:
-    """Rebuilds a run's experiment from its workdir and loads its latest checkpoint.
+    """Rebuilds a run's experiment from its workdir and loads its newest intact
+    checkpoint.
+
+    The config is the workdir's ``config.gin``, or, when that file is lost, the copy
+    the checkpoint carries (:data:`CONFIG_VARIABLE`).
 
     Args:
       workdir: a directory written by ``metalearn.train``.
       gin_params: bindings applied on top of the run's saved config (e.g. a different
         number of shots for evaluation).
-      checkpoint: a specific checkpoint path; defaults to the latest in the workdir.
+      checkpoint: a specific checkpoint path; defaults to the newest intact one in the
+        workdir (:func:`find_checkpoint`: a damaged latest checkpoint is passed over,
+        with a warning naming it and why).
 
     Returns:
       The experiment, whose ``.learner`` holds the trained weights and whose
       ``.sampler`` (and ``.config``) describe the data and preprocessing of the run.
+
+    Raises:
+      FileNotFoundError: no checkpoint, or no config.
+      DamagedCheckpointError: checkpoints, none intact (or ``checkpoint`` damaged).
+      UnmatchedCheckpointError: the checkpoint's variables and the config's differ.
     """
-    parse_config(workdir=workdir, gin_params=gin_params)
+    directory = os.path.join(workdir, CHECKPOINT_DIR)
+    if checkpoint is not None:
+        why = damage(checkpoint)
+        if why is not None:
+            raise DamagedCheckpointError(f"checkpoint {checkpoint} is damaged: {why}")
+        path = checkpoint
+    else:
+        path = find_checkpoint_logged(directory)
+    config = saved_config(path) if path is not None else None
+    if path is None and not os.path.isfile(os.path.join(workdir, CONFIG_FILE)):
+        parse_config(workdir=workdir, gin_params=gin_params)  # names the missing file
+    parse_config(workdir=workdir, gin_params=gin_params, saved_config=config)
     experiment = build_experiment()
-    path = checkpoint or tf.train.latest_checkpoint(os.path.join(workdir, CHECKPOINT_DIR))
     if path is None:
-        raise FileNotFoundError(f"no checkpoint in {os.path.join(workdir, CHECKPOINT_DIR)!r}")
+        raise FileNotFoundError(f"no checkpoint in {directory!r}")
     step = experiment.learner.meta_step
-    status = checkpoint_for(experiment, step).restore(path)
-    status.assert_existing_objects_matched()
-    status.expect_partial()  # the training loop's progress is not needed here
+    load(experiment, step, path)
     experiment.restored_step = int(step.numpy())
+    experiment.restored_from = path
     return experiment
+
+
+def find_checkpoint_logged(directory: str) -> Optional[str]:
+    """:func:`find_checkpoint`'s path, with a warning for whatever it passed over."""
+    search = find_checkpoint(directory)
+    if search.skipped or (search.state_problem not in (None, "missing")):
+        logging.warning("checkpoints in %s: %s; using %s", directory, search.describe(),
+                        search.path)
+    return search.path

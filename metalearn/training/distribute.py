@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import gin
 import tensorflow as tf
@@ -33,6 +33,40 @@ CROSS_DEVICE_OPS = {
 }
 
 
+def check_devices(devices: Sequence[str]) -> List[str]:
+    """The devices of a mirrored strategy, each checked against the visible (logical)
+    ones before anything is built: a device that does not exist would hang the first
+    all-reduce.
+
+    Raises:
+      ValueError: naming each device that is not visible, and the visible ones.
+    """
+    devices = [str(d) for d in devices]
+    if not devices:
+        raise ValueError("make_strategy.devices is empty: give devices such as "
+                         "['/gpu:0', '/gpu:1'], or None for every local GPU")
+    visible = tf.config.list_logical_devices()
+    have = {(tf.DeviceSpec.from_string(d.name).device_type.upper(),
+             tf.DeviceSpec.from_string(d.name).device_index) for d in visible}
+    missing = []
+    for device in devices:
+        try:
+            spec = tf.DeviceSpec.from_string(device)
+        except ValueError:
+            missing.append(device)
+            continue
+        if (str(spec.device_type or "").upper(), spec.device_index or 0) not in have:
+            missing.append(device)
+    if missing:
+        shown = sorted(f"/{t.lower()}:{i}" for t, i in have)
+        raise ValueError(f"make_strategy.devices: {missing} not among the visible devices "
+                         f"{shown}; a mirrored strategy over a device that does not exist "
+                         "would hang at its first all-reduce (several logical CPUs must be "
+                         "configured with tf.config.set_logical_device_configuration "
+                         "before TensorFlow starts)")
+    return devices
+
+
 @gin.configurable
 def make_strategy(name: str = "default", devices: Optional[Sequence[str]] = None,
                   cross_device_ops: Optional[str] = None) -> tf.distribute.Strategy:
@@ -43,6 +77,7 @@ def make_strategy(name: str = "default", devices: Optional[Sequence[str]] = None
         ``devices``, e.g. ``["/cpu:0", "/cpu:1"]``), or ``"multi_worker"`` (one process
         per machine, cluster and role from ``TF_CONFIG``).
       devices: devices for ``"mirrored"``; ``None`` takes every local GPU (or the CPU).
+        Checked against the visible devices first (:func:`check_devices`).
       cross_device_ops: all-reduce for ``"mirrored"``: ``None`` (TensorFlow's choice),
         ``"nccl"``, ``"hierarchical_copy"`` or ``"reduce_to_one_device"``.
     """
@@ -53,13 +88,18 @@ def make_strategy(name: str = "default", devices: Optional[Sequence[str]] = None
         return tf.distribute.get_strategy()
     if name == "mirrored":
         return tf.distribute.MirroredStrategy(
-            devices=None if devices is None else list(devices),
+            devices=None if devices is None else check_devices(devices),
             cross_device_ops=None if cross_device_ops is None
             else CROSS_DEVICE_OPS[cross_device_ops]())
     if name == "multi_worker":
         if "TF_CONFIG" not in os.environ:
             raise ValueError("strategy 'multi_worker' needs the TF_CONFIG environment "
                              "variable (cluster and task of this process); see BUILD.md")
+        try:
+            json.loads(os.environ["TF_CONFIG"])
+        except ValueError as error:
+            raise ValueError(f"TF_CONFIG is not valid JSON ({error}): "
+                             f"{os.environ['TF_CONFIG'][:200]!r}") from error
         return tf.distribute.MultiWorkerMirroredStrategy()
     raise ValueError(f"strategy must be one of {STRATEGIES}, got {name!r}")
 

@@ -38,7 +38,8 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
       learner: the (trained) learner.
       sampler: where tasks come from.
       num_tasks: tasks evaluated (600 by default, as papers report).
-      inner_steps: inner-step counts to evaluate after; defaults to the adapter's own.
+      inner_steps: inner-step counts to evaluate after (whole numbers); defaults to the
+        adapter's own.
       batch_size: tasks run at once.
       seed, split: the task stream (``"test"`` tasks never appear in meta-training).
 
@@ -53,6 +54,14 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if inner_steps is None:
         inner_steps = [getattr(learner.adapter, "steps", 0)]
+    if isinstance(inner_steps, (int, np.integer)):
+        inner_steps = [inner_steps]
+    bad = [s for s in inner_steps if isinstance(s, bool) or not isinstance(
+        s, (int, float, np.integer, np.floating)) or int(s) != s]
+    if bad:
+        raise TypeError(f"evaluate.inner_steps must be whole numbers of inner steps, got "
+                        f"{tuple(inner_steps)} ({', '.join(map(repr, bad))} not); e.g. "
+                        "evaluate.inner_steps = (1, 5, 10)")
     inner_steps = [int(s) for s in inner_steps]
     if any(s < 0 for s in inner_steps):
         raise ValueError(f"inner_steps must be >= 0, got {inner_steps}")
@@ -60,6 +69,7 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     episodes = list(sampler.dataset(int(batch_size), seed=seed, split=split,
                                     num_steps=batches))
     validation.check_outputs(learner, episodes[0].task(0), sampler)  # e.g. ways != outputs
+    validation.check_loss_and_metrics(learner, episodes[0].task(0))  # e.g. accuracy on MSE
     results: Dict[str, Dict[str, Dict[str, float]]] = {}
     per_episode: Dict[str, Dict[str, list]] = {}
     for steps in inner_steps:

@@ -6,7 +6,9 @@ import json
 import math
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from typing import Dict, Optional
 
@@ -18,7 +20,10 @@ from metalearn.learners.learner import Learner
 from metalearn.runs import files, validation
 from metalearn.runs.experiment import CONFIG_FILE, Experiment
 from metalearn.training import distribute
-from metalearn.training.checkpoint import CHECKPOINT_DIR, Progress, checkpoint_for
+from metalearn.runs.lock import WorkdirLock
+from metalearn.training.checkpoint import (CHECKPOINT_DIR, Progress, checkpoint_for,
+                                           find_checkpoint, load, record_checkpoints,
+                                           saved_config)
 from metalearn.training.step import NON_FINITE, make_meta_step
 
 OPERATIVE_CONFIG_FILE = "operative_config.gin"
@@ -80,10 +85,79 @@ def train(experiment: Experiment, workdir: str,
         not finite. That step's update was not applied and the latest checkpoint is
         from before it.
     """
-    # --- validation before any work (issue 9); see training/validation.py ---
-    validation.check_before_training(experiment, workdir, allow_config_change)
+    checkpoint_dir = os.path.join(workdir, CHECKPOINT_DIR)
+    # Read only: the newest intact checkpoint, and the config it carries (which the
+    # config-change check uses when config.gin is lost).
+    search = find_checkpoint(checkpoint_dir)
+    carried = saved_config(search.path) if search.path else None
+    # --- validation before any work (issue 9); see runs/validation.py ---
+    validation.check_before_training(experiment, workdir, allow_config_change,
+                                     saved_config=carried)
     strategy = strategy or tf.distribute.get_strategy()
     chief = distribute.is_chief(strategy)
+    lock = WorkdirLock(workdir).acquire() if chief else None
+    try:
+        with _StopSignals() as stop:
+            return _train(experiment, workdir, strategy, chief, checkpoint_dir, stop)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped on a signal (``SIGTERM``, ``SIGINT``) after saving a checkpoint
+    of the step it had reached.
+
+    Attributes:
+      signal_number: the signal.
+      step: the step saved.
+      checkpoint: the checkpoint written.
+    """
+
+    def __init__(self, signal_number: int, step: int, checkpoint: Optional[str]):
+        self.signal_number, self.step, self.checkpoint = signal_number, step, checkpoint
+        super().__init__(f"stopped by {signal.Signals(signal_number).name} at step {step}; "
+                         f"checkpoint {checkpoint} saved: rerun the same command to resume")
+
+
+class _StopSignals:
+    """While active (main thread only), ``SIGTERM`` and the first ``SIGINT`` only set
+    ``received``: the loop saves a checkpoint after the step it is in and stops. A
+    second ``SIGINT`` interrupts at once (``KeyboardInterrupt``)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.received: Optional[int] = None
+        self._previous = {}
+
+    def _handle(self, number, frame):
+        if self.received is not None and number == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = number
+        logging.warning("received %s: saving a checkpoint after this step, then stopping",
+                        signal.Signals(number).name)
+
+    def __enter__(self) -> "_StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for number in self.SIGNALS:
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strategy,
+           chief: bool, checkpoint_dir: str, stop: _StopSignals) -> Dict[str, float]:
     learner, meta_optimizer = experiment.learner, experiment.meta_optimizer
     skip = experiment.on_non_finite == "skip"
     distribute.tasks_per_replica(experiment.meta_batch_size, strategy)  # fail early
@@ -92,22 +166,25 @@ def train(experiment: Experiment, workdir: str,
     step = learner.meta_step  # advanced by meta_step(); saved as "step"
     progress = Progress()
     checkpoint = checkpoint_for(experiment, step, progress)
-    checkpoint_dir = os.path.join(workdir, CHECKPOINT_DIR)
     # Every worker takes part in saving (collectives); only the chief's copy is kept.
     write_dir = checkpoint_dir if chief else tempfile.mkdtemp(prefix="metalearn_ckpt_")
+    search = find_checkpoint(checkpoint_dir)
+    if search.skipped or search.state_problem not in (None, "missing"):
+        logging.warning("checkpoints in %s: %s; resuming from %s", checkpoint_dir,
+                        search.describe(), search.path)
+        if chief and search.path:
+            # The manager rotates what the state file records: record the intact ones
+            # only, so that nothing is deleted before a newer intact one replaces it.
+            record_checkpoints(checkpoint_dir, search.intact)
+    if search.path:
+        load(experiment, step, search.path, progress, into=checkpoint)
+        checkpoint.config.assign(experiment.config)  # this run's, from now on
+        progress.load(search.path)
+        logging.info("resumed from %s at step %d", search.path, int(step.numpy()))
     # The manager writes a checkpoint's files, then records it in the `checkpoint`
     # state file (itself replaced atomically): a save cut short is never the latest.
     manager = tf.train.CheckpointManager(checkpoint, write_dir,
                                          max_to_keep=experiment.keep_checkpoints)
-    latest = tf.train.latest_checkpoint(checkpoint_dir)
-    if latest:
-        saved = {name for name, _ in tf.train.list_variables(latest)}
-        if any(name.startswith("progress/") for name in saved):
-            checkpoint.restore(latest).assert_existing_objects_matched()
-        else:  # written before the loop's progress was checkpointed
-            checkpoint_for(experiment, step).restore(latest).assert_existing_objects_matched()
-        progress.load()
-        logging.info("resumed from %s at step %d", latest, int(step.numpy()))
     start = int(step.numpy())
     if chief:
         os.makedirs(workdir, exist_ok=True)
@@ -125,6 +202,9 @@ def train(experiment: Experiment, workdir: str,
     running = experiment.log_average == "running"
     final: Dict[str, float] = {}
     timed_steps, window_start = 0, time.perf_counter()
+    run_start, current = time.perf_counter(), start
+    # More skipped steps than this and the run fails: its numbers would not mean much.
+    max_skipped = experiment.max_skipped_fraction * experiment.num_steps
     for batch in episodes:
         metrics = meta_step(batch)
         flags = metrics.pop(NON_FINITE).numpy()
@@ -134,8 +214,20 @@ def train(experiment: Experiment, workdir: str,
             if not skip:
                 raise _non_finite_error(flags, current, learner, checkpoint_dir)
             progress.skipped_steps += 1
-            logging.warning("skipped step %d: %s", current,
+            logging.warning("skipped step %d (its update was not applied; %d of %d steps "
+                            "skipped so far, at most %.0f%% allowed by "
+                            "Experiment.max_skipped_fraction): %s", current,
+                            progress.skipped_steps, experiment.num_steps,
+                            100 * experiment.max_skipped_fraction,
                             _non_finite_error(flags, current, learner, checkpoint_dir))
+            if progress.skipped_steps > max_skipped:
+                raise FloatingPointError(
+                    f"{progress.skipped_steps} of {experiment.num_steps} steps skipped "
+                    f"(non-finite meta-loss or meta-gradient; the latest at step "
+                    f"{current}): more than Experiment.max_skipped_fraction = "
+                    f"{experiment.max_skipped_fraction} of the run, whose metrics would "
+                    "not mean much. Lower the learning rates, or raise "
+                    "Experiment.max_skipped_fraction to carry on.")
         else:
             progress.add({name: float(value) for name, value in metrics.items()})
         done = current >= experiment.num_steps
@@ -145,21 +237,34 @@ def train(experiment: Experiment, workdir: str,
             final["tasks_per_second"] = timed_steps * experiment.meta_batch_size / elapsed
             if skip:
                 final["skipped_steps"] = progress.skipped_steps
-            logging.info("step %d/%d  meta-loss %.5f%s  %s  %.0f tasks/s", current,
-                         experiment.num_steps, final.get("loss", math.nan),
-                         " (running mean)" if running else "",
+            so_far = time.perf_counter() - run_start
+            per_step = so_far / max(current - start, 1)
+            logging.info("step %d/%d  meta-loss %.5f%s  %s  %.0f tasks/s  elapsed %s  "
+                         "ETA %s", current, experiment.num_steps,
+                         final.get("loss", math.nan), " (running mean)" if running else "",
                          "  ".join(f"{k} {v:.4f}" for k, v in final.items()
                                    if k not in ("loss", "tasks_per_second")),
-                         final["tasks_per_second"])
+                         final["tasks_per_second"], _duration(so_far),
+                         _duration(per_step * (experiment.num_steps - current)))
             with writer.as_default(step=current):
                 for name, value in final.items():
                     tf.summary.scalar(name if name in ("tasks_per_second", "skipped_steps")
                                       else f"meta_{name}", value)
             progress.end_window()
             timed_steps, window_start = 0, time.perf_counter()
-        if current % experiment.checkpoint_every == 0 or done:
+        if current % experiment.checkpoint_every == 0 or done or stop.received:
             progress.store()
-            manager.save(checkpoint_number=current)
+            saved = manager.save(checkpoint_number=current)
+            if stop.received and not done:
+                writer.flush()
+                logging.warning("stopped by %s at step %d: saved %s; rerun the same "
+                                "command to resume", signal.Signals(stop.received).name,
+                                current, saved)
+                raise TrainingInterrupted(stop.received, current, saved)
+        if done:
+            # Never ask the stream for its end: reaching it waited ~20 s after a
+            # 3,000-step sinusoid run (the silence before "final metrics").
+            break
     writer.flush()
     if not chief:
         shutil.rmtree(write_dir, ignore_errors=True)
