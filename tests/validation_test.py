@@ -28,7 +28,6 @@ from metalearn.tasks.datasets import (LabelledImages, load_cub, load_image_folde
                                       load_mini_imagenet, load_mnist, load_omniglot,
                                       load_tiered_imagenet)
 
-from metalearn.tasks.datasets import LabelledImages, load_mnist, load_omniglot
 from metalearn.flags import resolve_gin_files
 from metalearn.runs import validation
 from metalearn.runs.lock import WorkdirLockedError
