@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+
+
+def folder_contents(folder: str):
+    """What ``folder`` holds (sorted names), or ``"no such folder"``: for errors."""
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else "no such folder"
+
+
+def require_file(file: str, what: str, hint: str = "") -> None:
+    """Raises ``FileNotFoundError`` naming ``what``, the file and what its folder holds,
+    unless ``file`` exists."""
+    if not os.path.isfile(file):
+        folder = os.path.dirname(file)
+        raise FileNotFoundError(f"{what} {file!r} not found (folder {folder!r} holds "
+                                f"{folder_contents(folder)}){hint}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
 from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
-                                           check_split_sizes)
+                                           check_split_sizes, require_file)
 
 CHEN_SPLIT_SIZES = {"train": 100, "validation": 50, "test": 50}
 INDEX_FILES = ("images.txt", "image_class_labels.txt", "classes.txt")
@@ -36,11 +36,7 @@ def chen_split(index: int) -> str:
 
 def _read_index(file: str) -> List[Tuple[int, str]]:
     """``(id, value)`` rows of one of the archive's index files."""
-    if not os.path.isfile(file):
-        folder = os.path.dirname(file)
-        present = sorted(os.listdir(folder)) if os.path.isdir(folder) else "no such folder"
-        raise FileNotFoundError(f"CUB-200-2011 file {file!r} not found (folder {folder!r} "
-                                f"holds {present}); give the extracted CUB_200_2011 folder")
+    require_file(file, "CUB-200-2011 file", "; give the extracted CUB_200_2011 folder")
     rows = []
     with open(file) as f:
         for line, text in enumerate(f, start=1):

@@ -30,7 +30,7 @@ import numpy as np
 from metalearn.tasks.datasets import images as image_files
 from metalearn.tasks.datasets import plain_pickle
 from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
-                                           check_split_sizes)
+                                           check_split_sizes, require_file)
 
 RAVI_SPLIT_SIZES = {"train": 64, "validation": 16, "test": 20}
 """Classes per split in Ravi & Larochelle's split."""
@@ -44,11 +44,7 @@ _CACHE: Dict[Tuple, Mapping[str, LabelledImages]] = {}
 
 def _read_split_csv(file: str) -> List[Tuple[str, str]]:
     """``(filename, label)`` rows of a split file; a bad row names the file and line."""
-    if not os.path.isfile(file):
-        folder = os.path.dirname(file)
-        present = sorted(os.listdir(folder)) if os.path.isdir(folder) else "no such folder"
-        raise FileNotFoundError(f"mini-ImageNet split file {file!r} not found (folder "
-                                f"{folder!r} holds {present})")
+    require_file(file, "mini-ImageNet split file")
     rows = []
     with open(file, newline="") as f:
         for line, row in enumerate(csv.reader(f), start=1):
@@ -90,10 +86,7 @@ def _from_pickles(path: str, image_size: Optional[int]) -> Dict[str, LabelledIma
     splits = {}
     for split in SPLIT_NAMES:
         file = os.path.join(path, f"mini-imagenet-cache-{FILE_SPLITS[split]}.pkl")
-        if not os.path.isfile(file):
-            present = sorted(os.listdir(path)) if os.path.isdir(path) else "no such folder"
-            raise FileNotFoundError(f"mini-ImageNet cache file {file!r} not found (folder "
-                                    f"{path!r} holds {present})")
+        require_file(file, "mini-ImageNet cache file")
         cache = plain_pickle.load(file, "mini-ImageNet cache file")
         if not isinstance(cache, dict) or not {"image_data", "class_dict"} <= set(cache):
             raise ValueError(f"mini-ImageNet cache file {file!r} is not a dict with "
