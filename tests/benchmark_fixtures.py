@@ -289,3 +289,28 @@ def cifar100_examples(split: str, per_class: int):
         examples["label"].append(label)
         examples["coarse_label"].append(coarse_of[CIFAR100_LABELS[label]])
     return {k: np.stack(v) if k == "image" else np.array(v) for k, v in examples.items()}
+
+
+def write_tiered_imagenet_images(root: str, per_class: int = 1, csvs: bool = True,
+                                 classes: Dict = None) -> Dict:
+    """The images layout of tiered-ImageNet's generation tools: ``root/{train,val,test}/
+    <wnid>/<image>``, with Ren et al.'s split files ``root/{train,val,test}.csv`` (rows
+    ``wnid,category``, no header) unless ``csvs=False``. Images are 84x84 PNGs (the tools
+    write JPEGs; PNG keeps the fixture exact, and the loader reads both). ``classes``
+    (``{split: (wnids, categories)}``) defaults to Ren et al.'s counts."""
+    classes = classes or tiered_imagenet_classes()
+    label = 0
+    for split, (names, cats) in classes.items():
+        name = SPLIT_FILES[split]
+        for c, wnid in enumerate(names):
+            folder = os.path.join(root, name, wnid)
+            os.makedirs(folder, exist_ok=True)
+            for i in range(per_class):
+                png = tf.io.encode_png(class_image(label + c, i)).numpy()
+                with open(os.path.join(folder, f"{wnid}_{i:05d}.png"), "wb") as f:
+                    f.write(png)
+        label += len(names)
+        if csvs:
+            with open(os.path.join(root, f"{name}.csv"), "w") as f:
+                f.writelines(f"{wnid},{cat}\n" for wnid, cat in zip(names, cats))
+    return classes

@@ -91,3 +91,58 @@ def test_decoded_arrays_cache_keeps_the_categories(tmp_path, tiered_dir):
     for split in first:
         np.testing.assert_array_equal(first[split].images, second[split].images)
         assert first[split].groups == second[split].groups
+
+
+@pytest.fixture(scope="module")
+def tiered_images_dir(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("tiered_images"))
+    return root, fixtures.write_tiered_imagenet_images(root, per_class=2)
+
+
+def test_images_layout_with_ren_s_split_files(tiered_images_dir):
+    root, classes = tiered_images_dir
+    splits = load_tiered_imagenet(root)  # "auto": no caches here, so the folders
+    fixtures.check_splits(splits, {"train": 351, "validation": 97, "test": 160}, (84, 84, 3))
+    assert [len(set(splits[s].groups)) for s in ("train", "validation", "test")] == [20, 6, 8]
+    for split, (names, cats) in classes.items():
+        assert splits[split].class_names == tuple(sorted(names))
+        assert dict(zip(splits[split].class_names, splits[split].groups)) == \
+            dict(zip(names, cats))
+    test = splits["test"]
+    label = test.class_names.index(classes["test"][0][4])
+    np.testing.assert_array_equal(test.images[test.labels == label][0],
+                                  fixtures.class_image(351 + 97 + 4, 0))
+    assert splits["test"].preprocessing["source"] == "images"
+    fixtures.check_episodes(splits)
+    within = FewShotClassification(splits, ways=3, shots=1, queries=1, within_group=True)
+    batch = within.sample(np.array([0, 0]), 2, "test")
+    assert batch.support_x.shape == (2, 3, 84, 84, 3)
+
+
+def test_images_layout_errors_name_the_file(tmp_path):
+    import shutil
+    bad = tmp_path / "bad"
+    small = {split: (fixtures.wnids(2, 10 * i), [f"cat{i}", f"cat{i}"])
+             for i, split in enumerate(("train", "validation", "test"))}
+    fixtures.write_tiered_imagenet_images(str(bad), 1, classes=small)
+    with pytest.raises(ValueError, match=r"has 2 classes.*strict=False"):
+        load_tiered_imagenet(str(bad))
+    lines = (bad / "val.csv").read_text().splitlines()
+    (bad / "val.csv").write_text("\n".join(lines[1:]) + "\n")
+    with pytest.raises(ValueError, match=f"split file '{bad / 'val.csv'}' does not list "
+                                         r"the class folder\(s\) \['"):
+        load_tiered_imagenet(str(bad), strict=False)
+    (bad / "val.csv").write_text("n0000001\n")
+    with pytest.raises(ValueError, match=f"'{bad / 'val.csv'}', line 1: expected "
+                                         "'wnid,category'"):
+        load_tiered_imagenet(str(bad), strict=False)
+    # without the split files: classes load, categories are unknown
+    for name in ("train", "val", "test"):
+        (bad / f"{name}.csv").unlink()
+    splits = load_tiered_imagenet(str(bad), strict=False)
+    assert splits["train"].num_classes == 2 and splits["train"].groups is None
+    shutil.rmtree(bad / "test")
+    with pytest.raises(FileNotFoundError, match="image folder .*test' not found"):
+        load_tiered_imagenet(str(bad), strict=False, image_size=32)
+    with pytest.raises(ValueError, match="source must be 'auto', 'pickle' or 'images'"):
+        load_tiered_imagenet(str(bad), source="png")

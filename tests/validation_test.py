@@ -236,6 +236,15 @@ def undecodable_cache_png(tmp_path) -> None:
     load_tiered_imagenet(str(tmp_path / "tiered"))
 
 
+def tiered_split_file_missing_a_class(tmp_path) -> None:
+    from tests import benchmark_fixtures
+    small = {split: (benchmark_fixtures.wnids(2, 10 * i), ["c", "c"])
+             for i, split in enumerate(("train", "validation", "test"))}
+    benchmark_fixtures.write_tiered_imagenet_images(str(tmp_path / "tiered"), 1, classes=small)
+    (tmp_path / "tiered" / "train.csv").write_text("n01000000,c\n")
+    load_tiered_imagenet(str(tmp_path / "tiered"), strict=False, image_size=8)
+
+
 def malformed_cub_index(tmp_path) -> None:
     (tmp_path / "CUB_200_2011").mkdir()
     (tmp_path / "CUB_200_2011" / "images.txt").write_text("001.Bird/a.jpg\n")
@@ -529,6 +538,10 @@ CASES: List[Case] = [
          "entry holding no PNG", ValueError, "image 0 of tiered-ImageNet images file",
          undecodable_cache_png, lambda p: str(p / "tiered" / "train_images_png.pkl"),
          "the entry and file"),
+    Case("split file missing a class folder", "tiered-ImageNet's `train.csv` without a "
+         "class that `train/` holds", ValueError, "does not list the class folder(s) "
+         "['n01000001']", tiered_split_file_missing_a_class,
+         lambda p: str(p / "tiered" / "train.csv"), "the file and the classes"),
     Case("malformed CUB index line", "an `images.txt` line without its id", ValueError,
          "line 1: expected '<id> <value>'", malformed_cub_index,
          lambda p: str(p / "CUB_200_2011" / "images.txt"), "the file and line"),

@@ -12,6 +12,12 @@ they are read with :mod:`metalearn.tasks.datasets.plain_pickle`, which builds pl
 data only and never runs code from the file. PNGs are decoded with
 ``tf.io.decode_png`` (RGB).
 
+Or (``source="images"``) from the images layout that tiered-ImageNet's generation tools
+write: ``<split>/<wnid>/<image files>`` for ``<split>`` in ``train``, ``val``, ``test``,
+with Ren et al.'s split files ``<split>.csv`` beside them (rows ``wnid,category``, no
+header) naming each class's super-category. Without the CSVs the classes load without
+categories (``within_group`` is then unavailable and ``strict`` checks class counts only).
+
 Returns ``{"train", "validation", "test"}`` to uint8 ``LabelledImages`` whose classes
 are the wnids and whose ``groups`` are the categories (so ``FewShotClassification(...,
 within_group=True)`` draws an episode's classes from one category).
@@ -20,6 +26,7 @@ within_group=True)`` draws an episode's classes from one category).
 from __future__ import annotations
 
 import concurrent.futures
+import csv
 import os
 from typing import Dict, Mapping, Optional, Tuple
 
@@ -29,7 +36,8 @@ import numpy as np
 from metalearn.tasks.datasets import images as image_files
 from metalearn.tasks.datasets import plain_pickle
 from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
-                                           check_split_sizes)
+                                           check_split_sizes, require_file)
+from metalearn.tasks.datasets.folder import list_image_folder
 
 REN_SPLIT_SIZES = {"train": 351, "validation": 97, "test": 160}
 """Classes per split in Ren et al.'s split."""
@@ -45,9 +53,7 @@ _CACHE: Dict[Tuple, Mapping[str, LabelledImages]] = {}
 
 def _file(path: str, name: str) -> str:
     file = os.path.join(path, name)
-    if not os.path.isfile(file):
-        raise FileNotFoundError(f"tiered-ImageNet file {file!r} not found (folder {path!r} "
-                                f"holds {sorted(os.listdir(path))})")
+    require_file(file, "tiered-ImageNet file")
     return file
 
 
@@ -105,13 +111,14 @@ def _decode_pngs(encoded, file: str, image_size: Optional[int]) -> np.ndarray:
 
 @gin.configurable
 def load_tiered_imagenet(path: str = gin.REQUIRED, image_size: Optional[int] = IMAGE_SIZE,
-                         strict: bool = True, cache_dir: Optional[str] = None
-                         ) -> Mapping[str, LabelledImages]:
+                         strict: bool = True, cache_dir: Optional[str] = None,
+                         source: str = "auto") -> Mapping[str, LabelledImages]:
     """tiered-ImageNet's three class splits, classes grouped by category.
 
     Args:
       path: the folder holding ``{train,val,test}_images_png.pkl`` and
-        ``{train,val,test}_labels.pkl``.
+        ``{train,val,test}_labels.pkl``, or the ``{train,val,test}/<wnid>/`` image
+        folders (with Ren et al.'s ``{train,val,test}.csv``).
       image_size: side the images are resized to (84, their size in the caches);
         ``None`` keeps them.
       strict: the class and category counts must be Ren et al.'s (351 / 97 / 160
@@ -119,6 +126,8 @@ def load_tiered_imagenet(path: str = gin.REQUIRED, image_size: Optional[int] = I
       cache_dir: if given, the decoded arrays are also kept there (``.npz`` of plain
         arrays, about 10 GB for the whole data set), so later runs skip decoding the
         PNGs.
+      source: ``"pickle"`` (the caches), ``"images"`` (the image folders), or
+        ``"auto"``: the caches if ``train_labels.pkl`` is there, else the folders.
 
     Returns:
       ``{"train", "validation", "test"}`` to ``LabelledImages`` (uint8 ``[examples,
@@ -129,18 +138,27 @@ def load_tiered_imagenet(path: str = gin.REQUIRED, image_size: Optional[int] = I
       ValueError: a damaged or unsafe file (named), labels that do not fit the images,
         other class counts with ``strict``.
     """
+    if source not in ("auto", "pickle", "images"):
+        raise ValueError(f"source must be 'auto', 'pickle' or 'images', got {source!r}")
     if not os.path.isdir(path):
         raise FileNotFoundError(f"tiered-ImageNet folder {path!r} does not exist; give the "
                                 "folder with {train,val,test}_images_png.pkl and "
-                                "{train,val,test}_labels.pkl")
+                                "{train,val,test}_labels.pkl, or with the image folders "
+                                "train/, val/, test/")
+    if source == "auto":
+        source = ("pickle" if os.path.isfile(os.path.join(path, "train_labels.pkl"))
+                  else "images")
     image_size = None if image_size is None else int(image_size)
-    key = (os.path.abspath(path), image_size)
+    key = (os.path.abspath(path), image_size)  # the caches' key since before the folders
+    if source == "images":
+        key += ("images",)
     if key in _CACHE:
         return dict(_CACHE[key])
+    reader = _read_splits if source == "pickle" else _read_image_folders
     splits = cached_splits(cache_dir, "tiered_imagenet", key,
-                           lambda: _read_splits(path, image_size))
+                           lambda: reader(path, image_size))
     if strict:
-        _check_ren_split(splits, path)
+        _check_ren_split(splits, path, source)
     _CACHE[key] = splits
     return dict(splits)
 
@@ -173,10 +191,60 @@ def _read_splits(path: str, image_size: Optional[int]) -> Dict[str, LabelledImag
     return splits
 
 
-def _check_ren_split(splits: Mapping[str, LabelledImages], path: str) -> None:
+def _read_categories(file: str, classes) -> Optional[Tuple[str, ...]]:
+    """The category of each class from Ren et al.'s split file (rows ``wnid,category``),
+    ``None`` without the file; a class the file does not list, or a bad row, is an error
+    naming the file."""
+    if not os.path.isfile(file):
+        return None
+    category = {}
+    with open(file, newline="") as f:
+        for line, row in enumerate(csv.reader(f), start=1):
+            row = [c.strip() for c in row]
+            if not row or (line == 1 and row[0].lower() in ("wnid", "class", "synset")):
+                continue
+            if len(row) < 2 or not row[0] or not row[1]:
+                raise ValueError(f"tiered-ImageNet split file {file!r}, line {line}: "
+                                 f"expected 'wnid,category', got {','.join(row)!r}")
+            category[row[0]] = row[1]
+    missing = [c for c in classes if c not in category]
+    if missing:
+        raise ValueError(f"tiered-ImageNet split file {file!r} does not list the class "
+                         f"folder(s) {missing[:5]} ({len(missing)} in all); it must name "
+                         "every class folder's category")
+    return tuple(category[c] for c in classes)
+
+
+def _read_image_folders(path: str, image_size: Optional[int]) -> Dict[str, LabelledImages]:
+    splits = {}
+    for split in SPLIT_NAMES:
+        name = FILE_SPLITS[split]
+        folder = os.path.join(path, name)
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(
+                f"tiered-ImageNet image folder {folder!r} not found; the images layout is "
+                f"train/, val/, test/ (one sub-folder of images per wnid) in {path!r}, which "
+                f"holds {sorted(os.listdir(path))[:10]}")
+        listing = list_image_folder(folder)
+        files = [f for class_files in listing.values() for f in class_files]
+        labels = np.repeat(np.arange(len(listing)), [len(v) for v in listing.values()])
+        splits[split] = LabelledImages(
+            image_files.read_image_files(files, 3, image_size), labels, tuple(listing),
+            _read_categories(os.path.join(path, f"{name}.csv"), tuple(listing)),
+            preprocessing=image_files.preprocessing(
+                "tiered_imagenet", image_size or IMAGE_SIZE, 3,
+                image_files.MINI_IMAGENET_STATS, source="images"))
+    return splits
+
+
+def _check_ren_split(splits: Mapping[str, LabelledImages], path: str,
+                     source: str = "pickle") -> None:
     """Ren et al.'s class and category counts, no category in two splits."""
-    files = f"{{train,val,test}}_labels.pkl in {path!r}"
+    files = (f"{{train,val,test}}_labels.pkl in {path!r}" if source == "pickle"
+             else f"the folders train/, val/, test/ in {path!r}")
     check_split_sizes(splits, REN_SPLIT_SIZES, "tiered-ImageNet", files)
+    if any(data.groups is None for data in splits.values()):
+        return  # image folders without Ren et al.'s CSVs: no categories to check
     for split, count in REN_CATEGORY_SIZES.items():
         found = len(set(splits[split].groups))
         if found != count:
