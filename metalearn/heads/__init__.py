@@ -4,5 +4,6 @@ from metalearn.heads.base import Head
 from metalearn.heads.prototypes import (PrototypeHead, class_prototypes,
                                         squared_distances)
 from metalearn.heads.ridge import RidgeHead
+from metalearn.heads.svm import SVMHead
 
-__all__ = ["Head", "PrototypeHead", "RidgeHead", "class_prototypes", "squared_distances"]
+__all__ = ["Head", "PrototypeHead", "RidgeHead", "SVMHead", "class_prototypes", "squared_distances"]
