@@ -14,7 +14,9 @@ for a fixed number of steps, which finds the active set (the projection gives ex
 zeros), then one Newton step on that face, exact when the face is right. The gradient
 reaches ``X`` through the face's stationarity condition ``P (K alpha - Y) = 0`` (``P``
 the projector onto the face's tangent space) by
-:func:`~metalearn.adapters.implicit_diff.implicit_solution`, not by unrolling.
+:func:`~metalearn.adapters.implicit_diff.implicit_solution`, not by unrolling; that
+condition's Jacobian is the ``n * ways`` face matrix, so the linear system is solved
+directly.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import keras
 import tensorflow as tf
 
 from metalearn.adapters.base import Capabilities
-from metalearn.adapters.implicit_diff import ConjugateGradient, implicit_solution
+from metalearn.adapters.implicit_diff import implicit_solution
 from metalearn.heads.base import Head
 
 
@@ -97,32 +99,37 @@ def crammer_singer_dual(kernel: tf.Tensor, targets: tf.Tensor, c: float, steps: 
     return tf.where(better, polished, alpha)
 
 
-def _face_system(alpha: tf.Tensor, kernel: tf.Tensor, c: float, targets: tf.Tensor):
-    """``A = P K P + (I - P)`` on the face of ``alpha`` (symmetric, positive definite
-    when ``K`` is): the Jacobian of the face's stationarity condition."""
-    project = face_projector(c * targets - alpha > 0)
-    return project, lambda v: [project(tf.matmul(kernel, project(v[0]))) + v[0]
-                               - project(v[0])]
+def face_matrix(alpha: tf.Tensor, kernel: tf.Tensor, targets: tf.Tensor, c: float
+                ) -> tf.Tensor:
+    """``A = P (K (x) I) P + (I - P)`` ``[..., n * ways, n * ways]`` on the face of
+    ``alpha``: the Jacobian of the face's stationarity condition (symmetric, positive
+    definite when ``K`` is), over ``alpha`` flattened row by row."""
+    n, ways = alpha.shape[-2], alpha.shape[-1]
+    if n is None or ways is None:
+        raise ValueError(f"SVMHead needs the support set's size and the ways statically "
+                         f"known, got dual variables of shape {alpha.shape}")
+    mask = tf.cast(c * targets - alpha > 0, alpha.dtype)                   # [..., n, w]
+    blocks = (tf.linalg.diag(mask) - mask[..., :, None] * mask[..., None, :]
+              / tf.reduce_sum(mask, -1)[..., None, None])                  # P: [..., n, w, w]
+    eye_ways = tf.eye(ways, dtype=alpha.dtype)
+    a = (kernel[..., :, None, :, None] * tf.einsum("...nkl,...mlj->...nkmj", blocks, blocks)
+         + tf.einsum("nm,...nkj->...nkmj", tf.eye(n, dtype=alpha.dtype), eye_ways - blocks))
+    return tf.reshape(a, tf.concat([tf.shape(alpha)[:-2], [n * ways, n * ways]], 0))
+
+
+def solve_flat(matrix: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """``matrix^-1 b`` for ``b`` ``[..., n, ways]`` flattened row by row."""
+    flat = tf.reshape(b, tf.concat([tf.shape(b)[:-2], [-1, 1]], 0))
+    return tf.reshape(tf.linalg.solve(matrix, flat), tf.shape(b))
 
 
 def newton_step_on_face(alpha: tf.Tensor, kernel: tf.Tensor, targets: tf.Tensor,
                         c: float) -> tf.Tensor:
     """The step to the minimiser of the dual on ``alpha``'s face (the quadratic is exact
-    in one Newton step), by conjugate gradient: it converges in at most ``n (ways - 1)
-    + 1`` iterations."""
-    project, apply_a = _face_system(alpha, kernel, c, targets)
+    in one Newton step), by a direct solve of the ``n * ways`` face system."""
+    project = face_projector(c * targets - alpha > 0)
     gradient = project(tf.matmul(kernel, alpha) - targets)
-    return face_solver(alpha)(apply_a, [-gradient])[0]
-
-
-def face_solver(alpha: tf.Tensor) -> ConjugateGradient:
-    """Conjugate gradient with enough iterations for a face of ``alpha``'s problem:
-    ``n (ways - 1)`` dimensions plus the identity on the rest."""
-    n, ways = alpha.shape[-2], alpha.shape[-1]
-    if n is None or ways is None:
-        raise ValueError(f"SVMHead needs the support set's size and the ways statically "
-                         f"known, got dual variables of shape {alpha.shape}")
-    return ConjugateGradient(n * (ways - 1) + 1)
+    return -solve_flat(face_matrix(alpha, kernel, targets, c), gradient)
 
 
 def svm_kernel(embeddings: tf.Tensor, ridge: float) -> tf.Tensor:
@@ -177,15 +184,20 @@ class SVMHead(Head):
         alpha_hat = crammer_singer_dual(svm_kernel(embeddings, self.ridge), targets,
                                         self.c, self.steps)
 
-        def stationarity(x, theta):  # P (K(theta) alpha_face - Y) + (I - P)(x - alpha_hat)
-            kernel = svm_kernel(theta[0], self.ridge)
-            project, _ = _face_system(alpha_hat, kernel, self.c, targets)
-            on_face = project(x[0]) + alpha_hat - project(alpha_hat)
-            return [project(tf.matmul(kernel, on_face) - targets)
-                    + (x[0] - project(x[0])) - (alpha_hat - project(alpha_hat))]
+        project = face_projector(self.c * targets - alpha_hat > 0)
+        off_face = alpha_hat - project(alpha_hat)
 
+        def stationarity(x, theta):  # P (K(theta) alpha_face - Y) + (I - P) (x - alpha_hat)
+            kernel = svm_kernel(theta[0], self.ridge)
+            on_face = project(x[0]) + off_face
+            return [project(tf.matmul(kernel, on_face) - targets) + x[0] - project(x[0])
+                    - off_face]
+
+        # its Jacobian in x is the (symmetric) face matrix: solved directly
+        jacobian = face_matrix(alpha_hat, tf.stop_gradient(svm_kernel(embeddings, self.ridge)),
+                               targets, self.c)
         alpha = implicit_solution(stationarity, [alpha_hat], [embeddings],
-                                  face_solver(alpha_hat))[0]
+                                  lambda _, b: [solve_flat(jacobian, b[0])])[0]
         return tf.matmul(embeddings, alpha, transpose_a=True)              # [d, ways]
 
     def logits(self, state: Any, embeddings: tf.Tensor) -> tf.Tensor:
