@@ -7,8 +7,8 @@ The head minimises the multinomial cross-entropy of ``X W`` on the support set p
 0``: :func:`logistic_dual` takes Newton steps on that ``n * ways`` system (batched over
 leading axes), the same iterates as Newton on ``W``. The gradient reaches ``X`` and
 ``lambda`` through the stationarity ``X^T (softmax(X W) - Y) + lambda W = 0``, whose
-Jacobian ``X^T S X + lambda I`` is symmetric positive definite (conjugate gradient is
-exact in ``n (ways - 1) + 1`` iterations), by
+Jacobian ``X^T S X + lambda I`` (``S`` the softmax's) is solved directly through the
+``n * ways`` system (the push-through identity), by
 :func:`~metalearn.adapters.implicit_diff.implicit_solution`.
 """
 
@@ -20,7 +20,8 @@ import gin
 import tensorflow as tf
 
 from metalearn.adapters.base import Capabilities
-from metalearn.adapters.implicit_diff import ConjugateGradient, implicit_solution
+from metalearn.adapters.implicit_diff import implicit_solution
+from metalearn.heads.base import solve_flat
 from metalearn.heads.ridge import RidgeHead
 
 
@@ -30,6 +31,20 @@ def logistic_residual(a: tf.Tensor, gram: tf.Tensor, targets: tf.Tensor,
     return lam * a + tf.nn.softmax(tf.matmul(gram, a)) - targets
 
 
+def softmax_jacobians(p: tf.Tensor) -> tf.Tensor:
+    """``S = diag(p) - p p^T`` ``[..., n, ways, ways]`` of probabilities ``[..., n, ways]``."""
+    return tf.linalg.diag(p) - p[..., :, None] * p[..., None, :]
+
+
+def logistic_jacobian(gram: tf.Tensor, p: tf.Tensor, lam: tf.Tensor) -> tf.Tensor:
+    """``lambda I + S K`` ``[..., n * ways, n * ways]`` (``S`` the softmax's Jacobians at
+    ``p``): the Jacobian of :func:`logistic_residual`, over ``A`` flattened row by row."""
+    n, ways = p.shape[-2], p.shape[-1]
+    jacobian = tf.einsum("...nm,...nkj->...nkmj", gram, softmax_jacobians(p))
+    shape = tf.concat([tf.shape(p)[:-2], [n * ways, n * ways]], 0)
+    return tf.reshape(jacobian, shape) + lam * tf.eye(n * ways, dtype=p.dtype)
+
+
 def logistic_dual(gram: tf.Tensor, targets: tf.Tensor, lam: tf.Tensor, steps: int = 10
                   ) -> tf.Tensor:
     """``A`` ``[..., n, ways]`` with ``W = X^T A`` the regularised logistic regression of
@@ -37,14 +52,10 @@ def logistic_dual(gram: tf.Tensor, targets: tf.Tensor, lam: tf.Tensor, steps: in
     ``steps`` Newton steps from ``A = 0``. Not differentiated."""
     gram, targets, lam = (tf.stop_gradient(t) for t in (gram, targets, lam))
     n, ways = targets.shape[-2], targets.shape[-1]
-    eye = tf.eye(n * ways, dtype=gram.dtype)
     batch = tf.shape(targets)[:-2]
 
     def body(i, a):
-        p = tf.nn.softmax(tf.matmul(gram, a))                               # [..., n, ways]
-        s = tf.linalg.diag(p) - p[..., :, None] * p[..., None, :]           # [..., n, w, w]
-        jacobian = tf.einsum("...nm,...nkj->...nkmj", gram, s)             # [..., n, w, m, w]
-        jacobian = tf.reshape(jacobian, tf.concat([batch, [n * ways, n * ways]], 0)) + lam * eye
+        jacobian = logistic_jacobian(gram, tf.nn.softmax(tf.matmul(gram, a)), lam)
         residual = tf.reshape(logistic_residual(a, gram, targets, lam),
                               tf.concat([batch, [n * ways, 1]], 0))
         return i + 1, a - tf.reshape(tf.linalg.solve(jacobian, residual), tf.shape(a))
@@ -85,6 +96,9 @@ class LogisticHead(RidgeHead):
         lam, _, _ = self._parameters(embeddings.dtype)
         targets = tf.one_hot(tf.cast(tf.reshape(labels, [-1]), tf.int32), ways,
                              dtype=embeddings.dtype)                       # [n, ways]
+        if embeddings.shape[0] is None:
+            raise ValueError(f"LogisticHead needs the support set's size statically known, "
+                             f"got embeddings of shape {embeddings.shape}")
         gram = tf.matmul(embeddings, embeddings, transpose_b=True)
         w_hat = tf.matmul(embeddings, logistic_dual(gram, targets, lam, self.steps),
                           transpose_a=True)                                # [d, ways]
@@ -94,9 +108,15 @@ class LogisticHead(RidgeHead):
             return [tf.matmul(e, tf.nn.softmax(tf.matmul(e, x[0])) - targets, transpose_a=True)
                     + lam_ * x[0]]
 
-        n, d = embeddings.shape[0], embeddings.shape[1]
-        if n is None or d is None:
-            raise ValueError(f"LogisticHead needs the support set's size and the features "
-                             f"statically known, got embeddings of shape {embeddings.shape}")
-        solver = ConjugateGradient(min(n * (ways - 1), d * ways) + 1)
-        return implicit_solution(stationarity, [w_hat], [embeddings, lam], solver)[0]
+        # its Jacobian in W, X^T S X + lambda I, inverted through the n * ways system:
+        # (lambda I + X^T S X)^-1 v = (v - X^T (lambda I + S K)^-1 S X v) / lambda
+        e, lam_value = tf.stop_gradient(embeddings), tf.stop_gradient(lam)
+        p = tf.nn.softmax(tf.matmul(e, tf.stop_gradient(w_hat)))
+        small = logistic_jacobian(tf.stop_gradient(gram), p, lam_value)
+
+        def solve(_, b):
+            pushed = tf.einsum("nkj,nj->nk", softmax_jacobians(p), tf.matmul(e, b[0]))
+            return [(b[0] - tf.matmul(e, solve_flat(small, pushed), transpose_a=True))
+                    / lam_value]
+
+        return implicit_solution(stationarity, [w_hat], [embeddings, lam], solve)[0]

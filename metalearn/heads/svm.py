@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from metalearn.adapters.base import Capabilities
 from metalearn.adapters.implicit_diff import implicit_solution
-from metalearn.heads.base import Head
+from metalearn.heads.base import Head, solve_flat
 
 
 def simplex_projection(z: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
@@ -115,12 +115,6 @@ def face_matrix(alpha: tf.Tensor, kernel: tf.Tensor, targets: tf.Tensor, c: floa
     a = (kernel[..., :, None, :, None] * tf.einsum("...nkl,...mlj->...nkmj", blocks, blocks)
          + tf.einsum("nm,...nkj->...nkmj", tf.eye(n, dtype=alpha.dtype), eye_ways - blocks))
     return tf.reshape(a, tf.concat([tf.shape(alpha)[:-2], [n * ways, n * ways]], 0))
-
-
-def solve_flat(matrix: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
-    """``matrix^-1 b`` for ``b`` ``[..., n, ways]`` flattened row by row."""
-    flat = tf.reshape(b, tf.concat([tf.shape(b)[:-2], [-1, 1]], 0))
-    return tf.reshape(tf.linalg.solve(matrix, flat), tf.shape(b))
 
 
 def newton_step_on_face(alpha: tf.Tensor, kernel: tf.Tensor, targets: tf.Tensor,
