@@ -9,6 +9,12 @@ import tensorflow as tf
 from metalearn.adapters.base import Capabilities, Piece
 
 
+def solve_flat(matrix: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """``matrix^-1 b`` for ``b`` ``[..., n, ways]`` flattened row by row."""
+    flat = tf.reshape(b, tf.concat([tf.shape(b)[:-2], [-1, 1]], 0))
+    return tf.reshape(tf.linalg.solve(matrix, flat), tf.shape(b))
+
+
 class Head(Piece):
     """Solves one task on embeddings: :meth:`fit` maps the support embeddings and
     labels to the task's state (prototypes, a ridge solution, SVM weights), and
