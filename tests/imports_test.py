@@ -35,3 +35,22 @@ def test_importing_metalearn_train_adds_only_gin_and_metalearn():
     assert set(found["added"]) <= {"gin", "metalearn"}, found
     assert "tensorflow_datasets" not in found["present"], found
     assert "ray" not in found["present"], found
+
+
+_THREADS = """
+import tensorflow as tf
+from metalearn.training import build_experiment, parse_config
+parse_config(["experiments/sinusoid/maml.gin"], ["Experiment.threads = (1, 1)"])
+build_experiment()
+print("THREADS", tf.config.threading.get_intra_op_parallelism_threads(),
+      tf.config.threading.get_inter_op_parallelism_threads())
+"""
+
+
+def test_experiment_threads_sizes_the_pools_before_the_runtime_starts():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, text=True,
+                         env=env, cwd=root, check=True)
+    assert "THREADS 1 1" in out.stdout, out.stdout + out.stderr[-2000:]

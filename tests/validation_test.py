@@ -573,6 +573,8 @@ CASES: List[Case] = [
              "Experiment.max_skipped_fraction must be a number in [0, 1], got 1.5"),
     gin_case("unknown task batching", "Learner.task_batching = 'loop'", ValueError,
              "task_batching must be one of"),
+    gin_case("thread pools that are not two counts", "Experiment.threads = (2,)",
+             ValueError, "Experiment.threads must be (intra_op, inter_op), two whole numbers"),
     gin_case("memory budget that is not a size", "Learner.memory_budget = '2 gigs'",
              ValueError, "memory_budget must be bytes or a size like '2GiB'"),
     gin_case("unknown loss name", "Learner.loss = 'msee'", ValueError,
