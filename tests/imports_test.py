@@ -25,12 +25,17 @@ print(json.dumps({"added": sorted(added),
 """ % (HEAVY,)
 
 
-def test_importing_metalearn_train_adds_only_gin_and_metalearn():
+def _run(script: str) -> subprocess.CompletedProcess:
+    """``script`` in a fresh Python process at the repository root."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True,
-                         env=env, cwd=root, check=True)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, cwd=root, check=True)
+
+
+def test_importing_metalearn_train_adds_only_gin_and_metalearn():
+    out = _run(_SCRIPT)
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(found["added"]) <= {"gin", "metalearn"}, found
     assert "tensorflow_datasets" not in found["present"], found
@@ -48,9 +53,5 @@ print("THREADS", tf.config.threading.get_intra_op_parallelism_threads(),
 
 
 def test_experiment_threads_sizes_the_pools_before_the_runtime_starts():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-c", _THREADS], capture_output=True, text=True,
-                         env=env, cwd=root, check=True)
+    out = _run(_THREADS)
     assert "THREADS 1 1" in out.stdout, out.stdout + out.stderr[-2000:]
