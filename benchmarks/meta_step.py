@@ -18,6 +18,19 @@ peak memory are its own, and prints:
 - ``peak_rss_mib``: the process's peak resident memory (``ru_maxrss``), and
   ``step_rss_mib``: that peak minus the resident memory just before the first step
   (TensorFlow, the model and the data already loaded), i.e. what the step itself adds;
+- the memory's breakdown: ``import_rss_mib`` (TensorFlow, Keras and metalearn imported),
+  ``before_step_rss_mib`` (plus the model, optimizer slots and data),
+  ``first_call_peak_mib`` (the peak up to the end of the first call: tracing, graph
+  optimisation, one execution), ``after_first_call_rss_mib`` and ``steady_peak_mib``
+  (the peak over the later steps alone: the peak is reset after the first call through
+  ``/proc/self/clear_refs``, so this is what the executing step's live tensors reach);
+- ``ms_min`` / ``ms_median`` / ``ms_max``: the spread of the timed steps within the run;
+  ``cpu_ms_median``: the process's CPU time (user + system, all threads) per step, which
+  other jobs on shared cores inflate far less than wall time (it counts spinning
+  threads, so it also shows thread pools that busy-wait);
+- ``threads`` (intra-op, inter-op pool sizes; ``--intra_op``/``--inter_op``, 0 is
+  TensorFlow's default of one thread per core), ``onednn`` (``TF_ENABLE_ONEDNN_OPTS``),
+  ``replicas`` (``--replicas=all``: ``MirroredStrategy`` over every GPU);
 - ``gflop``: floating-point operations of one meta-step, counted by TensorFlow's profiler
   (``tf.compat.v1.profiler``, ``float_operation``) on the graph of the *unrolled*
   formulation for one task (fully static shapes: forward, inner gradient, second-order
@@ -41,7 +54,7 @@ import time
 
 from absl import app, flags
 
-from benchmarks import rss_mib
+from benchmarks import peak_rss_mib, reset_peak_rss, rss_mib
 
 flags.DEFINE_list("meta_batch", ["8", "32"], "Meta-batch sizes.")
 flags.DEFINE_list("inner_steps", ["1", "5"], "Inner steps.")
@@ -56,6 +69,16 @@ flags.DEFINE_integer("timeout", 600, "Seconds per configuration before it is rep
                      "as timed out.")
 flags.DEFINE_string("policy", "float32", "Keras dtype policy, e.g. 'mixed_bfloat16' or "
                     "'mixed_float16' (GPU).")
+flags.DEFINE_list("intra_op", ["0"], "Intra-op thread-pool sizes (0: TensorFlow's "
+                  "default, one per core).")
+flags.DEFINE_list("inter_op", ["0"], "Inter-op thread-pool sizes (0: TensorFlow's default).")
+flags.DEFINE_list("onednn", ["default"], "TF_ENABLE_ONEDNN_OPTS for the child: 'default' "
+                  "(unset), '0' or '1'.")
+flags.DEFINE_list("replicas", ["1"], "'1', or 'all' (MirroredStrategy over every GPU; "
+                  "one device where there is one).")
+flags.DEFINE_list("parallel_iterations", ["2"], "Learner.parallel_iterations.")
+flags.DEFINE_string("memory_budget", "", "Learner.memory_budget for --formulation=auto "
+                    "(e.g. '150MiB'; empty: the learner's default).")
 flags.DEFINE_string("output", "", "Also append the JSON lines to this file.")
 flags.DEFINE_string("child", "", "Internal: run one configuration (JSON).")
 FLAGS = flags.FLAGS
@@ -63,7 +86,8 @@ FLAGS = flags.FLAGS
 WAYS, SHOTS, QUERIES, SIZE = 5, 1, 15, 28
 
 
-def _learner(formulation: str, steps: int, order: str):
+def _learner(formulation: str, steps: int, order: str, parallel_iterations: int = 2,
+             memory_budget=None):
     import keras
     import metalearn
     model = metalearn.models.omniglot_conv_net(outputs=WAYS)
@@ -75,7 +99,8 @@ def _learner(formulation: str, steps: int, order: str):
         formulation, formulation)
     return metalearn.Learner(
         model, adapter, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        task_batching=batching)
+        task_batching=batching, parallel_iterations=parallel_iterations,
+        memory_budget=memory_budget)
 
 
 def _episodes(tasks: int, seed: int = 0):
@@ -109,47 +134,113 @@ def count_flops(steps: int, order: str, tasks: int = 1) -> float:
 
 
 
+def _set_threads(tf, config: dict) -> None:
+    """Thread pools before TensorFlow's runtime starts (0 = TensorFlow's default: one
+    thread per core for each pool)."""
+    tf.config.threading.set_intra_op_parallelism_threads(config.get("intra_op", 0))
+    tf.config.threading.set_inter_op_parallelism_threads(config.get("inter_op", 0))
+
+
 def run_one(config: dict) -> dict:
     """Times one configuration in this process."""
-    import keras
     import tensorflow as tf
+    _set_threads(tf, config)
+    import keras
     import metalearn
+    from metalearn.training import distribute
     from metalearn.training.step import make_meta_step
+    imported = rss_mib()
     keras.mixed_precision.set_global_policy(config["policy"])
     keras.utils.set_random_seed(0)
-    learner = _learner(config["formulation"], config["inner_steps"], config["order"])
-    step = make_meta_step(learner, metalearn.MetaOptimizer(),
-                          jit_compile=config["xla"])
+    gpus = tf.config.list_physical_devices("GPU")
+    strategy = None
+    if config.get("replicas", 1) == "all" and len(gpus) > 1:
+        strategy = distribute.make_strategy(
+            "mirrored", [f"/gpu:{i}" for i in range(len(gpus))])
+    with (strategy or tf.distribute.get_strategy()).scope():
+        learner = _learner(config["formulation"], config["inner_steps"], config["order"],
+                           config.get("parallel_iterations", 2),
+                           config.get("memory_budget") or None)
+        optimizer = metalearn.MetaOptimizer()
+    step = make_meta_step(learner, optimizer, jit_compile=config["xla"],
+                          strategy=strategy)
     batches = [_episodes(config["meta_batch"], seed) for seed in range(2)]
+    if strategy is not None:
+        batches = [distribute.split_episodes(strategy, b) for b in batches]
     before = rss_mib()
     start = time.perf_counter()
     float(step(batches[0])["loss"])
     first = time.perf_counter() - start
+    first_peak = peak_rss_mib()
+    after_first = rss_mib()
+    reset = reset_peak_rss()  # from here on the peak is the steady steps' own
     for i in range(FLAGS.warmup):
         float(step(batches[i % 2])["loss"])
-    times = []
+    times, cpu_times = [], []
     for i in range(FLAGS.steps):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         loss = float(step(batches[i % 2])["loss"])
         times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
     times.sort()
+    cpu_times.sort()
     median = times[len(times) // 2]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    steady_peak = peak_rss_mib() if reset else float("nan")
     result = dict(config)
     result.update(
         compile_s=round(first - median, 2), ms_median=round(1000 * median, 1),
-        ms_min=round(1000 * times[0], 1), tasks_per_s=round(config["meta_batch"] / median, 1),
+        ms_min=round(1000 * times[0], 1), ms_max=round(1000 * times[-1], 1),
+        cpu_ms_median=round(1000 * cpu_times[len(cpu_times) // 2], 1),
+        tasks_per_s=round(config["meta_batch"] / median, 1),
         peak_rss_mib=round(peak), step_rss_mib=round(peak - before),
-        loss=round(loss, 5), device="gpu" if tf.config.list_physical_devices("GPU") else "cpu")
+        import_rss_mib=round(imported), before_step_rss_mib=round(before),
+        first_call_peak_mib=round(first_peak), after_first_call_rss_mib=round(after_first),
+        steady_peak_mib=round(steady_peak) if reset else None,
+        replicas=result_replicas(strategy),
+        threads=[tf.config.threading.get_intra_op_parallelism_threads(),
+                 tf.config.threading.get_inter_op_parallelism_threads()],
+        onednn=os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
+        resolved=learner.task_batching_for(_episodes(config["meta_batch"] // result_replicas(
+            strategy))),
+        loss=round(loss, 5), device="gpu" if gpus else "cpu")
     return result
 
 
+def result_replicas(strategy) -> int:
+    return strategy.num_replicas_in_sync if strategy is not None else 1
+
+
 def _configs():
-    for batch, steps, order, formulation, xla in itertools.product(
-            FLAGS.meta_batch, FLAGS.inner_steps, FLAGS.order, FLAGS.formulation, FLAGS.xla):
+    for (batch, steps, order, formulation, xla, intra, inter, onednn, replicas,
+         parallel) in itertools.product(
+            FLAGS.meta_batch, FLAGS.inner_steps, FLAGS.order, FLAGS.formulation, FLAGS.xla,
+            FLAGS.intra_op, FLAGS.inter_op, FLAGS.onednn, FLAGS.replicas,
+            FLAGS.parallel_iterations):
         yield dict(meta_batch=int(batch), inner_steps=int(steps), order=order,
                    formulation=formulation, xla=xla.lower() in ("1", "true", "yes"),
-                   policy=FLAGS.policy)
+                   policy=FLAGS.policy, intra_op=int(intra), inter_op=int(inter),
+                   onednn=onednn, replicas="all" if replicas == "all" else int(replicas),
+                   parallel_iterations=int(parallel), memory_budget=FLAGS.memory_budget)
+
+
+def measure(config: dict, steps: int, warmup: int, timeout: float) -> dict:
+    """Runs one configuration (a dict as :func:`_configs` gives) in a fresh process and
+    returns its JSON result, or the configuration with ``error`` (the last line of its
+    stderr, or the timeout)."""
+    child = [sys.executable, "-m", "benchmarks.meta_step", "--child", json.dumps(config),
+             f"--steps={steps}", f"--warmup={warmup}"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    if config.get("onednn", "default") != "default":
+        env["TF_ENABLE_ONEDNN_OPTS"] = config["onednn"]
+    try:
+        out = subprocess.run(child, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return dict(config, error=f"timed out after {timeout} s")
+    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+    if lines:
+        return json.loads(lines[-1][len("RESULT "):])
+    return dict(config, error=(out.stderr.strip().splitlines() or ["?"])[-1])
 
 
 def main(argv):
@@ -167,18 +258,7 @@ def main(argv):
                 capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
             lines = [l for l in out.stdout.splitlines() if l.startswith("FLOPS ")]
             flops[key] = float(lines[-1].split()[1]) if lines else float("nan")
-        child = [sys.executable, "-m", "benchmarks.meta_step", "--child", json.dumps(config),
-                 f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}"]
-        try:
-            out = subprocess.run(child, capture_output=True, text=True, timeout=FLAGS.timeout,
-                                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-            lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-            if lines:
-                result = json.loads(lines[-1][len("RESULT "):])
-            else:
-                result = dict(config, error=(out.stderr.strip().splitlines() or ["?"])[-1])
-        except subprocess.TimeoutExpired:
-            result = dict(config, error=f"timed out after {FLAGS.timeout} s")
+        result = measure(config, FLAGS.steps, FLAGS.warmup, FLAGS.timeout)
         gflop = flops[key] * config["meta_batch"] / 1e9
         result["gflop"] = round(gflop, 2)
         if "ms_median" in result:

@@ -27,6 +27,7 @@ from absl import app, flags, logging
 import metalearn  # noqa: F401  (registers the configurables)
 from metalearn.flags import (define_determinism_flag, define_gin_flags,
                              determinism_params, resolve_gin_files)
+from metalearn.runs.experiment import apply_configured_threads
 from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.loop import TrainingInterrupted
 from metalearn.training.distribute import STRATEGIES, make_strategy
@@ -50,6 +51,7 @@ def main(argv) -> None:
                              "--gin_file=experiments/sinusoid/maml.gin")
     parse_config(resolve_gin_files(FLAGS.gin_file),
                  list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic))
+    apply_configured_threads()  # before the strategy starts TensorFlow's runtime
     strategy = make_strategy(name=FLAGS.strategy) if FLAGS.strategy else make_strategy()
     experiment = build_experiment(strategy)
     try:

@@ -11,13 +11,13 @@ import tensorflow as tf
 from metalearn import functional
 from metalearn.adapters.base import Adapter, Capabilities, Piece
 from metalearn.adapters.gradient_descent import GradientDescent
-from metalearn.functional import Weights, batched
-from metalearn.learners import task_batching
+from metalearn.functional import Weights, batched, memory
+from metalearn.learners import task_batching as task_batching_lib
 from metalearn.learners.task_init import TaskInit, ZeroInit
 from metalearn.tasks.episode import Episode
 
 MetricFn = Callable[[Any, Any], tf.Tensor]
-TASK_BATCHING = task_batching.MODES
+TASK_BATCHING = task_batching_lib.MODES
 
 
 @gin.configurable
@@ -80,9 +80,14 @@ class Learner(tf.Module):
       query_training: run the query forward pass in training mode, so BatchNorm uses the
         query batch's statistics (the MAML paper's transductive setting). With ``False``
         it uses the moving statistics, which adaptation never updates.
-      task_batching: how a batch of tasks is run: ``"map_fn"`` (a compiled loop whose
-        graph size, so compile time, does not grow with the number of tasks; the
-        default, fastest on CPUs), ``"unrolled"`` (one copy of the inner loop per task in
+      task_batching: how a batch of tasks is run: ``"auto"`` (the default: chosen when
+        the meta-step is traced, by :func:`metalearn.learners.task_batching.choose`
+        from the meta-batch, inner steps, order, device and ``memory_budget``: on a CPU
+        ``"map_fn"`` while the estimated activations fit the budget, else
+        ``"accumulate"``; on a GPU ``"batched"`` first where it is available),
+        ``"map_fn"`` (a compiled loop whose
+        graph size, so compile time, does not grow with the number of tasks;
+        fastest on CPUs), ``"unrolled"`` (one copy of the inner loop per task in
         the graph) or ``"batched"`` (every layer runs once for all tasks, with a leading
         task axis on inputs and adapted weights, see :mod:`metalearn.functional.batched`; needs a
         Sequential model whose weighted layers have batched rules, pieces whose
@@ -94,6 +99,10 @@ class Learner(tf.Module):
         honoured inside it; see :func:`metalearn.learners.task_batching.accumulate`).
         All give the same values and meta-gradients; ``benchmarks/meta_step.py``
         measures their speed and memory.
+      memory_budget: what the meta-step's activations may take, for ``"auto"``: bytes,
+        or a size such as ``"2GiB"`` (gin: ``Learner.memory_budget = '2GiB'``).
+        ``None``: half the host memory free when the step is traced on a CPU; on a GPU
+        no memory check (TensorFlow reports no GPU's total memory), so give one there.
       parallel_iterations: tasks run concurrently with ``"map_fn"`` and
         ``"accumulate"``.
       zero_init: regular expressions over weight paths (``re.search``) of weights that
@@ -114,7 +123,8 @@ class Learner(tf.Module):
     def __init__(self, model: keras.Model, adapter: Optional[Adapter] = None,
                  loss: Optional[Union[str, MetricFn]] = None,
                  metrics: Optional[Mapping[str, Union[str, MetricFn]]] = None,
-                 query_training: bool = True, task_batching: str = "map_fn",
+                 query_training: bool = True, task_batching: str = "auto",
+                 memory_budget: Optional[Union[int, str]] = None,
                  parallel_iterations: int = 2, zero_init: Optional[Sequence[str]] = None,
                  task_init: Sequence[TaskInit] = (), name: Optional[str] = None):
         super().__init__(name=name)
@@ -164,6 +174,8 @@ class Learner(tf.Module):
         if task_batching == "batched":
             self._check_batched()
         self.task_batching = task_batching
+        self.memory_budget = task_batching_lib.parse_memory(memory_budget)
+        self._activation_bytes: Dict[Any, Optional[int]] = {}
 
     @property
     def pieces(self) -> List[Piece]:
@@ -178,7 +190,7 @@ class Learner(tf.Module):
             result = result & piece.capabilities
         return result
 
-    def _check_batched(self) -> None:
+    def _batched_reasons(self) -> List[str]:
         reasons = []
         for piece in self.pieces:
             if not piece.capabilities.task_axis:
@@ -192,6 +204,31 @@ class Learner(tf.Module):
         for method in ("forward", "predict", "task_initial_weights", "episode_metrics"):
             if getattr(type(self), method) is not getattr(Learner, method):
                 reasons.append(f"{type(self).__name__} overrides {method}()")
+        return reasons
+
+    @property
+    def batched_available(self) -> bool:
+        """Whether ``task_batching="batched"`` works for this learner."""
+        return not self._batched_reasons()
+
+    def activation_bytes(self, example_shape: Optional[Sequence[int]] = None
+                         ) -> Optional[int]:
+        """One example's forward activations in bytes (from the model's shapes; see
+        :func:`metalearn.functional.memory.activation_bytes`), cached."""
+        key = None if example_shape is None else tuple(example_shape)
+        if key not in self._activation_bytes:
+            self._activation_bytes[key] = memory.activation_bytes(self.model, key)
+        return self._activation_bytes[key]
+
+    def task_batching_for(self, episodes: Episode, steps: Optional[int] = None) -> str:
+        """The formulation a batch of ``episodes`` runs with: :attr:`task_batching`, or
+        for ``"auto"`` what :func:`metalearn.learners.task_batching.resolve` chooses."""
+        if self.task_batching != "auto":
+            return self.task_batching
+        return task_batching_lib.resolve(self, episodes, steps).mode
+
+    def _check_batched(self) -> None:
+        reasons = self._batched_reasons()
         if reasons:
             raise ValueError("task_batching='batched' is not available: "
                              + "; ".join(reasons) + ". Use task_batching='map_fn'.")
@@ -329,10 +366,10 @@ class Learner(tf.Module):
         """
         if weights is None:
             weights = self.initial_weights()  # read once: one tape record for all tasks
-        if self.task_batching == "batched":
+        if self.task_batching_for(episodes, steps) == "batched":
             return self._batched_meta_metrics(episodes, steps, weights)
         signature = {k: tf.TensorSpec([], self.metric_dtype) for k in self.metric_names}
-        return task_batching.per_task(
+        return task_batching_lib.per_task(
             self, lambda episode: self.episode_metrics(episode, steps, weights),
             episodes, signature)
 

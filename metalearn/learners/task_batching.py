@@ -8,17 +8,180 @@ task's meta-gradient inside a ``tf.while_loop`` over the tasks and sums them, so
 the activations of the tasks in flight (``parallel_iterations``) are alive at once, and
 memory stays flat in the number of tasks. Because each task's tape lives inside the loop
 body, custom gradients (implicit differentiation, recomputed steps) are honoured too.
+
+``"auto"`` (the default) is resolved when the meta-step is traced, by :func:`choose`,
+a pure function of the meta-batch, the inner steps, the derivative order, the device
+kind and a memory budget, with the activations' size estimated from the model's shapes
+(:func:`estimate_step_bytes`); :func:`resolve` gathers those for a learner and a batch.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+import os
+import re
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
+from metalearn.adapters.updates import FirstOrder
 from metalearn.tasks.episode import Episode
 
-MODES = ("map_fn", "unrolled", "batched", "accumulate")
+MODES = ("auto", "map_fn", "unrolled", "batched", "accumulate")
+
+# Calibrated on benchmarks/README.md's map_fn rows (Omniglot net, 5 support and 75 query
+# images per task): per task, a second-order inner step keeps about five times the
+# support set's forward activations (forward, inner backward, and what the outer
+# backward through it holds), a first-order one about one time; the query set's forward
+# activations are kept once.
+INNER_STEP_FACTOR = {True: 5.0, False: 1.0}   # by second_order
+# The batched formulation holds convolutions' patches: 1.8-2.2x map_fn's step memory in
+# benchmarks/README.md (B = 8 and 32, 1 and 5 inner steps).
+BATCHED_FACTOR = 2.0
+# Without a budget: this share of the memory free when the step is traced (CPU).
+DEFAULT_BUDGET_FRACTION = 0.5
+
+_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
+          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+
+
+def parse_memory(value: Union[int, float, str, None]) -> Optional[int]:
+    """Bytes from ``value``: a number of bytes, or a string such as ``"2GiB"``,
+    ``"512 MiB"``, ``"1.5GB"`` (``None`` stays ``None``).
+
+    Raises:
+      ValueError: not a positive size.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"memory_budget must be bytes or a size like '2GiB', got {value!r}")
+    if isinstance(value, (int, float)):
+        number, unit = float(value), ""
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(value))
+        if match is None or match.group(2).lower() not in _UNITS:
+            raise ValueError(f"memory_budget must be bytes or a size like '2GiB' "
+                             f"(units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got {value!r}")
+        number, unit = float(match.group(1)), match.group(2).lower()
+    if not number > 0:
+        raise ValueError(f"memory_budget must be > 0, got {value!r}")
+    return int(number * _UNITS[unit])
+
+
+def free_memory(device: str) -> Optional[int]:
+    """Bytes of memory free now on ``device`` (``"cpu"``: the host's free pages), or
+    ``None`` where TensorFlow does not say (a GPU: no public API gives its total)."""
+    if device != "cpu":
+        return None
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def estimate_step_bytes(example_bytes: int, support: int, query: int, inner_steps: int,
+                        second_order: bool) -> int:
+    """Activation bytes one task keeps alive for its meta-gradient.
+
+    ``example_bytes`` (one example's forward activations,
+    :func:`metalearn.functional.memory.activation_bytes`) times the support examples,
+    the inner steps and :data:`INNER_STEP_FACTOR`, plus the query examples once.
+    """
+    steps = max(int(inner_steps), 1)
+    return int(example_bytes * (support * steps * INNER_STEP_FACTOR[bool(second_order)]
+                                + query))
+
+
+class Choice(NamedTuple):
+    """What :func:`choose` decided, and why (``estimate``: the bytes it expects the
+    chosen formulation's activations to take, ``None`` when unknown)."""
+    mode: str
+    reason: str
+    estimate: Optional[int]
+
+
+def choose(tasks: int, inner_steps: int, second_order: bool, device: str,
+           memory_budget: Optional[int], task_bytes: Optional[int],
+           batched_available: bool = False, parallel_iterations: int = 2) -> Choice:
+    """The formulation ``task_batching="auto"`` runs (a pure function).
+
+    The rule (measurements in benchmarks/README.md):
+
+    1. The whole-batch formulation that is fastest on ``device`` if its activations
+       (``tasks x task_bytes``) fit in ``memory_budget``: on a CPU ``map_fn`` (the
+       fastest or level at one inner step, and the leanest of the whole-batch
+       formulations; ``batched`` is faster only at 5+ second-order steps and B = 32, by
+       30%, for 1.8-2.2x the memory); on a GPU ``batched`` where the learner allows it
+       (one kernel per layer for all tasks instead of one per task; not measured yet),
+       else ``map_fn``.
+    2. Otherwise ``accumulate``: only ``parallel_iterations`` tasks alive at once.
+    3. With no budget or no estimate: rule 1's formulation without the memory check.
+
+    Args:
+      tasks: the meta-batch (tasks on this replica).
+      inner_steps: the adapter's inner steps (0 for no inner loop).
+      second_order: whether the meta-gradient goes through the inner gradients.
+      device: ``"cpu"`` or ``"gpu"`` (anything else is treated as a GPU).
+      memory_budget: bytes the step's activations may take, or ``None``.
+      task_bytes: :func:`estimate_step_bytes` for one task, or ``None``.
+      batched_available: whether ``task_batching="batched"`` works for the learner.
+      parallel_iterations: tasks in flight with ``accumulate``.
+    """
+    fast = "batched" if device != "cpu" and batched_available else "map_fn"
+    factor = BATCHED_FACTOR if fast == "batched" else 1.0
+    if task_bytes is None or memory_budget is None:
+        what = "no memory budget" if memory_budget is None else "no activation estimate"
+        return Choice(fast, f"{what}: the fastest on {device}", None)
+    whole = int(tasks * task_bytes * factor)
+    if whole <= memory_budget:
+        return Choice(fast, f"{tasks} tasks x {task_bytes} B = {whole} B fit in "
+                            f"{memory_budget} B: the fastest on {device}", whole)
+    if fast == "batched" and tasks * task_bytes <= memory_budget:
+        return Choice("map_fn", f"batched's {whole} B exceed {memory_budget} B, "
+                                f"map_fn's {tasks * task_bytes} B fit", tasks * task_bytes)
+    alive = min(tasks, max(int(parallel_iterations), 1)) * task_bytes
+    return Choice("accumulate", f"{tasks} tasks x {task_bytes} B = {whole} B exceed "
+                                f"{memory_budget} B: accumulate keeps {alive} B", alive)
+
+
+def _inner_steps(learner: Any, steps: Optional[int]) -> int:
+    if steps is not None:
+        return int(steps)
+    found = [getattr(p, "steps", None) for p in [learner.adapter, *learner.adapter.parts()]]
+    return max([s for s in found if isinstance(s, int)], default=0)
+
+
+def _second_order(learner: Any) -> bool:
+    pieces = [p for piece in learner.pieces for p in [piece, *piece.parts()]]
+    return not any(isinstance(p, FirstOrder) for p in pieces)
+
+
+def _examples(x: Any) -> Tuple[Optional[int], Optional[Sequence[int]]]:
+    """Examples per task and one example's shape, from a batch with a task axis."""
+    first = tf.nest.flatten(x)[0]
+    shape = list(first.shape)
+    return (shape[1] if len(shape) > 1 else None), shape[2:]
+
+
+def resolve(learner: Any, episodes: Episode, steps: Optional[int] = None) -> Choice:
+    """:func:`choose` for ``learner`` on ``episodes`` (leading task axis): the model's
+    activations from its shapes, the batch's sizes from the episodes' static shapes."""
+    support_x, query_x = episodes.support_x, episodes.query_x
+    tasks = tf.nest.flatten(episodes)[0].shape[0]
+    support, example = _examples(support_x)
+    query, _ = _examples(query_x)
+    device = "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+    budget = learner.memory_budget
+    if budget is None and free_memory(device) is not None:
+        budget = int(free_memory(device) * DEFAULT_BUDGET_FRACTION)
+    per_example = learner.activation_bytes(example)
+    task_bytes = None
+    if None not in (per_example, support, query, tasks):
+        task_bytes = estimate_step_bytes(per_example, support, query,
+                                         _inner_steps(learner, steps), _second_order(learner))
+    return choose(tasks if tasks is not None else 1, _inner_steps(learner, steps),
+                  _second_order(learner), device, budget, task_bytes,
+                  learner.batched_available, learner.parallel_iterations)
 
 
 def per_task(learner: Any, one_task: Callable[[Episode], Any], episodes: Episode,

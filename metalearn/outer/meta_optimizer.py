@@ -77,7 +77,7 @@ class MetaOptimizer:
                           ) -> Tuple[Gradients, Dict[str, tf.Tensor]]:
         """Meta-gradients and per-task metrics (``[tasks]`` each) of a batch of episodes."""
         variables = learner.meta_variables
-        if learner.task_batching == "accumulate":  # one task's tape at a time
+        if learner.task_batching_for(episodes) == "accumulate":  # one task's tape at a time
             return task_batching.accumulate(learner, episodes, variables)
         with tf.GradientTape() as tape:
             metrics = learner.meta_metrics(episodes)

@@ -1,0 +1,37 @@
+"""The prepared accelerator check (benchmarks/accelerator_check.py): on a machine without
+a GPU it runs nothing and says so; its configurations cover every formulation, both
+precisions and, with several GPUs, all of them."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from benchmarks import accelerator_check
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_configurations_cover_formulations_precisions_and_replicas():
+    configs = accelerator_check.benchmark_configs(gpus=4)
+    assert {c["formulation"] for c in configs} == {"map_fn", "unrolled", "batched",
+                                                   "accumulate", "auto"}
+    assert {c["policy"] for c in configs} == {"float32", "mixed_float16"}
+    assert {c["replicas"] for c in configs} == {1, "all"}
+    assert {c["replicas"] for c in accelerator_check.benchmark_configs(gpus=1)} == {1}
+
+
+@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="a GPU is visible: the "
+                    "check would run for minutes")
+def test_without_a_gpu_the_check_is_skipped_and_says_so(tmp_path):
+    output = tmp_path / "check.json"
+    out = subprocess.run([sys.executable, "-m", "benchmarks.accelerator_check",
+                          f"--check_output={output}"], capture_output=True, text=True,
+                         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
+    assert "skipped: no GPU" in out.stdout
+    report = json.loads(output.read_text())
+    assert report["gpus"] == 0
+    assert report["skipped"] == {"tests": "no GPU visible", "benchmark": "no GPU visible"}
