@@ -1,8 +1,12 @@
 """Closed-form task solvers on embeddings: what an embedding learner fits per task."""
 
 from metalearn.heads.base import Head
+from metalearn.heads.linear import LinearProbeHead, classifier_logits
+from metalearn.heads.logistic import LogisticRegressionHead
 from metalearn.heads.prototypes import (PrototypeHead, class_prototypes,
-                                        squared_distances)
+                                        cosine_similarities, squared_distances)
 from metalearn.heads.ridge import RidgeHead
 
-__all__ = ["Head", "PrototypeHead", "RidgeHead", "class_prototypes", "squared_distances"]
+__all__ = ["Head", "LinearProbeHead", "LogisticRegressionHead", "PrototypeHead",
+           "RidgeHead", "class_prototypes", "classifier_logits", "cosine_similarities",
+           "squared_distances"]
