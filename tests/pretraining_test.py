@@ -238,10 +238,18 @@ def test_a_head_with_meta_variables_is_refused():
 # --- a pre-trained backbone starts another learner --------------------------------
 
 
-def test_restore_a_pretrained_backbone_into_other_learners(tmp_path):
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A one-step pre-training run: its workdir and its model's weights by path."""
+    workdir = tmp_path_factory.mktemp("pretrain")
     source = _pretraining(1)
-    train(source, str(tmp_path / "pretrain"))
-    saved = {v.path: v.numpy() for v in source.learner.model.variables}
+    train(source, str(workdir))
+    return workdir, {v.path: v.numpy() for v in source.learner.model.variables}
+
+
+def test_restore_a_pretrained_backbone_into_other_learners(pretrained, tmp_path):
+    source_dir, saved = pretrained
+    (tmp_path / "pretrain").symlink_to(source_dir)
     # Prototypical Networks on the same (headless) backbone: every weight, moving
     # statistics included
     protonets = metalearn.PrototypicalNetworks(_backbone(), ways=3, drop_head="head")
@@ -266,10 +274,9 @@ def test_restore_a_pretrained_backbone_into_other_learners(tmp_path):
         restore_weights(wider, str(tmp_path / "pretrain"), exclude=("head",))
 
 
-def test_warm_start_applies_when_a_run_starts_not_when_it_resumes(tmp_path):
-    source = _pretraining(1)
-    train(source, str(tmp_path / "pretrain"))
-    saved = {v.path: v.numpy() for v in source.learner.model.variables}
+def test_warm_start_applies_when_a_run_starts_not_when_it_resumes(pretrained, tmp_path):
+    source_dir, saved = pretrained
+    (tmp_path / "pretrain").symlink_to(source_dir)
     calls = []
 
     def experiment(num_steps):
@@ -308,8 +315,9 @@ def _contract_embedding():
 
 class _ProbeContract(LearnerContract):
     def chance_metrics(self, learner, episodes):
-        """Shuffled support labels say nothing about the queries."""
-        return learner.meta_metrics(uninformative_support(episodes))
+        """Shuffled support labels say nothing about the queries (compiled: the heads'
+        fitting loops run eagerly slowly)."""
+        return tf.function(learner.meta_metrics)(uninformative_support(episodes))
 
 
 class TestBaselineProbe(_ProbeContract):
