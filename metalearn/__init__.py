@@ -53,15 +53,16 @@ _logging.getLogger("tensorflow").addFilter(_QuietTensorFlow())
 
 from metalearn import adapters, configurables, functional, heads, models, tasks  # noqa: E402
 from metalearn import learners  # noqa: E402
-from metalearn.learners import (EmbeddingLearner, Learner, MultiStepLossLearner,  # noqa: E402
-                                PrototypicalNetworks, ProtoMAML, accuracy)
+from metalearn.learners import (ClassifierBaseline, EmbeddingLearner, Learner,  # noqa: E402
+                                MultiStepLossLearner, PrototypicalNetworks, ProtoMAML,
+                                accuracy)
 from metalearn.outer import MetaOptimizer, Reptile, SerialReptile  # noqa: E402
 from metalearn import outer, runs, training  # noqa: E402
 from metalearn.training import Experiment, restore  # noqa: E402
 
 __version__ = "0.2.0"
 
-__all__ = ["EmbeddingLearner", "Experiment", "Learner", "MetaOptimizer",
+__all__ = ["ClassifierBaseline", "EmbeddingLearner", "Experiment", "Learner", "MetaOptimizer",
            "MultiStepLossLearner", "PrototypicalNetworks", "ProtoMAML", "Reptile",
            "SerialReptile", "accuracy", "adapters", "functional", "heads", "learners",
            "models", "outer", "restore", "runs", "tasks", "training"]

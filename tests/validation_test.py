@@ -421,6 +421,37 @@ def _distribute():
     return distribute
 
 
+PRETRAINING = [
+    "Experiment.learner = @ClassifierBaseline()",
+    "Experiment.sampler = @WholeClassBatches()",
+    "WholeClassBatches.episodes = @FewShotClassification()",
+    "WholeClassBatches.batch_size = 4",
+    "Experiment.meta_batch_size = 1",
+    "Experiment.num_steps = 2",
+    "Experiment.log_every = 1",
+] + [line for line in CLASSIFICATION if line.startswith(("FewShotClassification", "conv_net"))] + [
+    "ClassifierBaseline.model = @conv_net()",
+    "ClassifierBaseline.drop_head = 'head'",
+    "ClassifierBaseline.ways = 3",
+]
+
+
+def warm_start_without_head(tmp_path) -> None:
+    """A pre-training run's backbone has no classifier head: MAML's net does."""
+    import keras
+    import tensorflow as tf
+    from metalearn import models
+    from metalearn.training import restore_weights
+    full = models.conv_net((4, 4, 1), outputs=3, filters=4, blocks=1)
+    body = keras.Model(full.inputs, full.get_layer("head").input)
+    holder = tf.Module()
+    holder.model = body
+    tf.train.Checkpoint(learner=holder).write(str(tmp_path / "pretrain" / "checkpoints" /
+                                                  "ckpt-1"))
+    restore_weights(models.conv_net((4, 4, 1), outputs=3, filters=4, blocks=1),
+                    str(tmp_path / "pretrain" / "checkpoints" / "ckpt-1"))
+
+
 # --- the cases: one per row of docs/errors.md --------------------------------------
 
 
@@ -714,6 +745,14 @@ CASES: List[Case] = [
     Case("support and query of different task counts", "an episode batch of 2 support and "
          "3 query tasks", ValueError, "different numbers of tasks (leading axis): "
          "support_x 2", unequal_task_counts, None, "each part's count"),
+    gin_case("pre-training classes below the training classes",
+             "ClassifierBaseline.classes = 4", ValueError,
+             "outputs 4 classes (shape [4, 4]) but the tasks have 6 (the 6 training classes "
+             "WholeClassBatches labels", base=PRETRAINING),
+    Case("warm start without the weights", "`restore_weights` (`WarmStart`) of a conv net "
+         "from a run whose model has no `head`", UnmatchedCheckpointError,
+         "no saved weights for 2 variable(s) of model 'conv_net': conv_net/head/kernel",
+         warm_start_without_head, None, "each variable, and the saved ones"),
 ]
 
 

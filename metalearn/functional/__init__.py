@@ -29,8 +29,8 @@ from metalearn.functional.moments import batch_moments, exact_moments
 Weights = Dict[str, tf.Tensor]
 """A model's weights by variable path, e.g. ``{"dense/kernel": <tf.Tensor [1, 40]>, ...}``."""
 
-__all__ = ["Weights", "layer", "variables", "weights", "call", "check_built", "exact_moments",
-           "batch_moments"]
+__all__ = ["Weights", "layer", "variables", "weights", "call", "call_and_update", "check_built",
+           "exact_moments", "batch_moments"]
 
 
 def check_built(model: keras.Model) -> None:
@@ -94,6 +94,22 @@ def call(model: keras.Model, weights: Mapping[str, tf.Tensor], inputs: Any,
       KeyError: a path in ``weights`` is not one of the model's trainable variables.
       ValueError: a given weight's shape differs from its variable's.
     """
+    return _stateless_call(model, weights, inputs, training, kwargs)[0]
+
+
+def call_and_update(model: keras.Model, weights: Mapping[str, tf.Tensor], inputs: Any,
+                    training: bool = True, **kwargs: Any) -> Any:
+    """:func:`call`, then assigns the non-trainable state the call computed (BatchNorm's
+    moving statistics, in training mode) to the model's variables: what a plain
+    supervised step (whole-class pre-training) needs so that the model can later run
+    with ``training=False``. Never used by an inner loop, which must not assign."""
+    outputs, state = _stateless_call(model, weights, inputs, training, kwargs)
+    for variable, value in zip(model.non_trainable_variables, state):
+        variable.assign(value)
+    return outputs
+
+
+def _stateless_call(model, weights, inputs, training, kwargs):
     by_path = variables(model)
     unknown = sorted(set(weights) - set(by_path))
     if unknown:
@@ -111,6 +127,5 @@ def call(model: keras.Model, weights: Mapping[str, tf.Tensor], inputs: Any,
             trainable.append(tf.convert_to_tensor(variable))
     non_trainable = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
     with exact_moments():
-        outputs, _ = model.stateless_call(trainable, non_trainable, inputs,
-                                          training=training, **kwargs)
-    return outputs
+        return model.stateless_call(trainable, non_trainable, inputs, training=training,
+                                    **kwargs)

@@ -1,11 +1,14 @@
 """Closed-form task solvers on embeddings: what an embedding learner fits per task."""
 
 from metalearn.heads.base import Head
+from metalearn.heads.linear import LinearProbeHead, classifier_logits
 from metalearn.heads.logistic import LogisticHead
+from metalearn.heads.logistic_regression import LogisticRegressionHead
 from metalearn.heads.prototypes import (PrototypeHead, class_prototypes,
-                                        squared_distances)
+                                        cosine_similarities, squared_distances)
 from metalearn.heads.ridge import RidgeHead
 from metalearn.heads.svm import SVMHead
 
-__all__ = ["Head", "LogisticHead", "PrototypeHead", "RidgeHead", "SVMHead", "class_prototypes",
+__all__ = ["Head", "LinearProbeHead", "LogisticHead", "LogisticRegressionHead", "PrototypeHead",
+           "RidgeHead", "SVMHead", "class_prototypes", "classifier_logits", "cosine_similarities",
            "squared_distances"]

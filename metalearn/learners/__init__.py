@@ -1,11 +1,12 @@
 """Learners: a model, an inner loop and a loss; embedding learners with heads."""
 
+from metalearn.learners.baseline import ClassifierBaseline
 from metalearn.learners.embedding import EmbeddingLearner, Solution
 from metalearn.learners.learner import Learner, MetricFn, accuracy
 from metalearn.learners.multi_step import MultiStepLossLearner
 from metalearn.learners.prototypical import PrototypicalNetworks, ProtoMAML
 from metalearn.learners.task_init import PrototypeInit, TaskInit, ZeroInit
 
-__all__ = ["EmbeddingLearner", "Learner", "MetricFn", "MultiStepLossLearner",
+__all__ = ["ClassifierBaseline", "EmbeddingLearner", "Learner", "MetricFn", "MultiStepLossLearner",
            "PrototypeInit", "PrototypicalNetworks", "ProtoMAML", "Solution", "TaskInit",
            "ZeroInit", "accuracy"]

@@ -65,13 +65,18 @@ class EmbeddingLearner(Learner):
       metrics, **kwargs: as for :class:`Learner`.
       drop_head: name of a last layer of ``model`` to leave out, so the same classifier
         config serves MAML and embedding learners: the embedding is that layer's input.
+      support_training: embed the support set in training mode (BatchNorm on the
+        support batch's statistics, the default); ``False``: with the moving
+        statistics, as pre-trained backbones are evaluated (with
+        ``query_training=False`` for the queries).
     """
 
     def __init__(self, model: keras.Model, head: Head = gin.REQUIRED, ways: int = gin.REQUIRED,
                  adapter: Optional[Adapter] = None,
                  loss: Optional[Union[str, MetricFn]] = None,
                  metrics: Optional[Mapping[str, Union[str, MetricFn]]] = None,
-                 drop_head: Optional[str] = None, **kwargs: Any):
+                 drop_head: Optional[str] = None, support_training: bool = True,
+                 **kwargs: Any):
         if not isinstance(head, Head):
             raise TypeError(f"head must be a metalearn.heads.Head, got {head!r}")
         self.ways = check_ways(ways)
@@ -83,6 +88,7 @@ class EmbeddingLearner(Learner):
                          loss=softmax_cross_entropy if loss is None else loss,
                          metrics=metrics, **kwargs)
         self.head = head
+        self.support_training = bool(support_training)
         head.bind(self.meta_step)
         head.build(tf.as_dtype(self.model.trainable_variables[0].dtype))
 
@@ -97,14 +103,14 @@ class EmbeddingLearner(Learner):
 
     def support_loss(self, weights: Weights, x: Any, y: Any) -> tf.Tensor:
         """The head fitted and evaluated on the support set (an adapter's objective)."""
-        embeddings = self.embed(weights, x, training=True)
+        embeddings = self.embed(weights, x, training=self.support_training)
         return self.task_loss(y, self.head.logits(self.head.fit(embeddings, y, self.ways),
                                                   embeddings))
 
     def adapt(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
               weights: Optional[Weights] = None) -> Solution:
         adapted = super().adapt(support_x, support_y, steps=steps, weights=weights)
-        embeddings = self.embed(adapted, support_x, training=True)
+        embeddings = self.embed(adapted, support_x, training=self.support_training)
         return Solution(adapted, self.head.fit(embeddings, support_y, self.ways))
 
     def adapt_trajectory(self, support_x: Any, support_y: Any, steps: Optional[int] = None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import gin
 import keras
@@ -100,6 +100,9 @@ class Experiment:
       max_skipped_fraction: with ``on_non_finite="skip"``, the run fails
         (``FloatingPointError``) as soon as more than this fraction of
         ``num_steps`` was skipped, instead of finishing with metrics of too few steps.
+      warm_start: called with the learner when the run starts from nothing (not when
+        it resumes), e.g. ``WarmStart(source=<a pre-training workdir>)``
+        (:class:`metalearn.training.WarmStart`): a pre-trained backbone as the start.
     """
 
     def __init__(self, learner: Learner = gin.REQUIRED, sampler: TaskSampler = gin.REQUIRED,
@@ -109,7 +112,8 @@ class Experiment:
                  keep_checkpoints: int = 3, log_average: str = "window",
                  on_non_finite: str = "raise", deterministic: bool = False,
                  dtype_policy: str = "float32", max_skipped_fraction: float = 0.25,
-                 threads: Optional[Sequence[int]] = None):
+                 threads: Optional[Sequence[int]] = None,
+                 warm_start: Optional[Callable[[Learner], object]] = None):
         for name, value in (("meta_batch_size", meta_batch_size), ("num_steps", num_steps),
                             ("log_every", log_every), ("checkpoint_every", checkpoint_every),
                             ("keep_checkpoints", keep_checkpoints), ("seed", seed)):
@@ -135,8 +139,12 @@ class Experiment:
         if not isinstance(sampler, TaskSampler):
             raise TypeError("Experiment.sampler must be a metalearn.tasks.TaskSampler, "
                             f"got {sampler!r}")
+        if warm_start is not None and not callable(warm_start):
+            raise TypeError(f"Experiment.warm_start must be callable with the learner "
+                            f"(e.g. @WarmStart()), got {warm_start!r}")
         self.learner = learner
         self.sampler = sampler
+        self.warm_start = warm_start
         self.meta_optimizer = meta_optimizer if meta_optimizer is not None else MetaOptimizer()
         self.meta_batch_size = int(meta_batch_size)
         self.num_steps = int(num_steps)

@@ -271,8 +271,14 @@ def _evaluation_split() -> str:
         return "test"
 
 
-def _expected_classes(sampler, labels: tf.Tensor) -> Tuple[Tuple[int, ...], str]:
-    """The numbers of classes the model's output may have, and why."""
+def _expected_classes(sampler, labels: tf.Tensor, split: str = "train"
+                      ) -> Tuple[Tuple[int, ...], str]:
+    """The numbers of classes the model's output may have on ``split``, and why (a
+    sampler whose splits differ, e.g. ``WholeClassBatches``, says so through
+    ``classes_per_batch(split)``)."""
+    per_split = getattr(sampler, "classes_per_batch", None)
+    if callable(per_split):
+        return per_split(split)
     ways = getattr(sampler, "ways", None)
     name = type(sampler).__name__
     if ways is not None:
@@ -284,7 +290,7 @@ def _expected_classes(sampler, labels: tf.Tensor) -> Tuple[Tuple[int, ...], str]
     return (), ""
 
 
-def check_outputs(learner, episode, sampler) -> None:
+def check_outputs(learner, episode, sampler, split: str = "train") -> None:
     """Runs ``learner`` with no inner step on one task and compares its predictions on
     the query set with the query labels.
 
@@ -292,6 +298,8 @@ def check_outputs(learner, episode, sampler) -> None:
     sampler's ``ways`` (at least the largest choice when ways vary) or the data's
     number of classes, and above every label. Float targets (regression): the output
     must have the targets' shape (trailing size-1 axes aside).
+
+    ``split`` is the split the episode comes from.
 
     Raises:
       ValueError: naming the model, its output shape and what the tasks need.
@@ -304,7 +312,7 @@ def check_outputs(learner, episode, sampler) -> None:
     model = getattr(getattr(learner, "model", None), "name", "the model")
     where = f"{type(learner).__name__} (model {model!r})"
     if tf.as_dtype(tf.convert_to_tensor(query_y).dtype).is_integer:
-        ways, why = _expected_classes(sampler, query_y)
+        ways, why = _expected_classes(sampler, query_y, split)
         if len(shape) != len(target) + 1 or shape[:-1] != target:
             raise ValueError(f"{where} predicts shape {list(shape)} for {target[0]} query "
                              f"examples; a classifier must give [examples, classes] logits "

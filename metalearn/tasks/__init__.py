@@ -7,6 +7,8 @@ from metalearn.tasks.classification import FewShotClassification, rotate
 from metalearn.tasks import datasets
 from metalearn.tasks.episode import Episode
 from metalearn.tasks.sinusoid import Sinusoid
+from metalearn.tasks.whole_class import WholeClassBatches
 
 __all__ = ["Episode", "FewShotClassification", "ImageAugmentation", "SPLITS", "Sinusoid",
-           "SupervisedBatches", "TaskSampler", "datasets", "rotate", "split_seed"]
+           "SupervisedBatches", "TaskSampler", "WholeClassBatches", "datasets", "rotate",
+           "split_seed"]

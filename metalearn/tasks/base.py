@@ -32,6 +32,15 @@ class TaskSampler(abc.ABC):
     def sample(self, seed: tf.Tensor, num_tasks: int, split: str = "train") -> Episode:
         """A batch of ``num_tasks`` episodes, leading task axis, from a ``[2]`` int seed."""
 
+    def sample_at(self, base_seed: tf.Tensor, index: tf.Tensor, num_tasks: int,
+                  split: str) -> Episode:
+        """The ``index``-th batch of the ``(seed, split)`` stream whose seed pair is
+        ``base_seed``: :meth:`sample` from ``fold_in(base_seed, index)``. A sampler that
+        walks through its data in epochs (``WholeClassBatches``) overrides this to see
+        the batch's position in the stream."""
+        return self.sample(tf.random.experimental.stateless_fold_in(base_seed, index),
+                           num_tasks, split)
+
     def dataset(self, num_tasks: int, seed: int = 0, split: str = "train",
                 start_step: int = 0, num_steps: Optional[int] = None,
                 streams: Sequence[int] = (0,), num_streams: int = 1) -> tf.data.Dataset:
@@ -64,8 +73,7 @@ class TaskSampler(abc.ABC):
         def make(element):
             step, position = element // per_step, element % per_step
             index = step * num_streams + tf.gather(local, position)
-            return self.sample(tf.random.experimental.stateless_fold_in(base, index),
-                               int(num_tasks), split)
+            return self.sample_at(base, index, int(num_tasks), split)
 
         return elements.map(make, num_parallel_calls=tf.data.AUTOTUNE,
                             deterministic=True).prefetch(tf.data.AUTOTUNE)

@@ -381,7 +381,6 @@ class FewShotClassification(TaskSampler):
         info = self._splits[split]
         # Stored as given (uint8 stays uint8: a quarter of the memory), converted per
         # episode: uint8 to [0, 1] floats.
-        stored = info["images"]                                    # [examples, H, W, C]
         pool_class = tf.constant(info["pool_class"])
         pool_size = len(info["names"])
         # Classes: the top-`ways` of uniform scores is a uniformly random ordered subset,
@@ -409,22 +408,8 @@ class FewShotClassification(TaskSampler):
         draws = tf.where(position < counts[..., None], draws, -1.0)
         within = tf.math.top_k(draws, k=per_class).indices             # [tasks, ways, K+Q]
         index = tf.gather(tf.constant(info["offsets"]), classes)[..., None] + within
-        x = _gather_images(stored, index)                              # [tasks, ways, K+Q, H, W, C]
-        x = tf.cast(x, tf.float32) / 255.0 if stored.dtype == np.uint8 else tf.cast(
-            x, tf.float32)
-        if self.rotations != (0,) and split in self.rotation_splits:
-            x = _rotate(x, tf.broadcast_to(rotation[..., None], tf.shape(index)))
-        if self.max_shift and split in self.augment_splits:
-            x = _shift(x, self.max_shift,
-                       tf.random.experimental.stateless_fold_in(example_seed, 1))
-        if self.augment is not None and split in self.augment_splits:
-            shape = tf.shape(x)
-            flat = tf.reshape(x, tf.concat([[-1], shape[-3:]], 0))   # [images, H, W, C]
-            flat = self.augment(flat, tf.random.experimental.stateless_fold_in(
-                example_seed, 2))
-            x = tf.reshape(flat, shape)
-        if self.normalize:
-            x = (x - self._mean) / self._std
+        x = self.examples(split, index, rotation[..., None], example_seed)
+        # x: [tasks, ways, K+Q, H, W, C]
         labels = tf.broadcast_to(tf.range(ways, dtype=tf.int32)[None, :, None],
                                  tf.shape(index))
         def flatten(t, start, size):
@@ -439,6 +424,31 @@ class FewShotClassification(TaskSampler):
             support_y = tf.ensure_shape(support_y, (num_tasks, ways * shots))
             query_y = tf.ensure_shape(query_y, (num_tasks, ways * self.queries))
         return Episode(support_x, support_y, query_x, query_y)
+
+
+    def examples(self, split: str, index: tf.Tensor, quarter_turns: tf.Tensor,
+                 seed: tf.Tensor) -> tf.Tensor:
+        """The images ``[..., H, W, C]`` (float32) of ``split``'s stored examples
+        ``index [...]``, as episodes serve them: scaled to [0, 1] from uint8, rotated
+        by ``quarter_turns`` (broadcast to ``index``; where the split has rotations),
+        shifted and augmented from ``seed`` (in ``augment_splits``), normalised. What
+        the episode sampler and whole-class batches (``WholeClassBatches``) both serve."""
+        stored = self._prepare()[split]["images"]                     # [examples, H, W, C]
+        x = _gather_images(stored, index)                              # [..., H, W, C]
+        x = tf.cast(x, tf.float32) / 255.0 if stored.dtype == np.uint8 else tf.cast(
+            x, tf.float32)
+        if self.rotations != (0,) and split in self.rotation_splits:
+            x = _rotate(x, tf.broadcast_to(quarter_turns, tf.shape(index)))
+        if self.max_shift and split in self.augment_splits:
+            x = _shift(x, self.max_shift, tf.random.experimental.stateless_fold_in(seed, 1))
+        if self.augment is not None and split in self.augment_splits:
+            shape = tf.shape(x)
+            flat = tf.reshape(x, tf.concat([[-1], shape[-3:]], 0))   # [images, H, W, C]
+            flat = self.augment(flat, tf.random.experimental.stateless_fold_in(seed, 2))
+            x = tf.reshape(flat, shape)
+        if self.normalize:
+            x = (x - self._mean) / self._std
+        return x
 
 
 MAX_CONSTANT_BYTES = 1 << 30

@@ -8,7 +8,9 @@ from metalearn.training.distribute import make_strategy
 from metalearn.training.evaluation import evaluate, mean_and_interval
 from metalearn.training.loop import train
 from metalearn.training.step import make_distributed_meta_step, make_meta_step
+from metalearn.training.warm_start import WarmStart, restore_weights
 
 __all__ = ["Experiment", "build_experiment", "distribute", "enable_determinism", "evaluate",
            "make_distributed_meta_step", "make_meta_step", "make_strategy",
-           "mean_and_interval", "parse_config", "restore", "train"]
+           "mean_and_interval", "parse_config", "restore", "restore_weights", "train",
+           "WarmStart"]

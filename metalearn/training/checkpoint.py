@@ -339,6 +339,12 @@ def load(experiment: Experiment, step: tf.Variable, path: str,
     return checkpoint
 
 
+def names_shown(names: Sequence[str], limit: int = 8) -> str:
+    """The first ``limit`` of ``names`` and how many more: for error messages."""
+    return ", ".join(names[:limit]) + (
+        f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
 def _check_matched(experiment: Experiment, path: str) -> None:
     import tempfile
     with tempfile.TemporaryDirectory(prefix="metalearn_paths_") as folder:
@@ -348,8 +354,7 @@ def _check_matched(experiment: Experiment, path: str) -> None:
     missing, extra = sorted(expected - saved), sorted(saved - expected)
     if not (missing or extra):
         return
-    show = lambda names: ", ".join(names[:8]) + (
-        f" and {len(names) - 8} more" if len(names) > 8 else "")
+    show = names_shown
     text = []
     if extra:
         text.append(f"the checkpoint holds {len(extra)} variable(s) the config does not "

@@ -68,7 +68,7 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     batches = math.ceil(int(num_tasks) / int(batch_size))
     episodes = list(sampler.dataset(int(batch_size), seed=seed, split=split,
                                     num_steps=batches))
-    validation.check_outputs(learner, episodes[0].task(0), sampler)  # e.g. ways != outputs
+    validation.check_outputs(learner, episodes[0].task(0), sampler, split)  # ways != outputs
     validation.check_loss_and_metrics(learner, episodes[0].task(0))  # e.g. accuracy on MSE
     results: Dict[str, Dict[str, Dict[str, float]]] = {}
     per_episode: Dict[str, Dict[str, list]] = {}

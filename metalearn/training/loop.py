@@ -181,6 +181,8 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
         checkpoint.config.assign(experiment.config)  # this run's, from now on
         progress.load(search.path)
         logging.info("resumed from %s at step %d", search.path, int(step.numpy()))
+    elif experiment.warm_start is not None:  # a new run: start from another run's weights
+        experiment.warm_start(experiment.learner)
     # The manager writes a checkpoint's files, then records it in the `checkpoint`
     # state file (itself replaced atomically): a save cut short is never the latest.
     manager = tf.train.CheckpointManager(checkpoint, write_dir,
