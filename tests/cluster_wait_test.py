@@ -76,12 +76,15 @@ def test_peers_that_start_at_different_times_all_get_through():
 
 
 def test_sigterm_stops_the_wait(monkeypatch):
-    config = _config()
+    config, cluster = _config(), _cluster()
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
     timer.start()
-    with pytest.raises(_cluster().ClusterWaitInterrupted, match="stopped by SIGTERM while "
-                       "waiting for worker 1 at"):
-        _cluster().wait_for_peers(config, timeout=60)
+    try:
+        with pytest.raises(cluster.ClusterWaitInterrupted, match="stopped by SIGTERM while "
+                           "waiting for worker 1 at"):
+            cluster.wait_for_peers(config, timeout=60)
+    finally:
+        timer.cancel()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(
         signal.getsignal(signal.SIGTERM))
 

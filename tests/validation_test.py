@@ -471,6 +471,18 @@ def finished_run_garbled_metrics(tmp_path) -> None:
     train(build_experiment(), str(tmp_path / "run"))
 
 
+def sweep_run_without_keys(tmp_path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "sweep_run.json").write_text('{"name": "lr=0.1", "bindings": {}}')
+    sweeps_module().train_and_evaluate(str(tmp_path / "run"))
+
+
+def garbled_workdir_config(tmp_path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.gin").write_text("Sinusoid.shots = 5\nSinusoid.queries = = 3\n")
+    metalearn.restore(str(tmp_path / "run"))
+
+
 def cluster_error():
     from metalearn.runs import cluster
     return cluster.ClusterTimeoutError
@@ -822,6 +834,14 @@ CASES: List[Case] = [
     Case("finished run's metrics.json garbled", "`train` again on a finished run whose "
          "`metrics.json` is cut off", ValueError, "is not valid JSON",
          finished_run_garbled_metrics, lambda p: str(p / "run" / "metrics.json"), "the file"),
+    Case("sweep run record without its settings", '`sweep_run.json` holding only '
+         '`{"name", "bindings"}`, run by `--execute`', ValueError,
+         "is not a sweep run record: it lacks ['num_steps'", sweep_run_without_keys,
+         lambda p: str(p / "run" / "sweep_run.json"), "the file and the missing keys"),
+    Case("garbled config.gin in a workdir", "`restore` of a workdir whose `config.gin` line 2 "
+         "is `Sinusoid.queries = = 3`", SyntaxError, "bad gin syntax in gin file",
+         garbled_workdir_config, lambda p: f'"{p / "run" / "config.gin"}", line 2',
+         "the file and line"),
     Case("zero peer wait", "`make_strategy.peer_timeout = 0`", ValueError,
          "make_strategy.peer_timeout must be a number of seconds > 0, got 0",
          multi_worker(_two_workers(), peer_timeout=0), None, "the argument"),
