@@ -13,7 +13,9 @@ same weights as an uninterrupted one, and the same config and seed repeat exactl
 SIGTERM (what schedulers and `timeout` send) or Ctrl-C: the step under way finishes, a
 checkpoint of it is saved, and the process exits with status 128 + the signal's number
 (143, 130); rerunning resumes there. A second process on the same workdir stops with an
-error naming the pid and host of the one training there.
+error naming the pid and host of the one training there. With --strategy=multi_worker
+each task first waits for the cluster's other tasks, logging which, for at most
+make_strategy.peer_timeout seconds (600), and SIGTERM stops that wait too.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import metalearn  # noqa: F401  (registers the configurables)
 from metalearn.flags import (define_determinism_flag, define_gin_flags,
                              determinism_params, resolve_gin_files)
 from metalearn.runs.experiment import apply_configured_threads
+from metalearn.runs.cluster import ClusterWaitInterrupted
 from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.loop import TrainingInterrupted
 from metalearn.training.distribute import STRATEGIES, make_strategy
@@ -52,12 +55,14 @@ def main(argv) -> None:
     parse_config(resolve_gin_files(FLAGS.gin_file),
                  list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic))
     apply_configured_threads()  # before the strategy starts TensorFlow's runtime
-    strategy = make_strategy(name=FLAGS.strategy) if FLAGS.strategy else make_strategy()
-    experiment = build_experiment(strategy)
     try:
+        strategy = make_strategy(name=FLAGS.strategy) if FLAGS.strategy else \
+            make_strategy()
+        experiment = build_experiment(strategy)
         metrics = train(experiment, FLAGS.workdir, strategy,
                         allow_config_change=FLAGS.allow_config_change)
-    except TrainingInterrupted as stopped:  # SIGTERM, Ctrl-C: a checkpoint was saved
+    except (TrainingInterrupted, ClusterWaitInterrupted) as stopped:
+        # SIGTERM, Ctrl-C: a checkpoint was saved (or nothing had started yet)
         logging.warning("%s", stopped)
         sys.exit(128 + stopped.signal_number)  # as a shell reports a signal's end
     logging.info("final metrics: %s", json.dumps(metrics, sort_keys=True))

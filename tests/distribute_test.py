@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -65,19 +64,9 @@ def test_replicas_get_disjoint_reproducible_streams():
 
 # --- MultiWorkerMirroredStrategy: worker processes on loopback ports ------------------
 
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("localhost", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def _launch_workers(args, workers=2):
     """Starts one process per worker with its TF_CONFIG, as TensorFlow's guide does."""
-    cluster = {"worker": [f"localhost:{port}" for port in _free_ports(workers)]}
+    cluster = {"worker": [f"localhost:{port}" for port in distributed_case.free_ports(workers)]}
     processes = []
     for index in range(workers):
         env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2",

@@ -1,6 +1,7 @@
 """A fixed meta-learning problem run under any tf.distribute strategy (shared by the
 distribution tests and their worker processes)."""
 
+import socket
 from typing import List, Tuple
 
 import keras
@@ -14,6 +15,17 @@ from metalearn.training import distribute
 from metalearn.training import step as step_builder
 
 META_BATCH = 4
+
+
+def free_ports(count: int) -> List[int]:
+    """``count`` loopback ports free at the time of asking, for fake clusters."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
 
 
 def episodes() -> Episode:

@@ -407,6 +407,96 @@ def unequal_task_counts(tmp_path) -> None:
             tf.zeros([3, 10, 1])).check_tasks()
 
 
+def gin_text(name, text, params=()):
+    """Parses ``<tmp>/<name>`` holding ``text`` (and ``params``), then builds."""
+    def run(tmp_path) -> None:
+        (tmp_path / name).write_text(text.replace("<tmp>", str(tmp_path)))
+        parse_config([str(tmp_path / name)], list(params))
+        build_experiment()
+    return run
+
+
+def include_cycle(tmp_path) -> None:
+    (tmp_path / "b.gin").write_text(f"Sinusoid.shots = 5\ninclude '{tmp_path}/a.gin'\n")
+    gin_text("a.gin", "include '<tmp>/b.gin'\n")(tmp_path)
+
+
+def omniglot_other_layout(tmp_path) -> None:
+    png = tf.io.encode_png(tf.zeros([3, 3, 1], tf.uint8)).numpy()
+    _omniglot_zip(tmp_path / "omniglot", [("Greek_character01_0101_01.png", png)])
+    load_omniglot(str(tmp_path / "omniglot"), archives=("images_background_small1",))
+
+
+def _regression_learner(**kwargs):
+    import keras
+    from metalearn.adapters import GradientDescent
+    from metalearn.models import mlp
+    keras.utils.set_random_seed(0)
+    model = mlp(hidden=(4,))
+    for name, value in kwargs.items():
+        setattr(model, name, value)
+    return metalearn.Learner(model, adapter=GradientDescent(1, 0.01), loss="mse")
+
+
+def adapt_wide_targets(tmp_path) -> None:
+    _regression_learner().adapt(tf.zeros([10, 1]), tf.zeros([10, 7]))
+
+
+def meta_loss_unequal_tasks(tmp_path) -> None:
+    from metalearn.tasks import Episode
+    _regression_learner().meta_loss(Episode(tf.zeros([2, 5, 1]), tf.zeros([2, 5, 1]),
+                                            tf.zeros([3, 10, 1]), tf.zeros([3, 10, 1])))
+
+
+def _two_workers(index=0):
+    import json
+    from tests.distributed_case import free_ports
+    ports = free_ports(2)
+    return json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                       "task": {"type": "worker", "index": index}})
+
+
+def multi_worker(tf_config, **kwargs):
+    return with_environment("TF_CONFIG", tf_config, lambda: _distribute().make_strategy(
+        "multi_worker", **kwargs))
+
+
+def port_taken(tmp_path) -> None:
+    import json
+    import socket
+    config = _two_workers()
+    port = int(json.loads(config)["cluster"]["worker"][0].rsplit(":", 1)[1])
+    with socket.create_server(("", port)):
+        multi_worker(config, peer_timeout=1.0)(tmp_path)
+
+
+def finished_run_garbled_metrics(tmp_path) -> None:
+    parse_config(["experiments/sinusoid/maml.gin"], ["mlp.hidden = (4,)",
+                                                     "Experiment.num_steps = 1"])
+    train(build_experiment(), str(tmp_path / "run"))
+    (tmp_path / "run" / "metrics.json").write_text('{"loss": 0.')
+    parse_config(["experiments/sinusoid/maml.gin"], ["mlp.hidden = (4,)",
+                                                     "Experiment.num_steps = 1"])
+    train(build_experiment(), str(tmp_path / "run"))
+
+
+def sweep_run_without_keys(tmp_path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "sweep_run.json").write_text('{"name": "lr=0.1", "bindings": {}}')
+    sweeps_module().train_and_evaluate(str(tmp_path / "run"))
+
+
+def garbled_workdir_config(tmp_path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.gin").write_text("Sinusoid.shots = 5\nSinusoid.queries = = 3\n")
+    metalearn.restore(str(tmp_path / "run"))
+
+
+def cluster_error():
+    from metalearn.runs import cluster
+    return cluster.ClusterTimeoutError
+
+
 def sweeps_module():
     from metalearn.runs import sweeps
     return sweeps
@@ -605,10 +695,10 @@ CASES: List[Case] = [
              "loss MeanSquaredError is a regression loss, but the tasks are classification",
              base=CLASSIFICATION),
     gin_case("custom loss that broadcasts", "Learner.loss = @broadcasting_loss()",
-             ValueError, "loss squared_error gives values of shape [10, 10] for 10 query "
+             ValueError, "loss squared_error gives values of shape [10, 10] for 10 "
              "examples"),
     gin_case("custom loss of the wrong length", "Learner.loss = @short_loss()", ValueError,
-             "loss first_five gives values of shape [5] for 10 query examples"),
+             "loss first_five gives values of shape [5] for 10 examples"),
     gin_case("unknown log average", "Experiment.log_average = 'mean'", ValueError,
              "Experiment.log_average must be one of ('window', 'running'), got 'mean'"),
     gin_case("unknown non-finite policy", "Experiment.on_non_finite = 'ignore'", ValueError,
@@ -753,6 +843,69 @@ CASES: List[Case] = [
          "from a run whose model has no `head`", UnmatchedCheckpointError,
          "no saved weights for 2 variable(s) of model 'conv_net': conv_net/head/kernel",
          warm_start_without_head, None, "each variable, and the saved ones"),
+    gin_case("bad gin syntax", "Experiment.num_steps = = 5", SyntaxError,
+             "bad gin syntax in gin file"),
+    Case("bad gin syntax in an included file", "`include 'bad.gin'`, whose line 1 is "
+         "`Sinusoid.shots = (5`", SyntaxError, "a bracket or quote opened on this line or "
+         "before is not closed",
+         lambda p: (p / "bad.gin").write_text("Sinusoid.shots = (5\n") and gin_text(
+             "top.gin", "include '<tmp>/bad.gin'\n")(p),
+         lambda p: f'"{p / "bad.gin"}", line 1', "both files and lines"),
+    Case("bad gin syntax in a binding", "`--gin_param='Experiment.num_steps = = 2'`",
+         SyntaxError, "bad gin syntax in --gin_param 'Experiment.num_steps = = 2'",
+         gin_text("ok.gin", "include 'experiments/sinusoid/maml.gin'\n",
+                  ["Experiment.num_steps = = 2"]), None, "the binding"),
+    Case("gin include cycle", "`a.gin` includes `b.gin`, which includes `a.gin`",
+         validation.GinIncludeError, "a.gin' includes itself", include_cycle,
+         lambda p: f'"{p / "b.gin"}", line 2', "each include's file and line"),
+    Case("gin include not found", "`include 'nowhere.gin'`", OSError,
+         "Unable to open file: nowhere.gin", gin_text("top.gin", "include 'nowhere.gin'\n"),
+         lambda p: f'In file "{p / "top.gin"}", line 1', "gin file and line (gin's own)"),
+    gin_case("gin macro never given a value", "Sinusoid.shots = %SHOTZ", ValueError,
+             "gin macro %SHOTZ is used but never given a value"),
+    Case("Omniglot archive of another layout", "a zip of `Greek_character01_0101_01.png` "
+         "entries", ValueError, "has none of the expected entries "
+         "'images_background_small1/<Alphabet>/characterNN/NNNN_NN.png'",
+         omniglot_other_layout,
+         lambda p: str(p / "omniglot" / "images_background_small1.zip"), "the zip file"),
+    Case("regression targets of another shape", "`learner.adapt(x [10, 1], y [10, 7])`, "
+         "a model of 1 output", ValueError, "targets of shape [10, 7] do not fit "
+         "predictions of shape [10, 1]", adapt_wide_targets, None, "the shapes"),
+    Case("meta-loss of support and query of different task counts",
+         "`learner.meta_loss` of 2 support and 3 query tasks", ValueError,
+         "different numbers of tasks (leading axis): support_x 2", meta_loss_unequal_tasks,
+         None, "each part's count"),
+    Case("built model without trainable weights", "`Learner(model)` with "
+         "`model.trainable = False`", ValueError, "is built but has no trainable weights",
+         lambda p: _regression_learner(trainable=False), None, "the model"),
+    Case("multi_worker peer that never starts", "`TF_CONFIG` of 2 workers, worker 1 never "
+         "started", cluster_error(), "worker 1 at localhost:",
+         multi_worker(_two_workers(), peer_timeout=1.0), lambda p: "never started",
+         "the task and its address, the limit's binding"),
+    Case("multi_worker task not in the cluster", "`TF_CONFIG` task `worker 3` of a "
+         "1-worker cluster", ValueError, "is not in its cluster, which holds worker 0..0",
+         multi_worker('{"cluster": {"worker": ["localhost:1"]}, "task": {"type": '
+                      '"worker", "index": 3}}'), None, "the task and the cluster"),
+    Case("multi_worker without a task", "`TF_CONFIG` with a cluster and no task",
+         ValueError, "TF_CONFIG has no 'task'", multi_worker(
+             '{"cluster": {"worker": ["localhost:1"]}}'), None, "the variable's text"),
+    Case("multi_worker port in use", "`TF_CONFIG` gives this task a port another process "
+         "holds", OSError, "which cannot be opened on this machine", port_taken, None,
+         "the task and port"),
+    Case("finished run's metrics.json garbled", "`train` again on a finished run whose "
+         "`metrics.json` is cut off", ValueError, "is not valid JSON",
+         finished_run_garbled_metrics, lambda p: str(p / "run" / "metrics.json"), "the file"),
+    Case("sweep run record without its settings", '`sweep_run.json` holding only '
+         '`{"name", "bindings"}`, run by `--execute`', ValueError,
+         "is not a sweep run record: it lacks ['num_steps'", sweep_run_without_keys,
+         lambda p: str(p / "run" / "sweep_run.json"), "the file and the missing keys"),
+    Case("garbled config.gin in a workdir", "`restore` of a workdir whose `config.gin` line 2 "
+         "is `Sinusoid.queries = = 3`", SyntaxError, "bad gin syntax in gin file",
+         garbled_workdir_config, lambda p: f'"{p / "run" / "config.gin"}", line 2',
+         "the file and line"),
+    Case("zero peer wait", "`make_strategy.peer_timeout = 0`", ValueError,
+         "make_strategy.peer_timeout must be a number of seconds > 0, got 0",
+         multi_worker(_two_workers(), peer_timeout=0), None, "the argument"),
 ]
 
 

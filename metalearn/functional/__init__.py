@@ -37,6 +37,12 @@ def check_built(model: keras.Model) -> None:
     """Raises ``ValueError`` unless ``model`` is a built Keras model with trainable weights."""
     if not isinstance(model, keras.Model):
         raise TypeError(f"expected a keras.Model, got {type(model).__name__}: {model!r}")
+    if model.built and model.weights and not model.trainable_variables:
+        raise ValueError(
+            f"model {model.name!r} is built but has no trainable weights (its "
+            f"{len(model.weights)} weights are all frozen: model.trainable or a layer's "
+            "trainable is False): the inner loop adapts and the outer step learns "
+            "trainable weights; set trainable = True on the layers to learn")
     if not model.built or not model.trainable_variables:
         raise ValueError(
             f"model {model.name!r} has no trainable weights yet: build it first "

@@ -42,6 +42,78 @@ def _as_fn(name: str, fn: Union[str, MetricFn]) -> MetricFn:
     return fn
 
 
+def name_of(fn: Any) -> str:
+    """A loss or metric's name in messages: its function name, else its class name."""
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _trailing_squeezed(dims: List[Optional[int]]) -> List[Optional[int]]:
+    while dims and dims[-1] == 1:
+        dims = dims[:-1]
+    return dims
+
+
+def _fit(a: List[Optional[int]], b: List[Optional[int]]) -> bool:
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))
+
+
+def check_loss_shapes(what: str, y_true: Any, y_pred: Any, values: Any = None) -> None:
+    """Checks the static shapes of one task's targets, predictions and the per-example
+    values a loss or metric gave for them: run while tracing (no op is added to the
+    graph, so a compiled step pays nothing per step), and at each eager call.
+
+    Integer targets (class labels) must be ``[N]`` or ``[N, 1]`` for ``[N, classes]``
+    logits (or the logits' shape); float targets must have the predictions' shape,
+    trailing size-1 axes aside. The values must be a scalar or start with the ``N``
+    examples, and hold no more values than the predictions or targets do (a ``[N, N]``
+    from broadcasting ``[N] - [N, 1]``, or a wrong length, is an error). Dimensions
+    unknown at trace time, and targets or predictions that are not single tensors, are
+    not checked.
+
+    Args:
+      what: the loss or metric, as the message names it (e.g. ``"Learner loss mse"``).
+
+    Raises:
+      ValueError: naming ``what`` and the shapes.
+    """
+    shapes = []
+    for value in (y_true, y_pred) + (() if values is None else (values,)):
+        shape = getattr(value, "shape", None)
+        if shape is None or not hasattr(value, "dtype") or \
+                tf.TensorShape(shape).rank is None:
+            return
+        shapes.append(tf.TensorShape(shape).as_list())
+    target, predicted, given = (shapes + [None])[:3]
+    integer = tf.as_dtype(y_true.dtype).is_integer
+    if integer:
+        fits = any(_fit(target, s) for s in (predicted, predicted[:-1],
+                                             predicted[:-1] + [1])) if predicted else False
+        need = ("integer class labels need shape [examples] or [examples, 1] for "
+                "[examples, classes] logits")
+    else:
+        fits = _fit(_trailing_squeezed(target), _trailing_squeezed(predicted))
+        need = ("regression targets need the predictions' shape (trailing size-1 axes "
+                "aside): check the model's number of outputs, and that inputs and targets "
+                "hold the same examples")
+    if not fits:
+        raise ValueError(f"{what}: targets of shape {target} do not fit predictions of "
+                         f"shape {predicted}; {need}")
+    if not given:  # not given, or a scalar
+        return
+    examples = predicted[0] if predicted else None
+    sizes = [tf.TensorShape(s).num_elements() for s in (target, predicted, given)]
+    too_many = None not in sizes and sizes[2] > max(sizes[0], sizes[1],
+                                                    examples or 0)
+    if (examples is not None and given[0] is not None and given[0] != examples) \
+            or too_many:
+        raise ValueError(
+            f"{what} gives values of shape {given} for {examples} examples (targets "
+            f"{target}, predictions {predicted}): it must give one value per example "
+            f"([{examples}]) or a scalar; a shape like [{examples}, {examples}] is a "
+            "broadcast of targets and predictions of different ranks (e.g. [N] - [N, 1]), "
+            "averaged into a wrong loss")
+
+
 @gin.configurable
 class Learner(tf.Module):
     """A Keras model, an inner-loop adapter and a task loss.
@@ -64,6 +136,10 @@ class Learner(tf.Module):
     :meth:`episode_metrics` (what is measured on one task), :meth:`predict` and
     :meth:`task_initial_weights` (where one task's inner loop starts; by default the
     ``task_init`` pieces).
+
+    :attr:`loss` and :attr:`metrics` are the task loss and the metrics by name, as
+    given (names resolved to functions); each value they give is checked against the
+    targets' and predictions' shapes once, while tracing (:func:`check_loss_shapes`).
 
     :attr:`meta_step` is the outer-step counter (an int64 ``tf.Variable``, also given to
     the adapter): the compiled meta-step of :mod:`metalearn.training` advances it after
@@ -144,10 +220,10 @@ class Learner(tf.Module):
         self.adapter = GradientDescent() if adapter is None else adapter
         if not isinstance(self.adapter, Adapter):
             raise TypeError(f"adapter must be a metalearn.adapters.Adapter, got {adapter!r}")
-        self._loss = _as_fn("loss", loss)
-        self._metrics = {str(k): _as_fn(f"metric {k!r}", v)
-                         for k, v in dict(metrics or {}).items()}
-        if "loss" in self._metrics:
+        self.loss = _as_fn("loss", loss)
+        self.metrics = {str(k): _as_fn(f"metric {k!r}", v)
+                        for k, v in dict(metrics or {}).items()}
+        if "loss" in self.metrics:
             raise ValueError("'loss' is reserved for the query loss; rename that metric")
         self.query_training = bool(query_training)
         self.task_init = task_init
@@ -176,6 +252,12 @@ class Learner(tf.Module):
         self.task_batching = task_batching
         self.memory_budget = task_batching_lib.parse_memory(memory_budget)
         self._activation_bytes: Dict[Any, Optional[int]] = {}
+
+    # The loss and metrics were once private; subclasses may still use the old names.
+    _loss = property(lambda self: self.loss,
+                     lambda self, value: setattr(self, "loss", value))
+    _metrics = property(lambda self: self.metrics,
+                        lambda self, value: setattr(self, "metrics", value))
 
     @property
     def pieces(self) -> List[Piece]:
@@ -282,8 +364,14 @@ class Learner(tf.Module):
             lambda t: tf.cast(t, self.metric_dtype) if t.dtype in low else t, outputs)
 
     def task_loss(self, y_true: Any, y_pred: Any) -> tf.Tensor:
-        """Scalar loss of one task's predictions (override for a custom loss)."""
-        return tf.cast(tf.reduce_mean(self._loss(y_true, y_pred)), self.metric_dtype)
+        """Scalar loss of one task's predictions (override for a custom loss): the mean
+        of :attr:`loss`'s values, whose shapes are checked first (once, while tracing;
+        see :func:`check_loss_shapes`)."""
+        what = f"{type(self).__name__} loss {name_of(self.loss)}"
+        check_loss_shapes(what, y_true, y_pred)
+        values = self.loss(y_true, y_pred)
+        check_loss_shapes(what, y_true, y_pred, values)
+        return tf.cast(tf.reduce_mean(values), self.metric_dtype)
 
     def support_loss(self, weights: Weights, x: Any, y: Any) -> tf.Tensor:
         """The inner loop's objective: the task loss on a support batch."""
@@ -344,16 +432,18 @@ class Learner(tf.Module):
     def query_metrics(self, query_y: Any, predictions: Any) -> Dict[str, tf.Tensor]:
         """``{"loss": task loss, metric name: value, ...}`` of one task's predictions."""
         results = {"loss": self.task_loss(query_y, predictions)}
-        for name, fn in self._metrics.items():
-            results[name] = tf.cast(tf.reduce_mean(fn(query_y, predictions)),
-                                    self.metric_dtype)
+        for name, fn in self.metrics.items():
+            values = fn(query_y, predictions)
+            check_loss_shapes(f"{type(self).__name__} metric {name!r} {name_of(fn)}",
+                              query_y, predictions, values)
+            results[name] = tf.cast(tf.reduce_mean(values), self.metric_dtype)
         return results
 
     # --- a batch of tasks --------------------------------------------------------
 
     @property
     def metric_names(self) -> List[str]:
-        return ["loss"] + list(self._metrics)
+        return ["loss"] + list(self.metrics)
 
     def meta_metrics(self, episodes: Episode, steps: Optional[int] = None,
                      weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
@@ -364,6 +454,8 @@ class Learner(tf.Module):
           steps: inner steps, overriding the adapter's default.
           weights: initial weights to adapt from; defaults to the model's variables.
         """
+        if isinstance(episodes, Episode):
+            episodes.check_tasks()  # static shapes: at trace time
         if weights is None:
             weights = self.initial_weights()  # read once: one tape record for all tasks
         if self.task_batching_for(episodes, steps) == "batched":

@@ -240,6 +240,9 @@ def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
         else:
             raise FileNotFoundError(f"no {CONFIG_FILE} in workdir {workdir!r}: is it a "
                                     "metalearn run directory?")
-    gin.parse_config_files_and_bindings(files, list(gin_params),
-                                        skip_unknown=skip_unknown)
-    validation.record_sources(files, list(gin_params))
+    validation.record_sources(files, list(gin_params))  # syntax and includes first
+    try:
+        gin.parse_config_files_and_bindings(files, list(gin_params),
+                                            skip_unknown=skip_unknown)
+    except ValueError as error:  # e.g. a macro never given a value: say where it is used
+        validation.raise_with_sources(error)

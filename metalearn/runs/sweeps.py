@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import gin
 
 from metalearn.runs.experiment import build_experiment, parse_config
-from metalearn.runs.files import write_json, write_text
+from metalearn.runs.files import read_json, write_json, write_text
 
 RUN_FILE = "sweep_run.json"
 SWEEP_FILE = "sweep.json"
@@ -354,9 +354,16 @@ def train_and_evaluate(workdir: str) -> None:
     # The one reach upwards, at call time: a sweep run's process trains and evaluates.
     from metalearn.training import evaluate, restore, train
 
-    run = _read_json(os.path.join(workdir, RUN_FILE))
-    if run is None:
-        raise FileNotFoundError(f"no readable {RUN_FILE} in {workdir!r}")
+    path = os.path.join(workdir, RUN_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no {RUN_FILE} in {workdir!r}: is it a run folder of a "
+                                "sweep?")
+    run = read_json(path, "a sweep run record")
+    keys = ("num_steps", "gin_files", "gin_params", "bindings", "evaluate", "eval_params")
+    missing = [k for k in keys if k not in run] if isinstance(run, dict) else list(keys)
+    if missing:
+        raise ValueError(f"{path} is not a sweep run record: it lacks {missing}; the sweep "
+                         "writes it (rerun python -m metalearn.sweep on its root)")
     steps = int(run["num_steps"])
     if not is_trained(workdir, steps):
         parse_config(run["gin_files"], list(run["gin_params"]) + [

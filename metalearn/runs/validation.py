@@ -28,21 +28,24 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import tokenize
 from typing import Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
 import gin
 import tensorflow as tf
 
 from metalearn import _compat
+from metalearn.learners.learner import name_of
 from metalearn.runs.results import config_bindings, config_text_bindings
 
 RESUMABLE_BINDINGS = ("Experiment.num_steps", "Experiment.log_every",
                       "Experiment.checkpoint_every", "Experiment.keep_checkpoints",
                       "Experiment.log_average", "Experiment.on_non_finite",
-                      "Experiment.deterministic", "Experiment.max_skipped_fraction")
+                      "Experiment.deterministic", "Experiment.max_skipped_fraction",
+                      "make_strategy.peer_timeout")
 """Bindings that may change when a run resumes: how long it runs, how it logs, what a
-non-finite step does (resume a run stopped by a NaN with ``'skip'``) and op
-determinism (``--deterministic``)."""
+non-finite step does (resume a run stopped by a NaN with ``'skip'``), op
+determinism (``--deterministic``) and how long a multi-worker task waits for its peers."""
 
 RESUMABLE_CONFIGURABLES = ("evaluate",)
 """Configurables whose bindings may change when a run resumes (they do not affect
@@ -106,11 +109,36 @@ def _find_file(path: str) -> Optional[str]:
     return None
 
 
-def _bindings_of(text_or_file, filename: Optional[str], depth: int = 0) -> List[_Binding]:
+class GinIncludeError(ValueError):
+    """A gin file includes itself, through its includes."""
+
+
+def _included(chain: Tuple[Tuple[str, int, str], ...]) -> str:
+    return "".join(f'\n  included from "{f}", line {n}: {t}' for f, n, t in reversed(chain))
+
+
+def _bindings_of(text_or_file, filename: Optional[str],
+                 chain: Tuple[Tuple[str, int, str], ...] = ()) -> List[_Binding]:
+    """The bindings of one gin file or binding text, its includes followed; ``chain``:
+    the includes that led here, ``(file, line, text)``."""
     found: List[_Binding] = []
-    if depth > 20:  # an include cycle; gin reports it itself
-        return found
-    for statement in config_parser.ConfigParser(text_or_file, _Delegate()):
+    try:
+        statements = list(config_parser.ConfigParser(text_or_file, _Delegate()))
+    except tokenize.TokenError as error:  # an unclosed bracket at the end of the text
+        line = max(error.args[1][0] - 1, 1)
+        where = f'gin file "{filename}", line {line}' if filename else \
+            f"--gin_param {text_or_file!r}"
+        raise SyntaxError(f"bad gin syntax in {where}: {error.args[0]}: a bracket or "
+                          f"quote opened on this line or before is not closed"
+                          f"{_included(chain)}") from None
+    except SyntaxError as error:
+        where = f'gin file "{filename}", line {error.lineno}' if filename else \
+            f"--gin_param {text_or_file!r}"
+        text = f"\n    {error.text.rstrip()}" if filename and error.text else ""
+        msg = re.sub(r"malformed node or string[^\n]*\n\s*", "", str(error.msg))
+        raise SyntaxError(f"bad gin syntax in {where}: {msg}{text}"
+                          f"{_included(chain)}") from None
+    for statement in statements:
         if isinstance(statement, config_parser.BindingStatement) and statement.arg_name:
             location = statement.location
             found.append(_Binding(statement.scope or "", statement.selector,
@@ -119,17 +147,32 @@ def _bindings_of(text_or_file, filename: Optional[str], depth: int = 0) -> List[
                                          location.line_content)))
         elif isinstance(statement, config_parser.IncludeStatement):
             path = _find_file(statement.filename)
-            if path is not None:
-                with open(path) as f:
-                    found += _bindings_of(f, path, depth + 1)
+            if path is None:
+                continue  # gin names the file and line of the include itself
+            here = (filename, statement.location.line_num,
+                    statement.location.line_content.strip())
+            files = [os.path.realpath(f) for f, _, _ in chain + (here,) if f]
+            if os.path.realpath(path) in files:
+                steps = "".join(f'\n  "{f}", line {n}: {t}' for f, n, t in chain + (here,))
+                raise GinIncludeError(f"gin file {path!r} includes itself:{steps}")
+            with open(path) as f:
+                found += _bindings_of(f, path, chain + (here,))
     return found
 
 
-def binding_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()
-                    ) -> List[_Binding]:
+def binding_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
+                    strict: bool = False) -> List[_Binding]:
     """Every binding made by ``gin_files`` (includes followed) and ``gin_params``, in
-    parse order, with the file and line that made it. Unreadable input gives no entries
-    (gin reports it when parsing)."""
+    parse order, with the file and line that made it.
+
+    Args:
+      strict: raise on bad input; otherwise unreadable input gives no entries.
+
+    Raises:
+      SyntaxError: (``strict``) bad gin syntax; the message names the file (full
+        path), the line and its text, and the includes that led to it.
+      GinIncludeError: (``strict``) a file includes itself; the message shows the cycle.
+    """
     bindings: List[_Binding] = []
     try:
         for path in gin_files:
@@ -139,15 +182,20 @@ def binding_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = (
                     bindings += _bindings_of(f, found)
         for param in gin_params:
             bindings += _bindings_of(param, None)
-    except Exception:  # noqa: BLE001  (a syntax error: gin's own message names it)
+    except (SyntaxError, GinIncludeError):
+        if strict:
+            raise
+        return []
+    except Exception:  # noqa: BLE001  (gin's own parse reports it)
         return []
     return bindings
 
 
 def record_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()) -> None:
-    """Remembers where the bindings of the config just parsed came from (gin's config
-    is global, and so is this record)."""
-    _SOURCES[:] = binding_sources(gin_files, gin_params)
+    """Checks the syntax and includes of a config about to be parsed (see
+    :func:`binding_sources` with ``strict``) and remembers where its bindings come from
+    (gin's config is global, and so is this record)."""
+    _SOURCES[:] = binding_sources(gin_files, gin_params, strict=True)
 
 
 def sources_for(configurables: Iterable[str], message: str, params: Iterable[str] = (),
@@ -187,6 +235,14 @@ def raise_with_sources(error: BaseException, configurables: Sequence[str] = (),
     message names (``In call to configurable 'X'``) whose parameter the message names,
     and bindings of any parameter in ``params``."""
     message = str(error)
+    macro = re.search(r"No bindings specified for '([\w.]+)/gin\.macro'", message)
+    if macro:  # gin's message is the whole config; say which macro and where it is used
+        name = macro.group(1)
+        uses = "".join(f"\n  Used in {b.source}" for b in _SOURCES
+                       if re.search(rf"%{re.escape(name)}(?!\w)", b.source.text))
+        raise type(error)(f"gin macro %{name} is used but never given a value (a line "
+                          f"'{name} = ...' in a gin file, or --gin_param='{name} = ...')"
+                          f"{uses}") from None
     names = list(configurables) + re.findall(r"In call to configurable '([\w.]+)'", message)
     sources = [s for s in sources_for(names, message, params) if str(s) not in message]
     if not sources:
@@ -350,21 +406,18 @@ REGRESSION_LOSSES = ("MeanSquaredError", "MeanAbsoluteError", "Huber",
                      "mean_squared_error", "mean_absolute_error", "huber")
 
 
-def _name_of(fn) -> str:
-    return getattr(fn, "__name__", None) or type(fn).__name__
-
-
 def check_loss_and_metrics(learner, episode) -> None:
     """The learner's loss and metrics fit the task kind (integer labels: classification;
-    float targets: regression), and the loss gives one value per query example (or a
-    scalar), not a broadcast ``[N, N]`` or a wrong length: checked once, on one task,
-    before the numbers it would average are reported.
+    float targets: regression), and give one value per query example (or a scalar),
+    not a broadcast ``[N, N]`` or a wrong length: checked once, on one task, before the
+    numbers they would average are reported (the shapes by the learner's own check,
+    :func:`metalearn.learners.learner.check_loss_shapes`).
 
     Raises:
       ValueError: naming the loss or metric, the task kind, and the shapes.
     """
-    loss = getattr(learner, "_loss", None)  # Learner keeps them as given (see report)
-    metrics = dict(getattr(learner, "_metrics", {}) or {})
+    loss = getattr(learner, "loss", None)
+    metrics = dict(getattr(learner, "metrics", {}) or {})
     if loss is None:
         return
     support_x, support_y, query_x, query_y = learner.split(episode)
@@ -374,7 +427,7 @@ def check_loss_and_metrics(learner, episode) -> None:
         "regression (float targets)"
     where = f"{type(learner).__name__}"
     for label, fn in [("loss", loss)] + [(f"metric {k!r}", v) for k, v in metrics.items()]:
-        name = _name_of(fn)
+        name = name_of(fn)
         if classification and name in REGRESSION_LOSSES:
             raise ValueError(f"{where} {label} {name} is a regression loss, but the tasks "
                              f"are {kind}: use e.g. "
@@ -385,18 +438,7 @@ def check_loss_and_metrics(learner, episode) -> None:
                              "regression loss or metric, e.g. "
                              "keras.losses.MeanSquaredError()")
     adapted = learner.adapt(support_x, support_y, steps=0)
-    predictions = learner.predict(adapted, query_x)
-    examples = int(query_y.shape[0]) if query_y.shape.rank else 1
-    values = tf.convert_to_tensor(loss(query_y, predictions))
-    shape = list(values.shape)
-    if shape and (shape[0] != examples or values.shape.num_elements() > max(
-            examples, tf.size(predictions).numpy())):
-        raise ValueError(f"{where} loss {_name_of(loss)} gives values of shape {shape} for "
-                         f"{examples} query examples (targets {list(query_y.shape)}, "
-                         f"predictions {list(predictions.shape)}): it must give one value "
-                         f"per example ([{examples}]) or a scalar; a shape like "
-                         f"[{examples}, {examples}] is a broadcast of targets and "
-                         "predictions of different ranks, averaged into a wrong meta-loss")
+    learner.query_metrics(query_y, learner.predict(adapted, query_x))
 
 
 def check_tasks_and_outputs(experiment) -> None:

@@ -29,10 +29,11 @@ class Episode(NamedTuple):
     def check_tasks(self) -> "Episode":
         """Raises ``ValueError`` unless every part of a batched episode has the same
         number of tasks (its leading axis); returns the episode."""
-        counts = {name: [int(t.shape[0]) if t.shape.rank else None
+        shape = lambda t: tf.TensorShape(getattr(t, "shape", None))
+        counts = {name: [shape(t)[0] if shape(t).rank else None
                          for t in tf.nest.flatten(getattr(self, name))]
                   for name in self._fields}
-        sizes = {c for values in counts.values() for c in values}
+        sizes = {c for values in counts.values() for c in values if c is not None}
         if len(sizes) > 1:
             shown = ", ".join(f"{name} {values[0] if len(values) == 1 else values}"
                               for name, values in counts.items())

@@ -20,6 +20,7 @@ from typing import List, Optional, Sequence
 import gin
 import tensorflow as tf
 
+from metalearn.runs import cluster
 from metalearn.tasks.base import TaskSampler
 from metalearn.tasks.episode import Episode
 
@@ -69,7 +70,8 @@ def check_devices(devices: Sequence[str]) -> List[str]:
 
 @gin.configurable
 def make_strategy(name: str = "default", devices: Optional[Sequence[str]] = None,
-                  cross_device_ops: Optional[str] = None) -> tf.distribute.Strategy:
+                  cross_device_ops: Optional[str] = None,
+                  peer_timeout: float = 600.0) -> tf.distribute.Strategy:
     """The ``tf.distribute`` strategy called ``name``.
 
     Args:
@@ -80,6 +82,10 @@ def make_strategy(name: str = "default", devices: Optional[Sequence[str]] = None
         Checked against the visible devices first (:func:`check_devices`).
       cross_device_ops: all-reduce for ``"mirrored"``: ``None`` (TensorFlow's choice),
         ``"nccl"``, ``"hierarchical_copy"`` or ``"reduce_to_one_device"``.
+      peer_timeout: for ``"multi_worker"``, seconds to wait for the cluster's other
+        tasks to start (logged, interruptible by ``SIGTERM``) before giving up with
+        :class:`~metalearn.runs.cluster.ClusterTimeoutError`; see
+        :func:`metalearn.runs.cluster.wait_for_peers`.
     """
     if cross_device_ops is not None and cross_device_ops not in CROSS_DEVICE_OPS:
         raise ValueError(f"cross_device_ops must be one of {sorted(CROSS_DEVICE_OPS)} or "
@@ -96,10 +102,16 @@ def make_strategy(name: str = "default", devices: Optional[Sequence[str]] = None
             raise ValueError("strategy 'multi_worker' needs the TF_CONFIG environment "
                              "variable (cluster and task of this process); see BUILD.md")
         try:
-            json.loads(os.environ["TF_CONFIG"])
+            tf_config = json.loads(os.environ["TF_CONFIG"])
         except ValueError as error:
             raise ValueError(f"TF_CONFIG is not valid JSON ({error}): "
                              f"{os.environ['TF_CONFIG'][:200]!r}") from error
+        if not isinstance(peer_timeout, (int, float)) or not peer_timeout > 0:
+            raise ValueError(f"make_strategy.peer_timeout must be a number of seconds > 0, "
+                             f"got {peer_timeout!r}")
+        # TensorFlow's own wait for the peers cannot be logged, limited or stopped.
+        cluster.wait_for_peers(tf_config if isinstance(tf_config, dict) else {},
+                               timeout=float(peer_timeout))
         return tf.distribute.MultiWorkerMirroredStrategy()
     raise ValueError(f"strategy must be one of {STRATEGIES}, got {name!r}")
 

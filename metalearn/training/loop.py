@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -277,5 +276,5 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
         final["step"] = int(step.numpy())
         final["replicas"] = strategy.num_replicas_in_sync
         files.write_json(metrics_path, final)  # never a half-written file
-    with open(metrics_path) as f:
-        return json.load(f)
+    return files.read_json(metrics_path, "the final metrics of the run (a finished run "
+                           "resumed runs no step and reads them back)")

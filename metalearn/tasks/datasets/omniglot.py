@@ -156,7 +156,16 @@ def _read_zips(path: str, archives: Sequence[str]):
             raise ValueError(f"Omniglot archive {file!r} is not a readable zip file "
                              f"({error}); download it again") from error
         with zf:
-            for entry in sorted(zf.namelist()):
+            entries = sorted(zf.namelist())
+            if not any(_PNG.match(entry) for entry in entries):
+                pngs = [e for e in entries if e.lower().endswith(".png")]
+                shown = (pngs or entries)[:3]
+                raise ValueError(
+                    f"Omniglot archive {file!r} has none of the expected entries "
+                    f"'{archive}/<Alphabet>/characterNN/NNNN_NN.png'; it holds "
+                    f"{len(entries)} entries ({len(pngs)} PNG), e.g. {shown}: use the "
+                    "published archive (github.com/brendenlake/omniglot), not a repacked one")
+            for entry in entries:
                 match = _PNG.match(entry)
                 if not match:
                     continue
