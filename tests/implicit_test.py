@@ -189,12 +189,14 @@ def test_solve_diagnostics_are_those_of_each_task(task_batching):
     from metalearn.adapters.implicit_diff import ConjugateGradient
     learner = _linear_learner(steps=250, cg_steps=2, task_batching=task_batching)
     episodes = regression_episodes(tasks=3, shots=5)
-    gradients, metrics = metalearn.MetaOptimizer().compute_gradients(learner, episodes)
+    gradients, metrics = tf.function(metalearn.MetaOptimizer().compute_gradients)(
+        learner, episodes)
+    measure = tf.function(lambda task: learner.adapter.adapt_and_measure(
+        learner.initial_weights(), task.support_x, task.support_y, learner.support_loss))
     expected = []
     for i in range(3):
         task = episodes.task(i)
-        fast, inner = learner.adapter.adapt_and_measure(
-            learner.initial_weights(), task.support_x, task.support_y, learner.support_loss)
+        fast, inner = measure(task)
         np.testing.assert_allclose(inner["inner_support_loss"], learner.support_loss(
             fast, task.support_x, task.support_y), rtol=1e-12)
         assert inner["inner_optimality"] < 1e-6  # 250 steps reach the proximal optimum
@@ -222,74 +224,3 @@ def test_solve_diagnostics_are_those_of_each_task(task_batching):
         target = values if task_batching == "accumulate" else [np.mean(values)] * 3
         np.testing.assert_allclose(metrics[name], target, rtol=1e-7, atol=1e-12)
 
-
-def _tiny_conv_learner(steps=400, linear_solver=None):
-    """A float64 conv net with BatchNorm and ReLU (33 weights) on 6x6 images."""
-    from metalearn.adapters.implicit_diff import ConjugateGradient
-    keras.utils.set_random_seed(4)
-    model = models.conv_net((6, 6, 1), outputs=3, filters=2, blocks=1, dtype="float64")
-    solver = linear_solver or ConjugateGradient(80, tolerance=1e-13)
-    adapter = ImplicitGradientDescent(steps=steps, learning_rate=0.3, regularization=1.0,
-                                      linear_solver=solver)
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, dtype="float64")
-    return metalearn.Learner(model, adapter, loss=loss)
-
-
-def _compiled_meta_gradient(learner, episodes):
-    @tf.function
-    def meta_gradient():
-        with tf.GradientTape() as tape:
-            loss = learner.meta_loss(episodes)
-        return tape.gradient(loss, learner.meta_variables)
-    return {v.path: g.numpy() for v, g in zip(learner.meta_variables, meta_gradient())}
-
-
-def test_conv_net_with_batch_norm_meta_gradient_equals_finite_differences():
-    """The implicit meta-gradient through a conv net with BatchNorm (batch statistics)
-    is the derivative of the query loss at the proximal optimum: central differences
-    of the meta-loss, the inner loop run to the optimum for every shifted theta."""
-    from metalearn.testing import image_episodes
-    learner = _tiny_conv_learner()
-    episodes = image_episodes(tasks=2, ways=3, size=6)
-    metrics = learner.meta_metrics(episodes)
-    assert float(tf.reduce_max(metrics["inner_optimality"])) < 1e-10
-    analytic = _compiled_meta_gradient(learner, episodes)
-    numeric = finite_difference_gradient(lambda w: learner.meta_loss(episodes, weights=w),
-                                         learner.initial_weights())
-    assert relative_error(analytic, numeric) < 1e-6
-
-
-def test_conv_net_meta_gradient_equals_a_dense_solve():
-    """lambda (H + lambda I)^-1 grad L_query(phi*) with H the dense Hessian of the support
-    loss at phi* (numpy's solve); the reported diagnostics agree with H's spectrum."""
-    from metalearn.testing import image_episodes
-    learner = _tiny_conv_learner()
-    episodes = image_episodes(tasks=1, ways=3, size=6)
-    task = episodes.task(0)
-    fast = learner.adapt(task.support_x, task.support_y)
-    paths = list(fast)
-    shapes = [fast[p].shape for p in paths]
-    sizes = [int(np.prod(s)) for s in shapes]
-    flat = tf.Variable(tf.concat([tf.reshape(fast[p], [-1]) for p in paths], 0))
-
-    def unflatten(vector):
-        parts = tf.split(vector, sizes)
-        return {p: tf.reshape(t, s) for p, t, s in zip(paths, parts, shapes)}
-
-    with tf.GradientTape() as outer:
-        with tf.GradientTape() as inner:
-            loss = learner.support_loss(unflatten(flat), task.support_x, task.support_y)
-        grad = inner.gradient(loss, flat)
-    hessian = outer.jacobian(grad, flat).numpy()
-    with tf.GradientTape() as tape:
-        query = learner.task_loss(task.query_y, learner.predict(unflatten(flat), task.query_x))
-    query_grad = tape.gradient(query, flat).numpy()
-    system = hessian + LAMBDA * np.eye(len(query_grad))
-    expected = LAMBDA * np.linalg.solve(system, query_grad)
-    analytic = _compiled_meta_gradient(learner, episodes)
-    analytic = np.concatenate([analytic[p].ravel() for p in paths])
-    np.testing.assert_allclose(analytic, expected, rtol=1e-7, atol=1e-12)
-    _, metrics = metalearn.MetaOptimizer().compute_gradients(learner, episodes)
-    smallest = np.linalg.eigvalsh(system).min()
-    assert float(metrics["cg_positive_definite"][0]) == float(smallest > 0)
-    assert float(metrics["cg_min_curvature"][0]) >= smallest - 1e-9
