@@ -152,3 +152,75 @@ class TestImplicitMAML(LearnerContract):
     def make_learner(self):
         return classification_learner(ImplicitGradientDescent(
             steps=3, learning_rate=0.1, regularization=1.0, cg_steps=2))
+
+
+SOLVE = ("cg_residual", "cg_iterations", "cg_positive_definite", "cg_min_curvature")
+INNER = ("inner_support_loss", "inner_distance", "inner_optimality")
+
+
+def test_training_reports_the_inner_fit_and_the_solve(tmp_path):
+    """A few sinusoid steps: the inner fit and the backward solve's diagnostics reach
+    metrics.json through the training loop; evaluation reports the inner fit."""
+    import json
+    import os
+    from metalearn.training import build_experiment, evaluate, parse_config, train
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parse_config([os.path.join(root, "experiments", "sinusoid", "imaml.gin")],
+                 ["Experiment.num_steps = 4", "Experiment.log_every = 2",
+                  "Experiment.meta_batch_size = 3", "mlp.hidden = (8,)",
+                  "ImplicitGradientDescent.steps = 3", "evaluate.num_tasks = 4",
+                  "evaluate.batch_size = 2"])
+    experiment = build_experiment()
+    train(experiment, str(tmp_path))
+    with open(tmp_path / "metrics.json") as f:
+        metrics = json.load(f)
+    for name in SOLVE + INNER:
+        assert np.isfinite(metrics[name]), name
+    assert metrics["cg_iterations"] == 5.0 and 0 <= metrics["cg_positive_definite"] <= 1
+    assert 0 < metrics["inner_optimality"] < 1 and metrics["inner_distance"] > 0
+    report = evaluate(experiment.learner, experiment.sampler, inner_steps=(3,))["results"]["3"]
+    assert set(INNER) <= set(report) and not set(SOLVE) & set(report)
+
+
+@pytest.mark.parametrize("task_batching", ["unrolled", "accumulate"])
+def test_solve_diagnostics_are_those_of_each_task(task_batching):
+    """The meta-step's cg_* metrics equal each task's own solve, by hand (mean over
+    tasks; per task with accumulate), and inner_* are the support loss at phi etc."""
+    from metalearn.adapters.implicit_diff import ConjugateGradient
+    learner = _linear_learner(steps=250, cg_steps=2, task_batching=task_batching)
+    episodes = regression_episodes(tasks=3, shots=5)
+    gradients, metrics = tf.function(metalearn.MetaOptimizer().compute_gradients)(
+        learner, episodes)
+    measure = tf.function(lambda task: learner.adapter.adapt_and_measure(
+        learner.initial_weights(), task.support_x, task.support_y, learner.support_loss))
+    expected = []
+    for i in range(3):
+        task = episodes.task(i)
+        fast, inner = measure(task)
+        np.testing.assert_allclose(inner["inner_support_loss"], learner.support_loss(
+            fast, task.support_x, task.support_y), rtol=1e-12)
+        assert inner["inner_optimality"] < 1e-6  # 250 steps reach the proximal optimum
+        paths = list(fast)
+        phi = [fast[p] for p in paths]
+
+        def system(v):
+            with tf.GradientTape() as outer:
+                outer.watch(phi)
+                with tf.GradientTape() as inner_tape:
+                    inner_tape.watch(phi)
+                    loss = learner.support_loss(dict(zip(paths, phi)), task.support_x,
+                                                task.support_y)
+                g = inner_tape.gradient(loss, phi)
+            return [h + LAMBDA * t for h, t in zip(outer.gradient(g, phi, output_gradients=v), v)]
+
+        with tf.GradientTape() as tape:
+            tape.watch(phi)
+            query = learner.task_loss(task.query_y,
+                                      learner.predict(dict(zip(paths, phi)), task.query_x))
+        rhs = [g / 3 for g in tape.gradient(query, phi)]  # the mean over 3 tasks' upstream
+        expected.append(ConjugateGradient(2).solve(system, rhs)[1])
+    for name in SOLVE:
+        values = [float(e[name.split("_", 1)[1]]) for e in expected]
+        target = values if task_batching == "accumulate" else [np.mean(values)] * 3
+        np.testing.assert_allclose(metrics[name], target, rtol=1e-7, atol=1e-12)
+

@@ -16,7 +16,7 @@ import abc
 import dataclasses
 import functools
 import re
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import gin
 import keras
@@ -135,6 +135,24 @@ class Piece(tf.Module):
             found.update(piece.own_task_paths(weights))
         return [p for p in weights if p in found]
 
+    def own_gradient_metrics(self) -> Dict[str, tf.Variable]:
+        """What this piece measures in its backward pass (a linear solve's residual),
+        by metric name: for each, a scalar zero variable (a handle, never assigned, not
+        checkpointed) that the piece's gradient computation reads and whose gradient it
+        sets to the figure of each task (see
+        :func:`metalearn.adapters.implicit_diff.implicit_solution`'s ``report``). The
+        meta-step differentiates the meta-loss with respect to the handles too and
+        reports each gradient's mean over tasks with the other metrics."""
+        return {}
+
+    @property
+    def gradient_metrics(self) -> Dict[str, tf.Variable]:
+        """:meth:`own_gradient_metrics` of this piece and every part."""
+        found: Dict[str, tf.Variable] = {}
+        for piece in [self, *self.parts()]:
+            found.update(piece.own_gradient_metrics())
+        return found
+
     @property
     def meta_variables(self) -> List[tf.Variable]:
         """Variables the outer step trains: this piece's and every part's, once each."""
@@ -237,6 +255,20 @@ class Adapter(Piece, abc.ABC):
           Adapted weights by path (a subset of paths is allowed: missing ones stay at
           the model's variables).
         """
+
+    @property
+    def metric_names(self) -> Tuple[str, ...]:
+        """Names of the per-task figures :meth:`adapt_and_measure` reports (how well the
+        inner loop did, e.g. its support loss); none by default."""
+        return ()
+
+    def adapt_and_measure(self, weights: Weights, support_x: Any, support_y: Any,
+                          loss_fn: LossFn, steps: Optional[int] = None
+                          ) -> Tuple[Weights, Dict[str, tf.Tensor]]:
+        """:meth:`adapt`, and scalars by each of :attr:`metric_names` measured on the
+        way (what the learner reports with its query metrics, in training and in
+        evaluation). The default measures nothing."""
+        return self.adapt(weights, support_x, support_y, loss_fn, steps=steps), {}
 
     def adapt_trajectory(self, weights: Weights, support_x: Any, support_y: Any,
                          loss_fn: LossFn, steps: Optional[int] = None) -> List[Weights]:

@@ -25,13 +25,14 @@ giving the plain gradient; ``tests/implicit_test.py`` checks the batched path).
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import gin
 import tensorflow as tf
 
 from metalearn.adapters.base import Adapter, Capabilities, LossFn
-from metalearn.adapters.implicit_diff import ConjugateGradient, implicit_solution
+from metalearn.adapters.implicit_diff import (ConjugateGradient, LinearSolver, Neumann,
+                                             diagnostic_names, implicit_solution)
 from metalearn.functional import Weights
 
 
@@ -39,6 +40,17 @@ def conjugate_gradient(apply_a, b: List[tf.Tensor], steps: int) -> List[tf.Tenso
     """``steps`` iterations of conjugate gradient for ``A x = b`` from ``x = 0``
     (:class:`~metalearn.adapters.implicit_diff.ConjugateGradient`)."""
     return ConjugateGradient(steps)(apply_a, b)
+
+
+class _Handles:
+    """Plain holder of the gradient-metric handles: neither ``tf.Module`` nor the
+    checkpoint looks inside it, so they are never saved or meta-trained."""
+
+    def __init__(self, variables: Dict[str, tf.Variable]):
+        self.variables = variables
+
+
+INNER_METRICS = ("inner_support_loss", "inner_distance", "inner_optimality")
 
 
 @gin.configurable
@@ -51,6 +63,17 @@ class ImplicitGradientDescent(Adapter):
     solve; the paper uses 5). Every trainable weight is adapted (the implicit gradient
     with respect to non-adapted weights would need mixed second derivatives).
 
+    What it reports (:meth:`adapt_and_measure`, per task, in training and evaluation):
+    ``inner_support_loss`` (the support loss at ``phi``, the proximal term aside),
+    ``inner_distance`` (``||phi - theta||``) and ``inner_optimality``
+    (``||F(phi)|| / ||F(theta)||`` with ``F(phi) = grad L_support(phi) + lambda (phi -
+    theta)``: 0 at the optimum the implicit gradient assumes, 1 where the loop did not
+    move). In training also the linear solve's diagnostics, as ``cg_residual``,
+    ``cg_iterations``, ``cg_positive_definite`` (the fraction of tasks whose system was
+    positive definite along the CG path) and ``cg_min_curvature`` (``neumann_...`` for a
+    :class:`~metalearn.adapters.implicit_diff.Neumann` solver), through
+    :attr:`~metalearn.adapters.base.Piece.gradient_metrics`.
+
     Args:
       steps: inner gradient steps on ``L_support(phi) + lambda/2 ||phi - theta||^2``.
       learning_rate: inner step size.
@@ -62,11 +85,15 @@ class ImplicitGradientDescent(Adapter):
         clipping keeps plain gradient descent from diverging when meta-training sharpens
         the support loss beyond ``2 / learning_rate`` (seen on sinusoid regression). Off
         by default.
+      linear_solver: the solver of ``(H + lambda I) u = grad L_query``; defaults to
+        ``ConjugateGradient(cg_steps)`` (give one to set its ``damping`` or
+        ``tolerance``, or a ``Neumann`` series).
     """
 
     def __init__(self, steps: int = 10, learning_rate: float = 0.01,
                  regularization: float = 1.0, cg_steps: int = 5,
-                 clip_norm: Optional[float] = None, name: Optional[str] = None):
+                 clip_norm: Optional[float] = None,
+                 linear_solver: Optional[LinearSolver] = None, name: Optional[str] = None):
         super().__init__(name=name)
         if int(steps) < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
@@ -78,11 +105,39 @@ class ImplicitGradientDescent(Adapter):
             raise ValueError(f"cg_steps must be >= 1, got {cg_steps}")
         if clip_norm is not None and not float(clip_norm) > 0:
             raise ValueError(f"clip_norm must be > 0 (or None for no clipping), got {clip_norm}")
+        if linear_solver is not None and not callable(linear_solver):
+            raise TypeError(f"linear_solver must be callable(apply_a, b), e.g. "
+                            f"ConjugateGradient(5, damping=1.0), got {linear_solver!r}")
         self.steps = int(steps)
         self.learning_rate = float(learning_rate)
         self.regularization = float(regularization)
         self.cg_steps = int(cg_steps)
         self.clip_norm = None if clip_norm is None else float(clip_norm)
+        self._solver = linear_solver
+        self._handles = _Handles({})
+
+    @property
+    def linear_solver(self) -> LinearSolver:
+        """The solver of the backward pass's system."""
+        return self._solver if self._solver is not None else ConjugateGradient(self.cg_steps)
+
+    def _diagnostic_names(self) -> List[str]:
+        prefix = "neumann" if isinstance(self.linear_solver, Neumann) else "cg"
+        return [f"{prefix}_{n}" for n in diagnostic_names(self.linear_solver)]
+
+    def build(self, model, weights: Weights) -> None:
+        dtype = next(iter(weights.values())).dtype if weights else tf.float32
+        dtype = dtype if dtype == tf.float64 else tf.float32
+        self._handles = _Handles({name: tf.Variable(tf.zeros([], dtype), name=name)
+                                  for name in self._diagnostic_names()})
+        super().build(model, weights)
+
+    def own_gradient_metrics(self) -> Dict[str, tf.Variable]:
+        return dict(self._handles.variables)
+
+    @property
+    def metric_names(self) -> Tuple[str, ...]:
+        return INNER_METRICS
 
     def own_capabilities(self) -> Capabilities:
         # tf.custom_gradient is ignored inside tf.map_fn; the inner solve and conjugate
@@ -91,6 +146,14 @@ class ImplicitGradientDescent(Adapter):
 
     def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
               steps: Optional[int] = None) -> Weights:
+        return self._adapt(weights, support_x, support_y, loss_fn, steps, measure=False)[0]
+
+    def adapt_and_measure(self, weights: Weights, support_x: Any, support_y: Any,
+                          loss_fn: LossFn, steps: Optional[int] = None
+                          ) -> Tuple[Weights, Dict[str, tf.Tensor]]:
+        return self._adapt(weights, support_x, support_y, loss_fn, steps, measure=True)
+
+    def _adapt(self, weights, support_x, support_y, loss_fn, steps, measure):
         steps = self.steps if steps is None else int(steps)
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
@@ -100,29 +163,48 @@ class ImplicitGradientDescent(Adapter):
         def support_loss(values):
             return loss_fn(dict(zip(paths, values)), support_x, support_y)
 
-        def support_gradient(values):
+        def support_gradient(values, with_loss=False):
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(values)
                 loss = support_loss(values)
-            return tape.gradient(loss, values,
-                                 unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            grads = tape.gradient(loss, values,
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            return (loss, grads) if with_loss else grads
 
         theta = [tf.stop_gradient(weights[p]) for p in paths]
 
-        def body(step, *phi):
+        def body(step, start, *phi):
             phi = list(phi)
             grads = support_gradient(phi)
+            start = tf.where(step == 0, tf.cast(tf.linalg.global_norm(grads), start.dtype),
+                             start)
             updates = [g + lam * (p - t) for p, g, t in zip(phi, grads, theta)]
             if self.clip_norm is not None:
                 updates, _ = tf.clip_by_global_norm(updates, self.clip_norm)
-            return [step + 1] + [p - lr * u for p, u in zip(phi, updates)]
+            return [step + 1, start] + [p - lr * u for p, u in zip(phi, updates)]
 
-        phi = tf.while_loop(lambda step, *_: step < steps, body, [tf.constant(0)] + theta,
-                            parallel_iterations=1)[1:]
+        start = tf.zeros([], theta[0].dtype)
+        loop = tf.while_loop(lambda step, *_: step < steps, body,
+                             [tf.constant(0), start] + theta, parallel_iterations=1)
+        start, phi = loop[1], loop[2:]
 
         def optimality(x, th):  # F(phi, theta) = grad L_support(phi) + lambda (phi - theta)
             return [g + lam * (xi - ti) for g, xi, ti in zip(support_gradient(x), x, th)]
 
+        handles = list(self._handles.variables.values()) if measure else []
         adapted = implicit_solution(optimality, phi, [weights[p] for p in paths],
-                                    ConjugateGradient(self.cg_steps))
-        return dict(zip(paths, adapted))
+                                    self.linear_solver, report=handles)
+        adapted = dict(zip(paths, adapted))
+        if not measure:
+            return adapted, {}
+        loss, grads = support_gradient(phi, with_loss=True)
+        residual = tf.linalg.global_norm(
+            [g + lam * (x - t) for g, x, t in zip(grads, phi, theta)])
+        if steps == 0:  # phi = theta: F(theta) is the residual itself
+            start = tf.cast(residual, start.dtype)
+        metrics = {"inner_support_loss": loss,
+                   "inner_distance": tf.linalg.global_norm(
+                       [x - t for x, t in zip(phi, theta)]),
+                   "inner_optimality": tf.math.divide_no_nan(
+                       tf.cast(residual, start.dtype), start)}
+        return adapted, {k: tf.stop_gradient(tf.cast(v, loss.dtype)) for k, v in metrics.items()}

@@ -422,12 +422,18 @@ class Learner(tf.Module):
         """Adapts on one episode's support set and measures on its query set.
 
         Returns:
-          Scalars by name: ``"loss"`` (the query loss, which the outer step minimises)
-          and each of the learner's metrics.
+          Scalars by name: ``"loss"`` (the query loss, which the outer step minimises),
+          each of the learner's metrics and each of the adapter's
+          (:meth:`~metalearn.adapters.Adapter.adapt_and_measure`).
         """
         support_x, support_y, query_x, query_y = self.split(episode)
-        adapted = self.adapt(support_x, support_y, steps=steps, weights=weights)
-        return self.query_metrics(query_y, self.predict(adapted, query_x))
+        weights = self.initial_weights() if weights is None else weights
+        weights = self.task_initial_weights(weights, support_x, support_y)
+        adapted, inner = self.adapter.adapt_and_measure(weights, support_x, support_y,
+                                                        self.support_loss, steps=steps)
+        results = self.query_metrics(query_y, self.predict(adapted, query_x))
+        results.update({k: tf.cast(v, self.metric_dtype) for k, v in inner.items()})
+        return results
 
     def query_metrics(self, query_y: Any, predictions: Any) -> Dict[str, tf.Tensor]:
         """``{"loss": task loss, metric name: value, ...}`` of one task's predictions."""
@@ -442,8 +448,25 @@ class Learner(tf.Module):
     # --- a batch of tasks --------------------------------------------------------
 
     @property
-    def metric_names(self) -> List[str]:
+    def query_metric_names(self) -> List[str]:
+        """What :meth:`query_metrics` gives: ``"loss"`` and the learner's metrics."""
         return ["loss"] + list(self.metrics)
+
+    @property
+    def metric_names(self) -> List[str]:
+        """What :meth:`episode_metrics` gives: the query metrics and the adapter's
+        (:attr:`~metalearn.adapters.Adapter.metric_names`)."""
+        return self.query_metric_names + list(self.adapter.metric_names)
+
+    @property
+    def gradient_metrics(self) -> Dict[str, tf.Variable]:
+        """What the pieces measure in the backward pass, by name: handles whose gradient
+        of the meta-loss is each figure (:meth:`~metalearn.adapters.base.Piece.
+        own_gradient_metrics`); the meta-step reports them with the other metrics."""
+        found: Dict[str, tf.Variable] = {}
+        for piece in self.pieces:
+            found.update(piece.gradient_metrics)
+        return found
 
     def meta_metrics(self, episodes: Episode, steps: Optional[int] = None,
                      weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
@@ -479,12 +502,14 @@ class Learner(tf.Module):
                 batched.call(self.model, task_weights, x, training=True))
             return tf.vectorized_map(lambda args: self.task_loss(*args), (y, predictions))
 
-        adapted = self.adapter.adapt(per_task, support_x, support_y, support_losses,
-                                     steps=steps)
+        adapted, inner = self.adapter.adapt_and_measure(per_task, support_x, support_y,
+                                                        support_losses, steps=steps)
         predictions = self._full_precision(
             batched.call(self.model, adapted, query_x, training=self.query_training))
-        return tf.vectorized_map(lambda args: self.query_metrics(*args),
-                                 (query_y, predictions))
+        results = tf.vectorized_map(lambda args: self.query_metrics(*args),
+                                    (query_y, predictions))
+        results.update({k: tf.cast(v, self.metric_dtype) for k, v in inner.items()})
+        return results
 
     def meta_loss(self, episodes: Episode, steps: Optional[int] = None,
                   weights: Optional[Weights] = None) -> tf.Tensor:

@@ -17,6 +17,7 @@ kind and a memory budget, with the activations' size estimated from the model's 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -208,6 +209,18 @@ def per_task(learner: Any, one_task: Callable[[Episode], Any], episodes: Episode
                      parallel_iterations=learner.parallel_iterations)
 
 
+def gradient_metrics(learner: Any, sums: Dict[str, Any], tasks: tf.Tensor
+                     ) -> Dict[str, tf.Tensor]:
+    """Per-task metrics (``[tasks]`` each, every entry the mean over the tasks) from the
+    gradients of the meta-loss with respect to the learner's gradient-metric handles
+    (``sums``: each piece's backward pass sets its handle's gradient to its figure of
+    the task, so the gradient is the sum over tasks). Handles no gradient reached (no
+    backward pass used them) give no metric."""
+    return {name: tf.fill([tasks], tf.cast(total, learner.metric_dtype)
+                          / tf.cast(tasks, learner.metric_dtype))
+            for name, total in sums.items() if total is not None}
+
+
 def accumulate(learner: Any, episodes: Episode, variables: Sequence[tf.Variable]
                ) -> Tuple[List[tf.Tensor], Dict[str, tf.Tensor]]:
     """The meta-gradient of the mean query loss over ``episodes`` with respect to
@@ -224,7 +237,8 @@ def accumulate(learner: Any, episodes: Episode, variables: Sequence[tf.Variable]
     variables = list(variables)
     tasks = tf.shape(tf.nest.flatten(episodes)[0])[0]
     scale = 1.0 / tf.cast(tasks, learner.metric_dtype)
-    names = learner.metric_names
+    handles = learner.gradient_metrics
+    names = learner.metric_names + list(handles)
     missing: List[str] = []
 
     def body(i, totals, arrays):
@@ -232,7 +246,11 @@ def accumulate(learner: Any, episodes: Episode, variables: Sequence[tf.Variable]
         with tf.GradientTape() as tape:
             metrics = learner.episode_metrics(episode)
             loss = metrics["loss"] * scale
-        grads = tape.gradient(loss, variables)
+        grads = tape.gradient(loss, variables + list(handles.values()))
+        grads, measured = grads[:len(variables)], grads[len(variables):]
+        metrics = {**metrics, **{name: tf.cast(g, learner.metric_dtype)
+                                 if g is not None else tf.constant(math.nan, learner.metric_dtype)
+                                 for name, g in zip(handles, measured)}}
         missing[:] = [v.path for v, g in zip(variables, grads) if g is None]
         grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
                  for v, g in zip(variables, grads)]

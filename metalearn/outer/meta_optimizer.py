@@ -79,14 +79,19 @@ class MetaOptimizer:
         variables = learner.meta_variables
         if learner.task_batching_for(episodes) == "accumulate":  # one task's tape at a time
             return task_batching.accumulate(learner, episodes, variables)
+        handles = learner.gradient_metrics
         with tf.GradientTape() as tape:
             metrics = learner.meta_metrics(episodes)
             loss = tf.reduce_mean(metrics["loss"])
-        gradients = tape.gradient(loss, variables)
+        gradients = tape.gradient(loss, variables + list(handles.values()))
+        gradients, measured = gradients[:len(variables)], gradients[len(variables):]
         missing = [v.path for v, g in zip(variables, gradients) if g is None]
         if missing:
             raise ValueError(f"no meta-gradient reaches {missing}: the meta-loss does not "
                              "depend on them (is the graph disconnected?)")
+        metrics = dict(metrics)
+        metrics.update(task_batching.gradient_metrics(
+            learner, dict(zip(handles, measured)), tf.shape(metrics["loss"])[0]))
         return gradients, metrics
 
     def apply_gradients(self, learner: Learner, gradients: Sequence[tf.Tensor],

@@ -73,7 +73,7 @@ class Reptile(MetaOptimizer):
 
         signature = ({p: tf.TensorSpec(w.shape, w.dtype) for p, w in weights.items()},
                      {k: tf.TensorSpec([], learner.metric_dtype)
-                      for k in learner.metric_names})
+                      for k in learner.query_metric_names})
         return task_batching.per_task(learner, one_task, episodes, signature)
 
     def compute_gradients(self, learner: Learner, episodes: Episode
