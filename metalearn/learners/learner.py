@@ -28,6 +28,19 @@ def accuracy(y_true: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
     return tf.reduce_mean(tf.cast(tf.equal(predicted, labels), tf.float32))
 
 
+def _step_reading_layers(model: keras.Model) -> List[keras.layers.Layer]:
+    """The model's layers (nested models' too) that read the learner's meta-step, as
+    pieces do: those with a ``meta_step`` attribute and ``bind`` (e.g. DropBlock's
+    schedule and mask stream, which nothing assigns under ``functional.call``)."""
+    found = []
+    for layer in getattr(model, "layers", []):
+        if isinstance(layer, keras.Model):
+            found += _step_reading_layers(layer)
+        elif hasattr(layer, "meta_step") and callable(getattr(layer, "bind", None)):
+            found.append(layer)
+    return found
+
+
 def _as_fn(name: str, fn: Union[str, MetricFn]) -> MetricFn:
     if isinstance(fn, str):
         if fn == "accuracy":
@@ -147,7 +160,7 @@ class Learner(tf.Module):
         # The outer-step counter: advanced by the compiled meta-step (training.loop),
         # checkpointed with the learner, read by schedules over meta-training.
         self.meta_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="meta_step")
-        for piece in self.pieces:
+        for piece in [*self.pieces, *_step_reading_layers(model)]:
             if piece.meta_step is None:
                 piece.bind(self.meta_step)
         if not self.adapter.built:
