@@ -185,7 +185,7 @@ def test_batched_refuses_what_it_cannot_run():
         def call(self, x):
             return self.dense(x)
     subclassed = Subclassed()
-    subclassed.build((None, 4))
+    subclassed(np.zeros((1, 4)))
     with pytest.raises(ValueError, match="supports keras.Sequential and functional models"):
         _learner(subclassed, GradientDescent(1, 0.1), "batched")
 

@@ -692,6 +692,18 @@ CASES: List[Case] = [
     Case("support and query of different task counts", "an episode batch of 2 support and "
          "3 query tasks", ValueError, "different numbers of tasks (leading axis): "
          "support_x 2", unequal_task_counts, None, "each part's count"),
+    Case("Wide ResNet depth not 6n + 4", "`wide_resnet.depth = 27`", ValueError,
+         "wide_resnet depth must be 6n + 4 with n >= 1 (10, 16, 22, 28, ...), got 27",
+         lambda p: metalearn.models.wide_resnet(depth=27), None,
+         "the bad value"),
+    Case("a backbone width of zero", "`resnet12.widths = (64, 0)`", ValueError,
+         "widths must be a non-empty sequence of positive ints, got (64, 0)",
+         lambda p: metalearn.models.resnet12(widths=(64, 0)), None,
+         "the bad value"),
+    Case("DropBlock that drops everything", "`resnet12.drop_rate = 1.0`", ValueError,
+         "DropBlock rate must be in [0, 1), got 1.0",
+         lambda p: metalearn.models.resnet12(drop_rate=1.0), None,
+         "the bad value"),
 ]
 
 

@@ -81,7 +81,8 @@ class Learner(tf.Module):
     :attr:`meta_step` is the outer-step counter (an int64 ``tf.Variable``, also given to
     the adapter): the compiled meta-step of :mod:`metalearn.training` advances it after
     each update and the training loop checkpoints it as ``step``. Schedules over
-    meta-training read it inside the graph.
+    meta-training read it inside the graph, in pieces and in model layers that ask for
+    it (those with ``meta_step`` and ``bind``, e.g. :class:`~metalearn.layers.DropBlock`).
 
     Args:
       model: a built Keras model.
