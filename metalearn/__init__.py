@@ -15,7 +15,8 @@ The public surface (folders by role; docs/architecture.md has the whole picture)
     metalearn.training           the one meta-step builder, the loop, evaluation
     metalearn.runs               experiments, workdir files, sweeps, results
     metalearn.tasks              episodes and task samplers
-    metalearn.models             plain Keras model builders
+    metalearn.models             plain Keras model builders (conv nets, ResNet-12, WRN)
+    metalearn.layers             Keras layers they need (DropBlock)
     metalearn.testing            the contract every piece meets, for research code
     metalearn.restore(workdir)   a trained run, ready to adapt and predict
 
@@ -51,7 +52,7 @@ from absl import logging as _absl_logging  # noqa: E402
 _absl_logging.get_absl_handler().addFilter(_QuietTensorFlow())  # what absl prints
 _logging.getLogger("tensorflow").addFilter(_QuietTensorFlow())
 
-from metalearn import adapters, configurables, functional, heads, models, tasks  # noqa: E402
+from metalearn import adapters, configurables, functional, heads, layers, models, tasks  # noqa: E402
 from metalearn import learners  # noqa: E402
 from metalearn.learners import (ClassifierBaseline, EmbeddingLearner, Learner,  # noqa: E402
                                 MultiStepLossLearner, PrototypicalNetworks, ProtoMAML,

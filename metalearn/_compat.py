@@ -57,6 +57,19 @@ def optimizer_learning_rate(optimizer: keras.optimizers.Optimizer) -> Any:
     return optimizer._learning_rate
 
 
+def run_functional_graph(model: keras.Model, inputs: Any,
+                         call_fn: Callable[..., Any]) -> Any:
+    """Runs a functional model's graph (``keras.Function._run_through_graph``) with
+    ``call_fn(layer, *args, **kwargs)`` computing each node from its inputs' values:
+    the walk Keras' own ``Functional.call`` makes, with another way to call a layer."""
+    import inspect
+    run = getattr(model, "_run_through_graph", None)
+    if run is None or "call_fn" not in inspect.signature(run).parameters:
+        raise _moved("keras.Function._run_through_graph(inputs, operation_fn, call_fn)",
+                     "keras", keras.__version__)
+    return run(inputs, operation_fn=lambda operation: operation, call_fn=call_fn)
+
+
 # --- gin ----------------------------------------------------------------------------
 
 def gin_version() -> str:
@@ -148,7 +161,7 @@ def every_reach() -> List[Callable[[], Any]]:
             lambda: optimizer_learning_rate(keras.optimizers.SGD(0.1)),
             gin_file_readers, gin_location_prefixes, gin_parser, system_path_file_exists,
             strategy_supports_no_merge_call, trackable_object_graph,
-            lambda: _check_augment()]
+            lambda: _check_augment(), _check_functional_graph]
 
 
 def _check_augment() -> None:
@@ -159,3 +172,14 @@ def _check_augment() -> None:
             raise _moved("gin.utils.augment_exception_message_and_reraise (message)",
                          "gin-config", gin_version())
 
+
+
+def _check_functional_graph() -> None:
+    inputs = keras.Input((2,))
+    model = keras.Model(inputs, keras.layers.Add()([inputs, inputs]))
+    seen = []
+    out = run_functional_graph(model, [tf.ones((1, 2))],
+                               lambda layer, *a, **k: seen.append(layer) or layer(*a, **k))
+    if len(seen) != 1 or float(tf.reduce_sum(out)) != 4.0:
+        raise _moved("keras.Function._run_through_graph (call_fn)", "keras",
+                     keras.__version__)

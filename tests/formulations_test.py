@@ -177,10 +177,17 @@ def test_batched_refuses_what_it_cannot_run():
     with pytest.raises(ValueError, match="overrides episode_metrics"):
         metalearn.MultiStepLossLearner(model, GradientDescent(2, 0.1), loss="mse",
                                        task_batching="batched")
-    inputs = keras.Input((4,), dtype="float64")
-    functional_model = keras.Model(inputs, keras.layers.Dense(2, dtype="float64")(inputs))
-    with pytest.raises(ValueError, match="supports keras.Sequential"):
-        _learner(functional_model, GradientDescent(1, 0.1), "batched")
+    class Subclassed(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(2, dtype="float64")
+
+        def call(self, x):
+            return self.dense(x)
+    subclassed = Subclassed()
+    subclassed(np.zeros((1, 4)))
+    with pytest.raises(ValueError, match="supports keras.Sequential and functional models"):
+        _learner(subclassed, GradientDescent(1, 0.1), "batched")
 
     class Custom(keras.layers.Layer):
         def build(self, shape):

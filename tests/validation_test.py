@@ -906,6 +906,18 @@ CASES: List[Case] = [
     Case("zero peer wait", "`make_strategy.peer_timeout = 0`", ValueError,
          "make_strategy.peer_timeout must be a number of seconds > 0, got 0",
          multi_worker(_two_workers(), peer_timeout=0), None, "the argument"),
+    Case("Wide ResNet depth not 6n + 4", "`wide_resnet.depth = 27`", ValueError,
+         "wide_resnet depth must be 6n + 4 with n >= 1 (10, 16, 22, 28, ...), got 27",
+         lambda p: metalearn.models.wide_resnet(depth=27), None,
+         "the bad value"),
+    Case("a backbone width of zero", "`resnet12.widths = (64, 0)`", ValueError,
+         "widths must be a non-empty sequence of positive ints, got (64, 0)",
+         lambda p: metalearn.models.resnet12(widths=(64, 0)), None,
+         "the bad value"),
+    Case("DropBlock that drops everything", "`resnet12.drop_rate = 1.0`", ValueError,
+         "DropBlock rate must be in [0, 1), got 1.0",
+         lambda p: metalearn.models.resnet12(drop_rate=1.0), None,
+         "the bad value"),
 ]
 
 

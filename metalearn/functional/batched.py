@@ -12,12 +12,16 @@ initial weights turns them into. Each layer with weights is computed by a *rule*
   GEMMs become one large one, and no per-task (grouped) convolution is needed;
 - ``BatchNormalization``: per-task batch moments (exact to every derivative order, as in
   :func:`metalearn.functional.call`), or the shared moving statistics at inference;
-- every layer without weights (activations, pooling, flatten, dropout, ...): the task
-  axis is folded into the batch axis and the layer itself is called.
+- every layer without weights (activations, pooling, flatten, residual ``Add``, ...):
+  the task axis is folded into the batch axis and the layer itself is called (layers
+  with several inputs, too);
+- a random layer needs its own rule (one task's draws shared by every task, as the
+  per-task formulation draws them): ``metalearn.layers.DropBlock`` registers one.
 
 A weight given without the task axis (its variable's own shape) is shared by all tasks,
-e.g. MAML++'s per-step BatchNorm copies, which are not adapted. Sequential models (also
-nested) are supported; :func:`register` adds a rule for another layer class.
+e.g. MAML++'s per-step BatchNorm copies, which are not adapted. Sequential and
+functional models (also nested, residual connections included) are supported;
+:func:`register` adds a rule for another layer class.
 
 Which formulation is fastest depends on the device; ``benchmarks/meta_step.py``
 measures them (see benchmarks/README.md). On CPUs the per-task loop wins.
@@ -30,7 +34,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Type
 import keras
 import tensorflow as tf
 
-from metalearn import functional
+from metalearn import _compat, functional
 from metalearn.functional.moments import batch_moments
 
 __all__ = ["call", "register", "supports"]
@@ -64,11 +68,17 @@ def _rule_for(layer: keras.layers.Layer) -> Optional[Rule]:
     return None
 
 
+def _is_graph(model: keras.Model) -> bool:
+    """A functional model (``keras.Model(inputs, outputs)``), walked node by node."""
+    return isinstance(model, keras.Function) and not isinstance(model, keras.Sequential)
+
+
 def _sublayers(model: keras.Model):
-    if not isinstance(model, keras.Sequential):
+    if not isinstance(model, keras.Sequential) and not _is_graph(model):
         raise ValueError(
-            f"batched formulation supports keras.Sequential models; {model.name!r} is a "
-            f"{type(model).__name__}: use Learner(task_batching='map_fn')")
+            f"batched formulation supports keras.Sequential and functional models; "
+            f"{model.name!r} is a subclassed {type(model).__name__}: use "
+            "Learner(task_batching='map_fn')")
     return model.layers
 
 
@@ -81,7 +91,7 @@ def supports(model: keras.Model) -> Optional[str]:
     """``None`` if :func:`call` can run ``model``, else the reason it cannot."""
     try:
         for layer in _sublayers(model):
-            if isinstance(layer, keras.Sequential):
+            if isinstance(layer, keras.Model):
                 reason = supports(layer)
                 if reason:
                     return reason
@@ -124,32 +134,48 @@ def call(model: keras.Model, weights: Mapping[str, tf.Tensor], inputs: tf.Tensor
     return _run(model, weights, inputs, training)
 
 
-def _run(model: keras.Model, weights: Mapping[str, tf.Tensor], x: tf.Tensor,
-         training: bool) -> tf.Tensor:
-    for layer in _sublayers(model):
-        if isinstance(layer, keras.Sequential):
-            x = _run(layer, weights, x, training)
-            continue
-        rule = _rule_for(layer)
-        if rule is None:
-            if layer.weights:
-                raise ValueError(_no_rule(layer) + ": use Learner(task_batching='map_fn')")
-            x = _folded(layer, x, training)
-            continue
-        layer_weights = {}
-        for variable in layer.trainable_variables:
-            value = weights.get(variable.path)
-            layer_weights[variable.name] = tf.convert_to_tensor(variable) if value is None \
-                else value
-        x = rule(layer, layer_weights, x, training)
+def _run(model: keras.Model, weights: Mapping[str, tf.Tensor], x: Any,
+         training: bool) -> Any:
+    _sublayers(model)  # a clear error for a model of another kind
+    if _is_graph(model):
+        return _compat.run_functional_graph(
+            model, x, lambda layer, *args, **kwargs: _layer(layer, weights, args, kwargs,
+                                                            training))
+    for layer in model.layers:
+        x = _layer(layer, weights, (x,), {}, training)
     return x
 
 
-def _folded(layer: keras.layers.Layer, x: tf.Tensor, training: bool) -> tf.Tensor:
-    """A weightless layer on ``[T, n, ...]``: tasks folded into the batch axis."""
-    shape = tf.shape(x)
-    y = layer(tf.reshape(x, tf.concat([[-1], shape[2:]], 0)), training=training)
-    return tf.reshape(y, tf.concat([shape[:2], tf.shape(y)[1:]], 0))
+def _layer(layer: keras.layers.Layer, weights: Mapping[str, tf.Tensor], args: tuple,
+           kwargs: dict, training: bool) -> Any:
+    """One layer (or nested model) on inputs with a task axis."""
+    if isinstance(layer, keras.Model):
+        return _run(layer, weights, args[0], training)
+    rule = _rule_for(layer)
+    if rule is None:
+        if layer.weights:
+            raise ValueError(_no_rule(layer) + ": use Learner(task_batching='map_fn')")
+        return _folded(layer, args, kwargs, training)
+    layer_weights = {}
+    for variable in layer.trainable_variables:
+        value = weights.get(variable.path)
+        layer_weights[variable.name] = tf.convert_to_tensor(variable) if value is None \
+            else value
+    return rule(layer, layer_weights, args[0], training)
+
+
+def _folded(layer: keras.layers.Layer, args: tuple, kwargs: dict,
+            training: bool) -> Any:
+    """A weightless layer on ``[T, n, ...]`` inputs (one or several, e.g. ``Add``'s
+    list): tasks folded into the batch axis, unfolded after."""
+    tensors = [t for t in tf.nest.flatten((args, kwargs)) if tf.is_tensor(t)]
+    leading = tf.shape(tensors[0])[:2]
+    fold = lambda t: tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0)) \
+        if tf.is_tensor(t) else t
+    args, kwargs = tf.nest.map_structure(fold, (args, kwargs))
+    y = layer(*args, **kwargs, training=training)
+    return tf.nest.map_structure(
+        lambda t: tf.reshape(t, tf.concat([leading, tf.shape(t)[1:]], 0)), y)
 
 
 def _per_task(value: tf.Tensor, rank: int) -> tf.Tensor:

@@ -28,6 +28,19 @@ def accuracy(y_true: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
     return tf.reduce_mean(tf.cast(tf.equal(predicted, labels), tf.float32))
 
 
+def _step_reading_layers(model: keras.Model) -> List[keras.layers.Layer]:
+    """The model's layers (nested models' too) that read the learner's meta-step, as
+    pieces do: those with a ``meta_step`` attribute and ``bind`` (e.g. DropBlock's
+    schedule and mask stream, which nothing assigns under ``functional.call``)."""
+    found = []
+    for layer in getattr(model, "layers", []):
+        if isinstance(layer, keras.Model):
+            found += _step_reading_layers(layer)
+        elif hasattr(layer, "meta_step") and callable(getattr(layer, "bind", None)):
+            found.append(layer)
+    return found
+
+
 def _as_fn(name: str, fn: Union[str, MetricFn]) -> MetricFn:
     if isinstance(fn, str):
         if fn == "accuracy":
@@ -144,7 +157,8 @@ class Learner(tf.Module):
     :attr:`meta_step` is the outer-step counter (an int64 ``tf.Variable``, also given to
     the adapter): the compiled meta-step of :mod:`metalearn.training` advances it after
     each update and the training loop checkpoints it as ``step``. Schedules over
-    meta-training read it inside the graph.
+    meta-training read it inside the graph, in pieces and in model layers that ask for
+    it (those with ``meta_step`` and ``bind``, e.g. :class:`~metalearn.layers.DropBlock`).
 
     Args:
       model: a built Keras model.
@@ -233,7 +247,7 @@ class Learner(tf.Module):
         # The outer-step counter: advanced by the compiled meta-step (training.loop),
         # checkpointed with the learner, read by schedules over meta-training.
         self.meta_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="meta_step")
-        for piece in self.pieces:
+        for piece in [*self.pieces, *_step_reading_layers(model)]:
             if piece.meta_step is None:
                 piece.bind(self.meta_step)
         if not self.adapter.built:

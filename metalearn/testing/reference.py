@@ -1,6 +1,6 @@
 """Independent references for gradient checks: central finite differences in float64."""
 
-from typing import Callable, Dict
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -58,3 +58,49 @@ def finite_difference_variables(fn: Callable[[], tf.Tensor], variables, eps: flo
         variable.assign(original)
         grads[variable.path] = grad.reshape(original.shape)
     return grads
+
+
+def finite_difference_directions(fn: Callable[[], tf.Tensor], variables,
+                                 directions: int = 3, seed: int = 0, eps: float = 1e-5
+                                 ) -> Tuple[np.ndarray, np.ndarray]:
+    """Central differences of scalar ``fn()`` along random unit directions of all
+    ``variables`` at once: the check for models too large to move every element.
+
+    A wrong gradient component changes ``gradient . v`` for almost every random ``v``,
+    so ``directions`` derivatives check the whole gradient with ``2 * directions``
+    evaluations, whatever the number of weights. The variables are moved in place and
+    restored exactly afterwards.
+
+    Returns:
+      ``(derivatives [directions], v [directions, total weights])``: compare
+      ``derivatives`` with ``v @ flat_gradient``, the gradients flattened in the order
+      of ``variables`` (:func:`flat`).
+    """
+    fn = tf.function(fn)
+    variables = list(variables)
+    originals = [v.numpy() for v in variables]
+    total = sum(o.size for o in originals)
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((directions, total))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    derivatives = np.zeros(directions)
+    try:
+        for d, vector in enumerate(vectors):
+            shifted = []
+            for sign in (1.0, -1.0):
+                start = 0
+                for variable, original in zip(variables, originals):
+                    part = vector[start:start + original.size].reshape(original.shape)
+                    variable.assign(original + sign * eps * part)
+                    start += original.size
+                shifted.append(float(fn()))
+            derivatives[d] = (shifted[0] - shifted[1]) / (2 * eps)
+    finally:
+        for variable, original in zip(variables, originals):
+            variable.assign(original)
+    return derivatives, vectors
+
+
+def flat(gradients: Sequence[Any]) -> np.ndarray:
+    """Gradients (tensors or arrays, in the variables' order) as one float64 vector."""
+    return np.concatenate([np.asarray(g, np.float64).ravel() for g in gradients])
