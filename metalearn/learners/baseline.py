@@ -185,12 +185,12 @@ class ClassifierBaseline(EmbeddingLearner):
                                          update=self.update_batch_norm)
         return self.query_metrics(query_y, logits)
 
-    def adapt(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
-              weights: Optional[Weights] = None) -> Solution:
+    def adapt_and_measure(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
+                          weights: Optional[Weights] = None):
         if not is_whole_class(support_x):
-            return super().adapt(support_x, support_y, steps=steps, weights=weights)
-        adapted = Learner.adapt(self, support_x, support_y, steps=steps, weights=weights)
-        return Solution(adapted, None)  # None: the whole-class classifier
+            return super().adapt_and_measure(support_x, support_y, steps, weights)
+        adapted, figures = Learner.adapt_and_measure(self, support_x, support_y, steps, weights)
+        return Solution(adapted, None), figures  # None: the whole-class classifier
 
     def predict(self, solution: Solution, x: Any) -> tf.Tensor:
         if isinstance(solution, Solution) and solution.head is None:

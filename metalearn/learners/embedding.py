@@ -7,7 +7,7 @@ weights, never inside the weights dict.
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, NamedTuple, Optional, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import gin
 import keras
@@ -107,11 +107,11 @@ class EmbeddingLearner(Learner):
         return self.task_loss(y, self.head.logits(self.head.fit(embeddings, y, self.ways),
                                                   embeddings))
 
-    def adapt(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
-              weights: Optional[Weights] = None) -> Solution:
-        adapted = super().adapt(support_x, support_y, steps=steps, weights=weights)
+    def adapt_and_measure(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
+                          weights: Optional[Weights] = None) -> Tuple[Solution, Dict[str, Any]]:
+        adapted, figures = super().adapt_and_measure(support_x, support_y, steps, weights)
         embeddings = self.embed(adapted, support_x, training=self.support_training)
-        return Solution(adapted, self.head.fit(embeddings, support_y, self.ways))
+        return Solution(adapted, self.head.fit(embeddings, support_y, self.ways)), figures
 
     def adapt_trajectory(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
                          weights: Optional[Weights] = None) -> List[Solution]:

@@ -400,10 +400,18 @@ class Learner(tf.Module):
           steps: inner steps, overriding the adapter's default (e.g. more at test time).
           weights: starting weights; defaults to :meth:`initial_weights`.
         """
+        return self.adapt_and_measure(support_x, support_y, steps, weights)[0]
+
+    def adapt_and_measure(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
+                          weights: Optional[Weights] = None) -> Tuple[Any, Dict[str, tf.Tensor]]:
+        """:meth:`adapt`'s result and the adapter's figures of the adaptation
+        (:meth:`~metalearn.adapters.Adapter.adapt_and_measure`), what
+        :meth:`episode_metrics` reports. Subclasses that change what adaptation returns
+        override this method (``adapt`` calls it)."""
         weights = self.initial_weights() if weights is None else weights
         weights = self.task_initial_weights(weights, support_x, support_y)
-        return self.adapter.adapt(weights, support_x, support_y, self.support_loss,
-                                  steps=steps)
+        return self.adapter.adapt_and_measure(weights, support_x, support_y,
+                                              self.support_loss, steps=steps)
 
     def adapt_trajectory(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
                          weights: Optional[Weights] = None) -> List[Weights]:
@@ -441,10 +449,7 @@ class Learner(tf.Module):
           (:meth:`~metalearn.adapters.Adapter.adapt_and_measure`).
         """
         support_x, support_y, query_x, query_y = self.split(episode)
-        weights = self.initial_weights() if weights is None else weights
-        weights = self.task_initial_weights(weights, support_x, support_y)
-        adapted, inner = self.adapter.adapt_and_measure(weights, support_x, support_y,
-                                                        self.support_loss, steps=steps)
+        adapted, inner = self.adapt_and_measure(support_x, support_y, steps, weights)
         results = self.query_metrics(query_y, self.predict(adapted, query_x))
         results.update({k: tf.cast(v, self.metric_dtype) for k, v in inner.items()})
         return results

@@ -267,4 +267,8 @@ def accumulate(learner: Any, episodes: Episode, variables: Sequence[tf.Variable]
     if missing:
         raise ValueError(f"no meta-gradient reaches {missing}: the meta-loss does not "
                          "depend on them (is the graph disconnected?)")
-    return totals, {k: a.stack() for k, a in zip(names, arrays)}
+    metrics = {k: a.stack() for k, a in zip(names, arrays)}
+    # The one-tape formulations see only the sum of a figure over the tasks: report the
+    # same here (each entry the mean), so every formulation gives the same metrics.
+    metrics.update({name: tf.fill([tasks], tf.reduce_mean(metrics[name])) for name in handles})
+    return totals, metrics
