@@ -10,18 +10,26 @@ import sys
 import pytest
 import tensorflow as tf
 
-from benchmarks import accelerator_check
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _configs(gpus):
+    """benchmark_configs(gpus) from a fresh process: the benchmark modules define absl
+    flags (--output) that would clash with metalearn.evaluate's in the test process."""
+    code = ("import json; from benchmarks import accelerator_check as a; "
+            f"print(json.dumps(a.benchmark_configs(gpus={gpus})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def test_configurations_cover_formulations_precisions_and_replicas():
-    configs = accelerator_check.benchmark_configs(gpus=4)
+    configs = _configs(4)
     assert {c["formulation"] for c in configs} == {"map_fn", "unrolled", "batched",
                                                    "accumulate", "auto"}
     assert {c["policy"] for c in configs} == {"float32", "mixed_float16"}
     assert {c["replicas"] for c in configs} == {1, "all"}
-    assert {c["replicas"] for c in accelerator_check.benchmark_configs(gpus=1)} == {1}
+    assert {c["replicas"] for c in _configs(1)} == {1}
 
 
 @pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="a GPU is visible: the "

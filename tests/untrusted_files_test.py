@@ -146,7 +146,7 @@ def test_results_and_metrics_with_a_pickle_payload_are_rejected(tmp_path, payloa
         (run / name).write_bytes(data)
     assert not sweeps.is_trained(str(run), 1)
     assert not sweeps.is_evaluated(str(run), 1)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match="is not valid JSON"):
         sweeps.train_and_evaluate(str(run))
     assert not os.path.exists(marker)
 
