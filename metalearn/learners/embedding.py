@@ -19,6 +19,7 @@ from metalearn.functional import Weights
 from metalearn.heads.base import Head
 from metalearn.heads.prototypes import flat
 from metalearn.learners.learner import Learner, MetricFn
+from metalearn.tasks.episode import example_mask
 
 
 class Solution(NamedTuple):
@@ -97,14 +98,16 @@ class EmbeddingLearner(Learner):
 
     def support_loss(self, weights: Weights, x: Any, y: Any) -> tf.Tensor:
         """The head fitted and evaluated on the support set (an adapter's objective)."""
-        embeddings = self.embed(weights, x, training=True)
+        with functional.example_mask(example_mask(y)):
+            embeddings = self.embed(weights, x, training=True)
         return self.task_loss(y, self.head.logits(self.head.fit(embeddings, y, self.ways),
                                                   embeddings))
 
     def adapt(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
               weights: Optional[Weights] = None) -> Solution:
         adapted = super().adapt(support_x, support_y, steps=steps, weights=weights)
-        embeddings = self.embed(adapted, support_x, training=True)
+        with functional.example_mask(example_mask(support_y)):
+            embeddings = self.embed(adapted, support_x, training=True)
         return Solution(adapted, self.head.fit(embeddings, support_y, self.ways))
 
     def adapt_trajectory(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
