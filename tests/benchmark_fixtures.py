@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import struct
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -317,13 +317,25 @@ def _write_spec(folder: str, spec: Dict) -> None:
         json.dump(spec, f, indent=2)
 
 
-def write_meta_dataset(root: str) -> Dict[str, Dict[str, int]]:
+def write_meta_dataset(root: str, sources: Sequence[str] = ("aircraft", "omniglot",
+                                                           "ilsvrc_2012")
+                       ) -> Dict[str, Dict[str, int]]:
     """Three sources under ``root`` in Meta-Dataset's converted layout, one of each spec
     kind: ``aircraft`` (classes_per_split 6/5/5), ``omniglot`` (bi-level: alphabets
     2/1/1 of 5, 6, 5, 5 characters) and ``ilsvrc_2012`` (hierarchical: a WordNet-like
-    DAG per split with 11/5/5 leaves). Returns the class counts per split and source."""
-    # aircraft: DatasetSpecification, 3 to 6 images per class.
-    folder = os.path.join(root, "aircraft")
+    DAG per split with 11/5/5 leaves), or those of ``sources``. Returns the class counts
+    per split and source."""
+    counts = {"aircraft": {"train": 6, "validation": 5, "test": 5},
+              "omniglot": {"train": 11, "validation": 5, "test": 5},
+              "ilsvrc_2012": {"train": 11, "validation": 5, "test": 5}}
+    for name in sources:
+        {"aircraft": _md_aircraft, "omniglot": _md_omniglot,
+         "ilsvrc_2012": _md_ilsvrc}[name](os.path.join(root, name))
+    return {name: counts[name] for name in sources}
+
+
+def _md_aircraft(folder: str) -> None:
+    """DatasetSpecification, 3 to 6 images per class."""
     os.makedirs(folder, exist_ok=True)
     counts = {c: 3 + c % 4 for c in range(16)}
     for c, n in counts.items():
@@ -333,8 +345,10 @@ def write_meta_dataset(root: str) -> Dict[str, Dict[str, int]]:
         "images_per_class": {str(c): n for c, n in counts.items()},
         "class_names": {str(c): f"Aircraft-{c:02d}" for c in counts},
         "__class__": "DatasetSpecification"})
-    # omniglot: BiLevelDatasetSpecification, characters numbered alphabet by alphabet.
-    folder = os.path.join(root, "omniglot")
+
+
+def _md_omniglot(folder: str) -> None:
+    """BiLevelDatasetSpecification, characters numbered alphabet by alphabet."""
     os.makedirs(folder, exist_ok=True)
     sizes = [5, 6, 5, 5]
     names, c = {}, 0
@@ -349,8 +363,10 @@ def write_meta_dataset(root: str) -> Dict[str, Dict[str, int]]:
         "images_per_class": {k: 4 for k in names},
         "superclass_names": {str(a): f"Alphabet_{a}" for a in range(len(sizes))},
         "class_names": names, "__class__": "BiLevelDatasetSpecification"})
-    # ilsvrc_2012: HierarchicalDatasetSpecification; leaves numbered split by split.
-    folder = os.path.join(root, "ilsvrc_2012")
+
+
+def _md_ilsvrc(folder: str) -> None:
+    """HierarchicalDatasetSpecification; leaves numbered split by split."""
     os.makedirs(folder, exist_ok=True)
     graphs, images, class_names, c = {}, {}, {}, 0
     shapes = {"TRAIN": {"a": 5, "b": 6}, "VALID": {"a": 5}, "TEST": {"a": 5}}
@@ -381,6 +397,3 @@ def write_meta_dataset(root: str) -> Dict[str, Dict[str, int]]:
     _write_spec(folder, {
         "name": "ilsvrc_2012", "split_subgraphs": graphs, "images_per_class": images,
         "class_names": class_names, "__class__": "HierarchicalDatasetSpecification"})
-    return {"aircraft": {"train": 6, "validation": 5, "test": 5},
-            "omniglot": {"train": 11, "validation": 5, "test": 5},
-            "ilsvrc_2012": {"train": 11, "validation": 5, "test": 5}}
