@@ -77,3 +77,40 @@ def test_smoke_variant_trains_and_evaluates(data_set, name, data_dirs, mocked_ci
     for by_metric in report["results"].values():
         assert 0.0 <= by_metric["accuracy"]["mean"] <= 1.0
     assert len(next(iter(report["per_task"].values()))["accuracy"]) == 4
+
+
+META_DATASET = [os.path.basename(f) for f in sorted(glob.glob(
+    os.path.join(ROOT, "experiments", "meta_dataset", "*.gin")))
+    if os.path.basename(f) not in ("base.gin", "smoke.gin")]
+
+
+def test_meta_dataset_has_its_configs_and_headers():
+    assert {"protonets.gin", "protomaml.gin"} <= set(META_DATASET)
+    for name in META_DATASET:
+        with open(os.path.join(ROOT, "experiments", "meta_dataset", name)) as f:
+            header = f.read().split("\ninclude", 1)[0]
+        assert "Published figures" in header and "Not run here" in header, name
+        assert "python -m metalearn.train" in header, name
+
+
+@pytest.fixture(scope="module")
+def meta_dataset_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("meta_dataset")
+    fixtures.write_meta_dataset(str(root))
+    return str(root)
+
+
+@pytest.mark.parametrize("name", META_DATASET)
+def test_meta_dataset_smoke_variant_trains_and_evaluates(name, meta_dataset_root, tmp_path):
+    folder = os.path.join(ROOT, "experiments", "meta_dataset")
+    parse_config([os.path.join(folder, name), os.path.join(folder, "smoke.gin")],
+                 [f"MetaDataset.root = '{meta_dataset_root}'"])
+    experiment = build_experiment()
+    metrics = train(experiment, str(tmp_path / "run"))
+    assert metrics["step"] == 2 and np.isfinite(metrics["loss"])
+    sampler = experiment.sampler
+    assert [sampler.num_classes(s) for s in ("train", "validation", "test")] == [28, 15, 10]
+    report = evaluate(experiment.learner, sampler)
+    for by_metric in report["results"].values():
+        assert 0.0 <= by_metric["accuracy"]["mean"] <= 1.0
+    assert len(next(iter(report["per_task"].values()))["accuracy"]) == 4

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import struct
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -314,3 +314,111 @@ def write_tiered_imagenet_images(root: str, per_class: int = 1, csvs: bool = Tru
             with open(os.path.join(root, f"{name}.csv"), "w") as f:
                 f.writelines(f"{wnid},{cat}\n" for wnid, cat in zip(names, cats))
     return classes
+
+
+# --- Meta-Dataset's converted records ---------------------------------------------
+
+META_DATASET_SPLITS = ("TRAIN", "VALID", "TEST")
+
+
+def _write_class_file(folder: str, class_id: int, count: int, gray: bool = False) -> None:
+    """``folder/<class_id>.tfrecords``: ``count`` tf.train.Example records, each an
+    encoded ``image`` (JPEG, or PNG for grey images as Omniglot's) and its ``label``."""
+    with tf.io.TFRecordWriter(os.path.join(folder, f"{class_id}.tfrecords")) as writer:
+        for i in range(count):
+            image = class_image(class_id, i, size=10 + class_id % 3)
+            data = (tf.io.encode_png(image[..., :1]) if gray else
+                    tf.io.encode_jpeg(image, quality=95)).numpy()
+            example = tf.train.Example(features=tf.train.Features(feature={
+                "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[class_id]))}))
+            writer.write(example.SerializeToString())
+
+
+def _write_spec(folder: str, spec: Dict) -> None:
+    import json
+    spec = dict(spec, path=folder, file_pattern="{}.tfrecords")
+    with open(os.path.join(folder, "dataset_spec.json"), "w") as f:
+        json.dump(spec, f, indent=2)
+
+
+def write_meta_dataset(root: str, sources: Sequence[str] = ("aircraft", "omniglot",
+                                                           "ilsvrc_2012")
+                       ) -> Dict[str, Dict[str, int]]:
+    """Three sources under ``root`` in Meta-Dataset's converted layout, one of each spec
+    kind: ``aircraft`` (classes_per_split 6/5/5), ``omniglot`` (bi-level: alphabets
+    2/1/1 of 5, 6, 5, 5 characters) and ``ilsvrc_2012`` (hierarchical: a WordNet-like
+    DAG per split with 11/5/5 leaves), or those of ``sources``. Returns the class counts
+    per split and source."""
+    counts = {"aircraft": {"train": 6, "validation": 5, "test": 5},
+              "omniglot": {"train": 11, "validation": 5, "test": 5},
+              "ilsvrc_2012": {"train": 11, "validation": 5, "test": 5}}
+    for name in sources:
+        {"aircraft": _md_aircraft, "omniglot": _md_omniglot,
+         "ilsvrc_2012": _md_ilsvrc}[name](os.path.join(root, name))
+    return {name: counts[name] for name in sources}
+
+
+def _md_aircraft(folder: str) -> None:
+    """DatasetSpecification, 3 to 6 images per class."""
+    os.makedirs(folder, exist_ok=True)
+    counts = {c: 3 + c % 4 for c in range(16)}
+    for c, n in counts.items():
+        _write_class_file(folder, c, n)
+    _write_spec(folder, {
+        "name": "aircraft", "classes_per_split": {"TRAIN": 6, "VALID": 5, "TEST": 5},
+        "images_per_class": {str(c): n for c, n in counts.items()},
+        "class_names": {str(c): f"Aircraft-{c:02d}" for c in counts},
+        "__class__": "DatasetSpecification"})
+
+
+def _md_omniglot(folder: str) -> None:
+    """BiLevelDatasetSpecification, characters numbered alphabet by alphabet."""
+    os.makedirs(folder, exist_ok=True)
+    sizes = [5, 6, 5, 5]
+    names, c = {}, 0
+    for a, size in enumerate(sizes):
+        for k in range(size):
+            names[str(c)] = f"Alphabet_{a}-character{k + 1:02d}"
+            _write_class_file(folder, c, 4, gray=True)
+            c += 1
+    _write_spec(folder, {
+        "name": "omniglot", "superclasses_per_split": {"TRAIN": 2, "VALID": 1, "TEST": 1},
+        "classes_per_superclass": {str(a): s for a, s in enumerate(sizes)},
+        "images_per_class": {k: 4 for k in names},
+        "superclass_names": {str(a): f"Alphabet_{a}" for a in range(len(sizes))},
+        "class_names": names, "__class__": "BiLevelDatasetSpecification"})
+
+
+def _md_ilsvrc(folder: str) -> None:
+    """HierarchicalDatasetSpecification; leaves numbered split by split."""
+    os.makedirs(folder, exist_ok=True)
+    graphs, images, class_names, c = {}, {}, {}, 0
+    shapes = {"TRAIN": {"a": 5, "b": 6}, "VALID": {"a": 5}, "TEST": {"a": 5}}
+    for s, split in enumerate(META_DATASET_SPLITS):
+        root_id = f"n{9000000 + 100 * s:08d}"
+        nodes = [{"wn_id": root_id, "words": f"{split} root", "children_ids": [],
+                  "parents_ids": []}]
+        counts, start = {}, 1
+        for group, leaves in shapes[split].items():
+            inner = f"n{9000000 + 100 * s + start:08d}"
+            start += 1
+            nodes[0]["children_ids"].append(inner)
+            leaf_ids = [f"n{1000000 + 100 * s + start + i:08d}" for i in range(leaves)]
+            start += leaves
+            nodes.append({"wn_id": inner, "words": group, "children_ids": leaf_ids,
+                          "parents_ids": [root_id]})
+            for leaf in leaf_ids:
+                nodes.append({"wn_id": leaf, "words": leaf, "children_ids": [],
+                              "parents_ids": [inner]})
+                counts[leaf] = 3 + len(counts) % 3
+            counts[inner] = sum(counts[leaf] for leaf in leaf_ids)
+        counts[root_id] = sum(v for k, v in counts.items() if k.startswith("n01"))
+        for leaf in sorted(k for k in counts if k.startswith("n01")):
+            class_names[str(c)] = leaf
+            _write_class_file(folder, c, counts[leaf])
+            c += 1
+        graphs[split], images[split] = nodes, counts
+    _write_spec(folder, {
+        "name": "ilsvrc_2012", "split_subgraphs": graphs, "images_per_class": images,
+        "class_names": class_names, "__class__": "HierarchicalDatasetSpecification"})

@@ -23,10 +23,10 @@ import pytest
 import tensorflow as tf
 
 import metalearn  # noqa: F401  (registers the configurables)
-from metalearn.tasks import FewShotClassification
+from metalearn.tasks import FewShotClassification, MetaDataset
 from metalearn.tasks.datasets import (LabelledImages, load_cub, load_image_folder,
-                                      load_mini_imagenet, load_mnist, load_omniglot,
-                                      load_tiered_imagenet)
+                                      load_meta_dataset_source, load_mini_imagenet,
+                                      load_mnist, load_omniglot, load_tiered_imagenet)
 
 from metalearn.flags import resolve_gin_files
 from metalearn.runs import validation
@@ -243,6 +243,62 @@ def tiered_split_file_missing_a_class(tmp_path) -> None:
     benchmark_fixtures.write_tiered_imagenet_images(str(tmp_path / "tiered"), 1, classes=small)
     (tmp_path / "tiered" / "train.csv").write_text("n01000000,c\n")
     load_tiered_imagenet(str(tmp_path / "tiered"), strict=False, image_size=8)
+
+
+def _meta_dataset_source(tmp_path):
+    from tests.benchmark_fixtures import write_meta_dataset
+    write_meta_dataset(str(tmp_path), ("aircraft",))
+    return tmp_path / "aircraft"
+
+
+def missing_meta_dataset_class_file(tmp_path) -> None:
+    os.remove(_meta_dataset_source(tmp_path) / "2.tfrecords")
+    MetaDataset(str(tmp_path), train_sources=("aircraft",), min_ways=2).dataset(1)
+
+
+def damaged_meta_dataset_record(cut: bool):
+    def run(tmp_path) -> None:
+        from metalearn.tasks.datasets.meta_dataset import RecordReader
+        source = _meta_dataset_source(tmp_path)
+        data = (source / "0.tfrecords").read_bytes()
+        length = int.from_bytes(data[:8], "little")  # the first record's, kept
+        (source / "0.tfrecords").write_bytes(data[:-7] if cut else data[:12] + b"\xff" *
+                                             length + data[12 + length:])
+        RecordReader(load_meta_dataset_source(str(source))).read(0, [0])
+    return run
+
+
+def meta_dataset_spec_of_other_counts(tmp_path) -> None:
+    source = _meta_dataset_source(tmp_path)
+    spec = (source / "dataset_spec.json").read_text()
+    (source / "dataset_spec.json").write_text(spec.replace('"1": 4', '"1": 5', 1))
+    from metalearn.tasks.datasets.meta_dataset import RecordReader
+    RecordReader(load_meta_dataset_source(str(source))).offsets(1)
+
+
+def damaged_meta_dataset_spec(tmp_path) -> None:
+    (_meta_dataset_source(tmp_path) / "dataset_spec.json").write_text("{not json")
+    load_meta_dataset_source(str(tmp_path / "aircraft"))
+
+
+def scalar_metric_on_padded_episodes(tmp_path) -> None:
+    from metalearn.tasks.episode import MaskedLabels
+    learner = metalearn.Learner(metalearn.models.mlp((2,), hidden=(), outputs=3),
+                                loss="sparse_categorical_crossentropy",
+                                metrics={"mean_accuracy": lambda y, p: tf.reduce_mean(
+                                    metalearn.learners.learner.accuracy(y, p))})
+    labels = MaskedLabels(tf.constant([0, 1, -1]), tf.constant([True, True, False]),
+                          tf.constant([True, True, False]))
+    learner.query_metrics(labels, tf.zeros([3, 3]))
+
+
+def svm_head_on_padded_episodes(tmp_path) -> None:
+    from metalearn.tasks.episode import MaskedLabels
+    learner = metalearn.EmbeddingLearner(metalearn.models.mlp((2,), hidden=(), outputs=3),
+                                         head=metalearn.heads.SVMHead(), ways=2)
+    labels = MaskedLabels(tf.constant([0, 1, 0]), tf.constant([True, True, False]),
+                          tf.constant([True, True]))
+    learner.adapt(tf.zeros([3, 2]), labels)
 
 
 def malformed_cub_index(tmp_path) -> None:
@@ -666,6 +722,33 @@ CASES: List[Case] = [
     Case("malformed CUB index line", "an `images.txt` line without its id", ValueError,
          "line 1: expected '<id> <value>'", malformed_cub_index,
          lambda p: str(p / "CUB_200_2011" / "images.txt"), "the file and line"),
+    Case("missing Meta-Dataset class file", "a source folder without `2.tfrecords`",
+         FileNotFoundError, "Meta-Dataset class file of class 2", missing_meta_dataset_class_file,
+         lambda p: str(p / "aircraft" / "2.tfrecords"), "the file (found by `dataset()`)"),
+    Case("truncated Meta-Dataset class file", "a cut-off `0.tfrecords`", ValueError,
+         "past the end of the file", damaged_meta_dataset_record(cut=True),
+         lambda p: str(p / "aircraft" / "0.tfrecords"), "the file and record (in a stream: "
+         "inside `tf.errors.InvalidArgumentError`)"),
+    Case("Meta-Dataset record that is not an Example", "a `0.tfrecords` record of garbled "
+         "bytes", ValueError, "is damaged: record 0 is not a tf.train.Example",
+         damaged_meta_dataset_record(cut=False), lambda p: str(p / "aircraft" / "0.tfrecords"),
+         "the file and record"),
+    Case("Meta-Dataset class file of another size", "`images_per_class` of 5 for a class "
+         "file of 4 records", ValueError, "holds 4 records; dataset_spec.json says class 1 "
+         "has 5 images", meta_dataset_spec_of_other_counts,
+         lambda p: str(p / "aircraft" / "1.tfrecords"), "the file"),
+    Case("metric of a scalar on padded episodes", "`Learner.metrics = {'mean_accuracy': "
+         "fn}` whose `fn` averages itself, on `MaskedLabels`", ValueError,
+         "'mean_accuracy' <lambda> gives values of shape [], but padded episodes "
+         "(MaskedLabels) need one value per example", scalar_metric_on_padded_episodes,
+         None, "the metric"),
+    Case("head without padding on padded episodes", "`EmbeddingLearner(head=SVMHead())` "
+         "on `MaskedLabels` (e.g. `MetaDataset` episodes)", ValueError,
+         "SVMHead cannot fit padded episodes (MaskedLabels", svm_head_on_padded_episodes,
+         None, "the heads that can"),
+    Case("damaged Meta-Dataset spec", "a `dataset_spec.json` that is not JSON", ValueError,
+         "is damaged: not JSON", damaged_meta_dataset_spec,
+         lambda p: str(p / "aircraft" / "dataset_spec.json"), "the file"),
     Case("normalisation without statistics", "`FewShotClassification(normalize=True)` on "
          "data whose preprocessing has no mean and std", ValueError,
          "normalize=True needs the data set's per-channel mean and std",

@@ -35,7 +35,7 @@ import keras
 import tensorflow as tf
 
 from metalearn import _compat, functional
-from metalearn.functional.moments import batch_moments
+from metalearn.functional.moments import batch_moments, current_example_mask
 
 __all__ = ["call", "register", "supports"]
 
@@ -263,7 +263,8 @@ def _batch_norm(layer: keras.layers.BatchNormalization, weights: Dict[str, tf.Te
     values = tf.cast(x, compute)
     if training:
         axes = list(range(1, rank - 1))  # per task: examples and spatial axes
-        mean, variance = batch_moments(values, axes, keepdims=True)
+        mean, variance = batch_moments(values, axes, keepdims=True,
+                                       mask=current_example_mask())  # [tasks, examples]
     else:
         mean = tf.cast(tf.convert_to_tensor(layer.moving_mean), compute)
         variance = tf.cast(tf.convert_to_tensor(layer.moving_variance), compute)

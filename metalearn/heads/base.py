@@ -23,7 +23,15 @@ class Head(Piece):
 
     A head may meta-learn variables (a learned scale, a regulariser): list them in
     :meth:`own_meta_variables`. The state is per task and never meta-learned.
+
+    A head that fits padded episodes (labels given as
+    :class:`~metalearn.tasks.episode.MaskedLabels`, e.g. Meta-Dataset's variable-way,
+    variable-shot episodes) on their real examples only sets :attr:`supports_padding`;
+    the learner refuses padded episodes for the others rather than fit the padding.
     """
+
+    supports_padding: bool = False
+    """Whether :meth:`fit` honours :class:`~metalearn.tasks.episode.MaskedLabels`."""
 
     def own_capabilities(self) -> Capabilities:
         return Capabilities(task_axis=False)
@@ -33,7 +41,8 @@ class Head(Piece):
         called once by the learner."""
 
     def fit(self, embeddings: tf.Tensor, labels: tf.Tensor, ways: int) -> Any:
-        """The task's state from ``[n, features]`` support embeddings and ``n`` labels."""
+        """The task's state from ``[n, features]`` support embeddings and ``n`` labels
+        (:class:`~metalearn.tasks.episode.MaskedLabels` if :attr:`supports_padding`)."""
         raise NotImplementedError
 
     def logits(self, state: Any, embeddings: tf.Tensor) -> tf.Tensor:

@@ -80,6 +80,8 @@ class LogisticHead(RidgeHead):
       learn: meta-learn ``lambda``, ``scale`` and ``bias``.
     """
 
+    supports_padding = False  # its Newton solve would fit the padding (RidgeHead's does not)
+
     def __init__(self, regularization: float = 1.0, scale: float = 1.0, bias: float = 0.0,
                  steps: int = 10, learn: bool = True, name: Optional[str] = None):
         super().__init__(regularization=regularization, scale=scale, bias=bias, learn=learn,

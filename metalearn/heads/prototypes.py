@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 
 from metalearn.heads.base import Head
+from metalearn.tasks.episode import unmask
 
 DISTANCES = ("squared_euclidean", "cosine")
 
@@ -21,10 +22,18 @@ def flat(embeddings: tf.Tensor) -> tf.Tensor:
 
 def class_prototypes(embeddings: tf.Tensor, labels: tf.Tensor, ways: int) -> tf.Tensor:
     """Mean embedding of each class, ``[ways, features]``, from ``[n, features]``
-    embeddings and ``n`` integer labels in ``[0, ways)``."""
+    embeddings and ``n`` integer labels in ``[0, ways)`` (or
+    :class:`~metalearn.tasks.episode.MaskedLabels`: the real examples only; a class
+    without examples gets a zero prototype)."""
+    labels, mask, _ = unmask(labels)
     labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
+    weights = tf.ones_like(labels, embeddings.dtype) if mask is None else \
+        tf.cast(tf.reshape(mask, [-1]), embeddings.dtype)
+    if mask is not None:
+        embeddings = tf.where(tf.reshape(mask, [-1, 1]), embeddings,
+                              tf.zeros_like(embeddings))
     sums = tf.math.unsorted_segment_sum(embeddings, labels, ways)
-    counts = tf.math.unsorted_segment_sum(tf.ones_like(labels, embeddings.dtype), labels, ways)
+    counts = tf.math.unsorted_segment_sum(weights, labels, ways)
     return sums / tf.maximum(counts, 1)[:, None]
 
 
@@ -56,6 +65,8 @@ class PrototypeHead(Head):
       scale: the logits' scale (its initial value when learned).
       learn_scale: meta-learn the scale (one scalar, a meta-variable of the learner).
     """
+
+    supports_padding = True
 
     def __init__(self, distance: str = "squared_euclidean", scale: float = 1.0,
                  learn_scale: bool = False, name: Optional[str] = None):

@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 
 from metalearn.heads.base import Head
+from metalearn.tasks.episode import unmask
 
 
 @gin.configurable
@@ -31,6 +32,8 @@ class RidgeHead(Head):
       scale, bias: the logits' initial scale and offset.
       learn: meta-learn ``lambda``, ``scale`` and ``bias``.
     """
+
+    supports_padding = True
 
     def __init__(self, regularization: float = 1.0, scale: float = 1.0, bias: float = 0.0,
                  learn: bool = True, name: Optional[str] = None):
@@ -59,8 +62,13 @@ class RidgeHead(Head):
 
     def fit(self, embeddings: tf.Tensor, labels: tf.Tensor, ways: int) -> tf.Tensor:
         lam, _, _ = self._parameters(embeddings.dtype)
+        labels, mask, _ = unmask(labels)
         targets = tf.one_hot(tf.cast(tf.reshape(labels, [-1]), tf.int32), ways,
                              dtype=embeddings.dtype)                       # [n, ways]
+        if mask is not None:  # padded rows zero: the same solution as without them
+            keep = tf.reshape(mask, [-1, 1])
+            targets = tf.where(keep, targets, tf.zeros_like(targets))
+            embeddings = tf.where(keep, embeddings, tf.zeros_like(embeddings))
         n, d = embeddings.shape[0], embeddings.shape[1]
         if n is None or d is None or n <= d:  # Woodbury: an n x n system
             gram = tf.matmul(embeddings, embeddings, transpose_b=True)    # [n, n]

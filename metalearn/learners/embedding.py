@@ -19,6 +19,7 @@ from metalearn.functional import Weights
 from metalearn.heads.base import Head
 from metalearn.heads.prototypes import flat
 from metalearn.learners.learner import Learner, MetricFn
+from metalearn.tasks.episode import MaskedLabels, example_mask
 
 
 class Solution(NamedTuple):
@@ -43,6 +44,10 @@ def check_ways(ways) -> int:
     if ways is gin.REQUIRED or ways is None or int(ways) < 2:
         raise ValueError(f"ways (classes per task) must be an int >= 2, got {ways!r}")
     return int(ways)
+
+
+def _subclasses(cls: type) -> List[type]:
+    return [c for s in cls.__subclasses__() for c in [s] + _subclasses(s)]
 
 
 @gin.configurable
@@ -101,17 +106,35 @@ class EmbeddingLearner(Learner):
         """Flattened embeddings ``[n, features]`` of ``x`` with the given weights."""
         return flat(self.forward(weights, x, training=training))
 
+    def fit_head(self, embeddings: tf.Tensor, labels: Any) -> Any:
+        """The head's state for one task's support ``embeddings`` and ``labels``.
+
+        Raises:
+          ValueError: for padded episodes (``MaskedLabels``) and a head that cannot fit
+            on their real examples only (``Head.supports_padding`` False).
+        """
+        if isinstance(labels, MaskedLabels) and not self.head.supports_padding:
+            padding = sorted({c.__name__ for c in _subclasses(Head) if c.supports_padding})
+            raise ValueError(
+                f"{type(self.head).__name__} cannot fit padded episodes (MaskedLabels, from "
+                f"a variable-way, variable-shot sampler such as MetaDataset): it would fit "
+                f"the padding. Use a head that supports them ({', '.join(padding)}) or "
+                f"episodes of one size")
+        return self.head.fit(embeddings, labels, self.ways)
+
     def support_loss(self, weights: Weights, x: Any, y: Any) -> tf.Tensor:
         """The head fitted and evaluated on the support set (an adapter's objective)."""
-        embeddings = self.embed(weights, x, training=self.support_training)
-        return self.task_loss(y, self.head.logits(self.head.fit(embeddings, y, self.ways),
+        with functional.example_mask(example_mask(y)):
+            embeddings = self.embed(weights, x, training=self.support_training)
+        return self.task_loss(y, self.head.logits(self.fit_head(embeddings, y),
                                                   embeddings))
 
     def adapt_and_measure(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
                           weights: Optional[Weights] = None) -> Tuple[Solution, Dict[str, Any]]:
         adapted, figures = super().adapt_and_measure(support_x, support_y, steps, weights)
-        embeddings = self.embed(adapted, support_x, training=self.support_training)
-        return Solution(adapted, self.head.fit(embeddings, support_y, self.ways)), figures
+        with functional.example_mask(example_mask(support_y)):
+            embeddings = self.embed(adapted, support_x, training=self.support_training)
+        return Solution(adapted, self.fit_head(embeddings, support_y)), figures
 
     def adapt_trajectory(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
                          weights: Optional[Weights] = None) -> List[Solution]:

@@ -14,7 +14,7 @@ from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.functional import Weights, batched, memory
 from metalearn.learners import task_batching as task_batching_lib
 from metalearn.learners.task_init import TaskInit, ZeroInit
-from metalearn.tasks.episode import Episode
+from metalearn.tasks.episode import Episode, example_mask, unmask
 
 MetricFn = Callable[[Any, Any], tf.Tensor]
 TASK_BATCHING = task_batching_lib.MODES
@@ -22,10 +22,44 @@ TASK_BATCHING = task_batching_lib.MODES
 
 @gin.configurable
 def accuracy(y_true: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
-    """Fraction of examples whose arg-max logit is the integer label."""
+    """Per example, 1 where the arg-max logit is the integer label, else 0 (the
+    learner's mean of it is the fraction of correct examples)."""
     predicted = tf.argmax(logits, axis=-1, output_type=tf.int64)
     labels = tf.cast(tf.reshape(y_true, tf.shape(predicted)), tf.int64)
-    return tf.reduce_mean(tf.cast(tf.equal(predicted, labels), tf.float32))
+    return tf.cast(tf.equal(predicted, labels), tf.float32)
+
+
+def restrict_to_classes(logits: tf.Tensor, classes: tf.Tensor) -> tf.Tensor:
+    """``logits [..., n, max_ways]`` with the classes a task does not have
+    (``classes [..., max_ways]`` False) at the dtype's lowest value: out of every softmax
+    (exactly zero probability and gradient), never an arg-max."""
+    lowest = tf.constant(logits.dtype.min, logits.dtype)
+    return tf.where(tf.expand_dims(classes, -2), logits, lowest)
+
+
+def masked_mean(values: tf.Tensor, mask: tf.Tensor, what: str) -> tf.Tensor:
+    """Mean of per-example ``values [..., n, ...]`` over the examples where ``mask
+    [..., n]`` is True (trailing axes averaged first)."""
+    values = tf.convert_to_tensor(values)
+    if values.shape.rank is not None and values.shape.rank < mask.shape.rank:
+        raise ValueError(f"{what} gives values of shape {values.shape.as_list()}, but padded "
+                         f"episodes (MaskedLabels) need one value per example "
+                         f"({mask.shape.as_list()}) to leave the padding out")
+    rank = mask.shape.rank
+    if values.shape.rank > rank:
+        values = tf.reduce_mean(values, axis=list(range(rank, values.shape.rank)))
+    total = tf.reduce_sum(tf.where(mask, values, tf.zeros_like(values)), -1)
+    return total / tf.reduce_sum(tf.cast(mask, values.dtype), -1)
+
+
+def per_example(fn: MetricFn, y_true: Any, y_pred: Any) -> tf.Tensor:
+    """``fn``'s unreduced values: a Keras ``Loss`` object's ``call`` (its inputs in the
+    loss's dtype, as its ``__call__`` would), any other function as it is."""
+    if isinstance(fn, keras.losses.Loss):
+        dtype = fn.dtype or y_pred.dtype
+        return fn.call(tf.cast(y_true, dtype) if not tf.as_dtype(y_true.dtype).is_integer
+                       else y_true, tf.cast(y_pred, dtype))
+    return fn(y_true, y_pred)
 
 
 def _step_reading_layers(model: keras.Model) -> List[keras.layers.Layer]:
@@ -380,16 +414,32 @@ class Learner(tf.Module):
     def task_loss(self, y_true: Any, y_pred: Any) -> tf.Tensor:
         """Scalar loss of one task's predictions (override for a custom loss): the mean
         of :attr:`loss`'s values, whose shapes are checked first (once, while tracing;
-        see :func:`check_loss_shapes`)."""
+        see :func:`check_loss_shapes`). For padded episodes
+        (:class:`~metalearn.tasks.episode.MaskedLabels`) the mean over the real
+        examples, the task's absent classes left out of the logits."""
         what = f"{type(self).__name__} loss {name_of(self.loss)}"
-        check_loss_shapes(what, y_true, y_pred)
-        values = self.loss(y_true, y_pred)
-        check_loss_shapes(what, y_true, y_pred, values)
-        return tf.cast(tf.reduce_mean(values), self.metric_dtype)
+        labels, mask, classes = unmask(y_true)
+        if mask is not None:
+            y_pred = restrict_to_classes(y_pred, classes)
+        check_loss_shapes(what, labels, y_pred)
+        values = per_example(self.loss, labels, y_pred) if mask is not None \
+            else self.loss(labels, y_pred)
+        check_loss_shapes(what, labels, y_pred, values)
+        if mask is None:
+            return tf.cast(tf.reduce_mean(values), self.metric_dtype)
+        return tf.cast(masked_mean(values, mask, what), self.metric_dtype)
 
     def support_loss(self, weights: Weights, x: Any, y: Any) -> tf.Tensor:
         """The inner loop's objective: the task loss on a support batch."""
-        return self.task_loss(y, self.forward(weights, x, training=True))
+        with functional.example_mask(example_mask(y)):
+            predictions = self.forward(weights, x, training=True)
+        return self.task_loss(y, predictions)
+
+    def predict_on(self, weights: Weights, x: Any, y: Any) -> Any:
+        """:meth:`predict` for inputs ``x`` whose labels are ``y``: for a padded episode
+        the padding is kept out of the batch statistics (BatchNorm in training mode)."""
+        with functional.example_mask(example_mask(y)):
+            return self.predict(weights, x)
 
     def adapt(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
               weights: Optional[Weights] = None) -> Weights:
@@ -450,18 +500,23 @@ class Learner(tf.Module):
         """
         support_x, support_y, query_x, query_y = self.split(episode)
         adapted, inner = self.adapt_and_measure(support_x, support_y, steps, weights)
-        results = self.query_metrics(query_y, self.predict(adapted, query_x))
+        results = self.query_metrics(query_y, self.predict_on(adapted, query_x, query_y))
         results.update({k: tf.cast(v, self.metric_dtype) for k, v in inner.items()})
         return results
 
     def query_metrics(self, query_y: Any, predictions: Any) -> Dict[str, tf.Tensor]:
-        """``{"loss": task loss, metric name: value, ...}`` of one task's predictions."""
+        """``{"loss": task loss, metric name: value, ...}`` of one task's predictions
+        (for a padded episode, means over its real query examples)."""
         results = {"loss": self.task_loss(query_y, predictions)}
+        labels, mask, classes = unmask(query_y)
+        if mask is not None:
+            predictions = restrict_to_classes(predictions, classes)
         for name, fn in self.metrics.items():
-            values = fn(query_y, predictions)
-            check_loss_shapes(f"{type(self).__name__} metric {name!r} {name_of(fn)}",
-                              query_y, predictions, values)
-            results[name] = tf.cast(tf.reduce_mean(values), self.metric_dtype)
+            values = fn(labels, predictions)
+            what = f"{type(self).__name__} metric {name!r} {name_of(fn)}"
+            check_loss_shapes(what, labels, predictions, values)
+            value = tf.reduce_mean(values) if mask is None else masked_mean(values, mask, what)
+            results[name] = tf.cast(value, self.metric_dtype)
         return results
 
     # --- a batch of tasks --------------------------------------------------------
@@ -517,14 +572,16 @@ class Learner(tf.Module):
         per_task = self.task_initial_weights(per_task, support_x, support_y)
 
         def support_losses(task_weights: Weights, x: Any, y: Any) -> tf.Tensor:
-            predictions = self._full_precision(
-                batched.call(self.model, task_weights, x, training=True))
+            with functional.example_mask(example_mask(y)):  # [tasks, examples]
+                predictions = self._full_precision(
+                    batched.call(self.model, task_weights, x, training=True))
             return tf.vectorized_map(lambda args: self.task_loss(*args), (y, predictions))
 
         adapted, inner = self.adapter.adapt_and_measure(per_task, support_x, support_y,
                                                         support_losses, steps=steps)
-        predictions = self._full_precision(
-            batched.call(self.model, adapted, query_x, training=self.query_training))
+        with functional.example_mask(example_mask(query_y)):
+            predictions = self._full_precision(
+                batched.call(self.model, adapted, query_x, training=self.query_training))
         results = tf.vectorized_map(lambda args: self.query_metrics(*args),
                                     (query_y, predictions))
         results.update({k: tf.cast(v, self.metric_dtype) for k, v in inner.items()})

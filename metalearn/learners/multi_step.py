@@ -60,8 +60,10 @@ class MultiStepLossLearner(Learner):
         support_x, support_y, query_x, query_y = self.split(episode)
         trajectory = self.adapt_trajectory(support_x, support_y, weights=weights)
         after_steps = trajectory[1:] or trajectory  # no steps: the initial weights
-        losses = [self.task_loss(query_y, self.predict(w, query_x)) for w in after_steps[:-1]]
-        results = self.query_metrics(query_y, self.predict(after_steps[-1], query_x))
+        losses = [self.task_loss(query_y, self.predict_on(w, query_x, query_y))
+                  for w in after_steps[:-1]]
+        results = self.query_metrics(query_y, self.predict_on(after_steps[-1], query_x,
+                                                            query_y))
         losses.append(results["loss"])
         results["loss"] = tf.reduce_sum(self.step_importance(len(losses)) * tf.stack(losses))
         return results

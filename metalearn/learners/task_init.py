@@ -20,6 +20,7 @@ from metalearn import functional
 from metalearn.adapters.base import Capabilities, Piece, check_patterns, select_paths
 from metalearn.functional import Weights
 from metalearn.heads.prototypes import class_prototypes, flat
+from metalearn.tasks.episode import example_mask
 
 EmbedFn = Callable[[keras.Model, Weights, Any], tf.Tensor]
 
@@ -111,7 +112,8 @@ class PrototypeInit(TaskInit):
 
     def initial(self, weights, support_x, support_y):
         body = {p: w for p, w in weights.items() if p not in self._head_paths}
-        embeddings = flat(functional.call(self._body, body, support_x, training=True))
+        with functional.example_mask(example_mask(support_y)):
+            embeddings = flat(functional.call(self._body, body, support_x, training=True))
         prototypes = class_prototypes(embeddings, support_y, self.ways)  # [ways, features]
         weights = dict(weights)
         kernel, bias = self._head_paths

@@ -69,7 +69,8 @@ class Reptile(MetaOptimizer):
             adapted = learner.adapt(support_x, support_y, steps=self.inner_steps,
                                     weights=weights)
             adapted = {p: tf.stop_gradient(adapted[p]) for p in weights}
-            return adapted, learner.query_metrics(query_y, learner.predict(adapted, query_x))
+            predictions = learner.predict_on(adapted, query_x, query_y)
+            return adapted, learner.query_metrics(query_y, predictions)
 
         signature = ({p: tf.TensorSpec(w.shape, w.dtype) for p, w in weights.items()},
                      {k: tf.TensorSpec([], learner.metric_dtype)

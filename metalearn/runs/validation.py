@@ -37,6 +37,7 @@ import tensorflow as tf
 from metalearn import _compat
 from metalearn.learners.learner import name_of
 from metalearn.runs.results import config_bindings, config_text_bindings
+from metalearn.tasks.episode import unmask
 
 RESUMABLE_BINDINGS = ("Experiment.num_steps", "Experiment.log_every",
                       "Experiment.checkpoint_every", "Experiment.keep_checkpoints",
@@ -362,7 +363,8 @@ def check_outputs(learner, episode, sampler, split: str = "train") -> None:
     """
     support_x, support_y, query_x, query_y = learner.split(episode)
     adapted = learner.adapt(support_x, support_y, steps=0)
-    predictions = learner.predict(adapted, query_x)
+    predictions = learner.predict_on(adapted, query_x, query_y)
+    query_y, support_y = unmask(query_y)[0], unmask(support_y)[0]  # padded: the labels
     shape = tuple(predictions.shape)
     target = tuple(tf.convert_to_tensor(query_y).shape)
     model = getattr(getattr(learner, "model", None), "name", "the model")
@@ -421,7 +423,8 @@ def check_loss_and_metrics(learner, episode) -> None:
     if loss is None:
         return
     support_x, support_y, query_x, query_y = learner.split(episode)
-    query_y = tf.convert_to_tensor(query_y)
+    padded_y = query_y
+    query_y = tf.convert_to_tensor(unmask(query_y)[0])
     classification = tf.as_dtype(query_y.dtype).is_integer
     kind = "classification (integer labels)" if classification else \
         "regression (float targets)"
@@ -438,7 +441,7 @@ def check_loss_and_metrics(learner, episode) -> None:
                              "regression loss or metric, e.g. "
                              "keras.losses.MeanSquaredError()")
     adapted = learner.adapt(support_x, support_y, steps=0)
-    learner.query_metrics(query_y, learner.predict(adapted, query_x))
+    learner.query_metrics(padded_y, learner.predict_on(adapted, query_x, padded_y))
 
 
 def check_tasks_and_outputs(experiment) -> None:

@@ -5,10 +5,11 @@ from metalearn.tasks.base import SPLITS, TaskSampler, split_seed
 from metalearn.tasks.batches import SupervisedBatches
 from metalearn.tasks.classification import FewShotClassification, rotate
 from metalearn.tasks import datasets
-from metalearn.tasks.episode import Episode
+from metalearn.tasks.episode import Episode, MaskedLabels, pad_episodes
+from metalearn.tasks.meta_dataset import MetaDataset
 from metalearn.tasks.sinusoid import Sinusoid
 from metalearn.tasks.whole_class import WholeClassBatches
 
-__all__ = ["Episode", "FewShotClassification", "ImageAugmentation", "SPLITS", "Sinusoid",
-           "SupervisedBatches", "TaskSampler", "WholeClassBatches", "datasets", "rotate",
-           "split_seed"]
+__all__ = ["Episode", "FewShotClassification", "ImageAugmentation", "MaskedLabels",
+           "MetaDataset", "SPLITS", "Sinusoid", "SupervisedBatches", "TaskSampler",
+           "WholeClassBatches", "datasets", "pad_episodes", "rotate", "split_seed"]
