@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import metalearn
 from metalearn import models
-from metalearn.heads import LogisticHead, RidgeHead
+from metalearn.heads import LogisticHead, LogisticRegressionHead, RidgeHead
 from metalearn.heads.logistic import logistic_dual
 from metalearn.testing import (DIM, WAYS, LearnerContract, analytic_meta_gradient,
                                finite_difference_variables, relative_error,
@@ -76,6 +76,104 @@ class TestR2D2(LearnerContract):
         labels say nothing about the queries."""
         from metalearn.testing import uninformative_support
         return learner.meta_metrics(uninformative_support(episodes))
+
+
+# --- the logistic-regression heads, pinned by independent references ------------------
+# Two configurations of one formulation: LR-D2 (Bertinetto et al. 2019, ``LogisticHead``:
+# penalty lambda / 2 ||W||^2, no intercept, raw embeddings) and RFS (Tian et al. 2020,
+# ``LogisticRegressionHead``: C * cross-entropy + ||W||^2 / 2, an unpenalised intercept,
+# L2-normalised embeddings). Each is checked through its public fit and logits only.
+
+LOGISTIC = {"lr_d2": lambda steps=12: LogisticHead(0.5, steps=steps),
+            "rfs": lambda steps=12: LogisticRegressionHead(C=2.0, iterations=steps)}
+
+
+def _fitted_affine_map(head, x, labels, ways):
+    """``(W [d, ways], b [ways])`` with the head's query logits ``z W + b``, read off its
+    logits at the origin and at the unit vectors (unit, so normalising leaves them)."""
+    head.build(tf.float64)
+    state = head.fit(tf.constant(x), tf.constant(labels), ways)
+    d = x.shape[-1]
+    b = head.logits(state, tf.zeros([1, d], tf.float64)).numpy()[0]
+    return head.logits(state, tf.eye(d, dtype=tf.float64)).numpy() - b, b
+
+
+def _softmax(z):
+    p = np.exp(z - z.max(-1, keepdims=True))
+    return p / p.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("config", sorted(LOGISTIC))
+@pytest.mark.parametrize("n,d", [(6, 10), (12, 4)])
+def test_logistic_head_fits_the_regularised_minimiser(config, n, d):
+    """The gradient of each paper's objective, written in numpy, vanishes (to 1e-9) at
+    the fitted W (and b): LR-D2 sum CE(x W) + 0.5 / 2 ||W||^2; RFS 2 sum CE(x' W + b) +
+    ||W||^2 / 2 with x' = x / ||x||."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, d))
+    labels = np.arange(n) % 3
+    y = np.eye(3)[labels]
+    w, b = _fitted_affine_map(LOGISTIC[config](), x, labels, 3)
+    if config == "lr_d2":
+        np.testing.assert_array_equal(b, 0)
+        residual = _softmax(x @ w) - y
+        gradients = [x.T @ residual + 0.5 * w]
+    else:
+        unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+        residual = _softmax(unit @ w + b) - y
+        gradients = [2.0 * unit.T @ residual + w, 2.0 * residual.sum(0)]
+    assert max(np.abs(g).max() for g in gradients) < 1e-9
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3])
+def test_lr_d2_steps_are_newton_steps_on_the_weights(steps):
+    """Hand-unrolled Newton's method on the primal ``W`` ``[d, ways]`` from 0 in numpy
+    (the Hessian sum_i x_i x_i^T (x) S_i + lambda I written out), before convergence:
+    the head's ``steps`` are these iterates."""
+    rng = np.random.default_rng(1)
+    n, d, ways, lam = 6, 4, 3, 0.5
+    x = rng.normal(size=(n, d))
+    labels = np.arange(n) % ways
+    y = np.eye(ways)[labels]
+    w = np.zeros((d, ways))
+    for _ in range(steps):
+        p = _softmax(x @ w)
+        gradient = x.T @ (p - y) + lam * w
+        hessian = lam * np.eye(d * ways)
+        for i in range(n):
+            s = np.diag(p[i]) - np.outer(p[i], p[i])
+            hessian += np.kron(np.outer(x[i], x[i]), s)  # rows (feature, class)
+        w = w - np.linalg.solve(hessian, gradient.ravel()).reshape(d, ways)
+    got, _ = _fitted_affine_map(LogisticHead(lam, steps=steps), x, labels, ways)
+    np.testing.assert_allclose(got, w, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("config", sorted(LOGISTIC))
+@pytest.mark.parametrize("ways,radius", [(3, 1.0), (5, 2.0)])
+def test_logistic_head_on_orthogonal_one_shot_support_has_its_closed_form(config, ways,
+                                                                          radius):
+    """One shot per class on orthogonal embeddings of norm r: by symmetry the fitted
+    weights are W = r (alpha Y + beta (1 - Y)) on the support's span, the probability q of
+    the true class solves q = 1 / (1 + (w - 1) exp(-r^2 (1 - q) w / (lambda (w - 1)))),
+    and the logit margin of a query on a support direction is r^2 (1 - q) w / (lambda (w -
+    1)) / r (times r for the query's own norm). RFS normalises, so r = 1 for it, and its
+    intercept is one constant (by symmetry)."""
+    from scipy import optimize
+    d = ways + 2
+    x = radius * np.eye(d)[:ways]
+    labels = np.arange(ways)
+    head = LOGISTIC[config]()
+    lam, r = (0.5, radius) if config == "lr_d2" else (0.5, 1.0)
+    gap = lambda q: r * r * (1 - q) * ways / (lam * (ways - 1))  # noqa: E731
+    q = optimize.brentq(lambda q: q - 1 / (1 + (ways - 1) * np.exp(-gap(q))), 1e-12,
+                        1 - 1e-12, xtol=1e-15, rtol=4 * np.finfo(float).eps)
+    w, b = _fitted_affine_map(head, x, labels, ways)
+    logits = np.eye(d)[:ways] @ w + b                       # queries: the unit directions
+    margins = np.diagonal(logits) - (logits.sum(1) - np.diagonal(logits)) / (ways - 1)
+    np.testing.assert_allclose(margins, gap(q) / r, rtol=1e-9)
+    off_diagonal = logits[~np.eye(ways, dtype=bool)].reshape(ways, ways - 1)
+    np.testing.assert_allclose(off_diagonal, off_diagonal[:, :1].repeat(ways - 1, 1),
+                               atol=1e-10)
 
 
 @pytest.mark.parametrize("n,d", [(6, 10), (12, 4)])
