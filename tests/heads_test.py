@@ -1,6 +1,6 @@
 """Closed-form heads: ridge regression (R2-D2) against its closed form and finite
-differences; logistic regression by Newton steps (LR-D2) against its optimality condition
-and finite differences."""
+differences; logistic regression by Newton steps (LR-D2 and RFS, one head) against its
+optimality condition, hand-unrolled Newton steps, a closed form and finite differences."""
 
 import keras
 import numpy as np
@@ -10,7 +10,7 @@ import tensorflow as tf
 import metalearn
 from metalearn import models
 from metalearn.heads import LogisticHead, LogisticRegressionHead, RidgeHead
-from metalearn.heads.logistic import logistic_dual
+from metalearn.heads.logistic import newton_logistic, split_dual
 from metalearn.testing import (DIM, WAYS, LearnerContract, analytic_meta_gradient,
                                finite_difference_variables, relative_error,
                                synthetic_classification)
@@ -176,22 +176,29 @@ def test_logistic_head_on_orthogonal_one_shot_support_has_its_closed_form(config
                                atol=1e-10)
 
 
+@pytest.mark.parametrize("intercept", [False, True])
 @pytest.mark.parametrize("n,d", [(6, 10), (12, 4)])
-def test_logistic_newton_solution_is_stationary(n, d):
-    """Batched over 3 tasks, checked in numpy: W = X^T A zeroes the gradient of the
-    regularised cross-entropy, X^T (softmax(X W) - Y) + lambda W."""
+def test_logistic_newton_solution_is_stationary(n, d, intercept):
+    """Batched over 3 tasks, checked in numpy: W = X^T A (and b) zero the gradient of the
+    regularised cross-entropy, X^T (softmax(X W + b) - Y) + lambda W (and sum(softmax(X W
+    + b) - Y)); each task alone gives the same."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3, n, d))
     y = np.eye(3)[np.arange(n) % 3][None].repeat(3, 0)
     gram = tf.constant(x @ np.swapaxes(x, 1, 2))
-    a = tf.function(lambda: logistic_dual(gram, tf.constant(y), tf.constant(0.5, tf.float64),
-                                          steps=12))().numpy()
+    lam = tf.constant(0.5, tf.float64)
+    solve = tf.function(lambda g, t: newton_logistic(g, t, lam, 12, intercept))
+    dual = solve(gram, tf.constant(y)).numpy()
+    centre = lambda z: z - z.mean(-1, keepdims=True)  # noqa: E731 (b is free up to a shift)
+    for i in range(3):
+        alone = solve(gram[i], tf.constant(y[i])).numpy()
+        np.testing.assert_allclose(centre(dual[i]), centre(alone), rtol=1e-9, atol=1e-12)
+    a, b = split_dual(dual, intercept)
     w = np.swapaxes(x, 1, 2) @ a
-    z = x @ w
-    p = np.exp(z - z.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    gradient = np.swapaxes(x, 1, 2) @ (p - y) + 0.5 * w
-    assert np.abs(gradient).max() < 1e-10
+    residual = _softmax(x @ w + (0 if b is None else b)) - y
+    assert np.abs(np.swapaxes(x, 1, 2) @ residual + 0.5 * w).max() < 1e-10
+    if intercept:
+        assert np.abs(residual.sum(1)).max() < 1e-10
 
 
 def test_lr_d2_meta_gradient_equals_finite_differences():
@@ -205,8 +212,75 @@ def test_lr_d2_meta_gradient_equals_finite_differences():
     assert relative_error(analytic, numeric) < 1e-6
     for variable in learner.head.own_meta_variables():  # lambda through the implicit path
         assert abs(analytic[variable.path]) > 0, variable.path
+
+
+# the options beyond the two papers' settings: each way to differentiate with and without
+# an intercept and normalisation, lambda, scale and bias meta-learned
+OPTIONS = {"implicit_intercept_normalised": dict(intercept=True, normalize=True),
+           "unrolled": dict(gradient="unrolled", steps=4),
+           "unrolled_intercept": dict(gradient="unrolled", intercept=True, steps=4)}
+
+
+@pytest.mark.parametrize("options", sorted(OPTIONS))
+def test_logistic_head_options_meta_gradient_equals_finite_differences(options):
+    head = LogisticHead(0.7, scale=2.0, bias=0.1, **OPTIONS[options])
+    learner = metalearn.EmbeddingLearner(_embedding(), head=head, ways=WAYS)
+    assert learner.capabilities.custom_gradient == (head.gradient == "implicit")
+    episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
+    analytic = analytic_meta_gradient(learner, episodes)
+    numeric = finite_difference_variables(lambda: learner.meta_loss(episodes),
+                                          learner.meta_variables)
+    assert relative_error(analytic, numeric) < 1e-6
+    log_lambda = learner.head.own_meta_variables()[0]
+    assert abs(analytic[log_lambda.path]) > 0
+
+
+@pytest.mark.parametrize("intercept", [False, True])
+def test_implicit_and_unrolled_gradients_agree_once_newton_converges(intercept):
+    """At a root the implicit gradient is the derivative of the solution, which the
+    unrolled steps' derivative approaches as they converge (Newton: quadratically)."""
+    gradients = {}
+    for gradient in ("implicit", "unrolled"):
+        learner = metalearn.EmbeddingLearner(
+            _embedding(), head=LogisticHead(0.7, steps=15, intercept=intercept,
+                                            gradient=gradient), ways=WAYS)
+        gradients[gradient] = analytic_meta_gradient(
+            learner, synthetic_classification(0, tasks=2, dtype=tf.float64))
+    assert relative_error(gradients["implicit"], gradients["unrolled"]) < 1e-10
+
+
+def test_logistic_head_arguments_are_checked():
     with pytest.raises(ValueError, match="LogisticHead steps must be >= 1, got 0"):
         LogisticHead(steps=0)
+    with pytest.raises(ValueError, match="LogisticHead gradient must be one of"):
+        LogisticHead(gradient="backprop")
+    with pytest.raises(ValueError, match="LogisticHead damping must be > 0, got 0"):
+        LogisticHead(damping=0)
+    with pytest.raises(ValueError, match=r"regularization \(lambda\) must be > 0"):
+        LogisticHead(regularization=0)
+    with pytest.raises(ValueError, match="LogisticRegressionHead.C must be > 0, got 0"):
+        LogisticRegressionHead(C=0)
+    with pytest.raises(ValueError, match="LogisticRegressionHead.iterations must be a whole"):
+        LogisticRegressionHead(iterations=1.5)
+
+
+def test_rfs_is_the_logistic_head_in_its_setting_without_variables():
+    """RFS's head is LogisticHead with lambda = 1 / C, an intercept, normalised inputs and
+    the unrolled gradient, fixed scale 1 and offset 0: the same logits, and no variables
+    (a pre-training checkpoint restores with it in place of another head)."""
+    rfs = LogisticRegressionHead(C=2.0, iterations=5)
+    general = LogisticHead(0.5, steps=5, learn=False, intercept=True, normalize=True,
+                           gradient="unrolled")
+    for head in (rfs, general):
+        head.build(tf.float64)
+    assert not rfs.variables and not rfs.own_meta_variables()
+    assert not rfs.capabilities.custom_gradient
+    rng = np.random.default_rng(2)
+    x, queries = tf.constant(rng.normal(size=(6, 4))), tf.constant(rng.normal(size=(5, 4)))
+    labels = tf.constant(np.arange(6) % 3)
+    got, want = (h.logits(h.fit(x, labels, 3), queries).numpy() for h in (rfs, general))
+    centre = lambda z: z - z.mean(-1, keepdims=True)  # noqa: E731 (the intercept's shift)
+    np.testing.assert_allclose(centre(got), centre(want), rtol=1e-12, atol=1e-12)
 
 
 class TestLRD2(LearnerContract):
