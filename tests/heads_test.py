@@ -12,8 +12,8 @@ from metalearn import models
 from metalearn.heads import LogisticHead, LogisticRegressionHead, RidgeHead
 from metalearn.heads.logistic import newton_logistic, split_dual
 from metalearn.testing import (DIM, WAYS, LearnerContract, analytic_meta_gradient,
-                               finite_difference_variables, relative_error,
-                               synthetic_classification)
+                               assert_meta_gradient_matches_finite_differences,
+                               relative_error, synthetic_classification)
 
 
 @pytest.mark.parametrize("n,d", [(6, 10), (12, 4)])  # Woodbury (n <= d) and primal
@@ -44,12 +44,28 @@ def test_r2d2_meta_gradient_equals_finite_differences():
     assert len(head_variables) == 3 and all(any(h is v for v in learner.meta_variables)
                                             for h in head_variables)
     episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
-    analytic = analytic_meta_gradient(learner, episodes)
-    numeric = finite_difference_variables(lambda: learner.meta_loss(episodes),
-                                          learner.meta_variables)
-    assert relative_error(analytic, numeric) < 1e-6
+    analytic = assert_meta_gradient_matches_finite_differences(learner, episodes)
     for variable in head_variables:  # lambda, scale and bias are all learned
         assert abs(analytic[variable.path]) > 0, variable.path
+
+
+class _HalvedGradientRidgeHead(RidgeHead):
+    """R2-D2 with a wrong gradient: the logits' gradient halved on its way back."""
+
+    def logits(self, state, embeddings):
+        @tf.custom_gradient
+        def halved(z):
+            return tf.identity(z), lambda upstream: 0.5 * upstream
+        return halved(super().logits(state, embeddings))
+
+
+def test_the_meta_gradient_check_refuses_a_wrong_gradient():
+    learner = metalearn.EmbeddingLearner(_embedding(), head=_HalvedGradientRidgeHead(0.7),
+                                         ways=WAYS)
+    episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
+    with pytest.raises(AssertionError, match=r"relative error 5\.0.e-01, not below 1e-06; "
+                                             r"most off: "):
+        assert_meta_gradient_matches_finite_differences(learner, episodes)
 
 
 def test_a_fixed_ridge_head_learns_nothing_itself():
@@ -206,10 +222,7 @@ def test_lr_d2_meta_gradient_equals_finite_differences():
                                          ways=WAYS)
     assert learner.capabilities.custom_gradient  # unrolled tasks: map_fn drops it
     episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
-    analytic = analytic_meta_gradient(learner, episodes)
-    numeric = finite_difference_variables(lambda: learner.meta_loss(episodes),
-                                          learner.meta_variables)
-    assert relative_error(analytic, numeric) < 1e-6
+    analytic = assert_meta_gradient_matches_finite_differences(learner, episodes)
     for variable in learner.head.own_meta_variables():  # lambda through the implicit path
         assert abs(analytic[variable.path]) > 0, variable.path
 
@@ -227,10 +240,7 @@ def test_logistic_head_options_meta_gradient_equals_finite_differences(options):
     learner = metalearn.EmbeddingLearner(_embedding(), head=head, ways=WAYS)
     assert learner.capabilities.custom_gradient == (head.gradient == "implicit")
     episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
-    analytic = analytic_meta_gradient(learner, episodes)
-    numeric = finite_difference_variables(lambda: learner.meta_loss(episodes),
-                                          learner.meta_variables)
-    assert relative_error(analytic, numeric) < 1e-6
+    analytic = assert_meta_gradient_matches_finite_differences(learner, episodes)
     log_lambda = learner.head.own_meta_variables()[0]
     assert abs(analytic[log_lambda.path]) > 0
 
