@@ -11,7 +11,8 @@ from metalearn import models
 from metalearn.adapters import (AnnealOrder, GradientDescent, GradientStep, LearnedRates,
                                 Mask, MetaSGD, PerStepLearningRates, PerStepWeights)
 from metalearn.testing import regression_episodes, mse
-from metalearn.testing import finite_difference_variables, relative_error
+from metalearn.testing import (assert_meta_gradient_matches_finite_differences,
+                               relative_error)
 
 
 def _support_gradient(learner):
@@ -48,14 +49,6 @@ def _meta_gradient(learner, episodes):
     return {v.path: g.numpy() for v, g in zip(variables, tape.gradient(loss, variables))}
 
 
-def _check_against_finite_differences(learner, episodes, tolerance=1e-6):
-    analytic = _meta_gradient(learner, episodes)
-    numeric = finite_difference_variables(lambda: learner.meta_loss(episodes),
-                                          learner.meta_variables)
-    assert relative_error(analytic, numeric) < tolerance
-    return analytic
-
-
 def test_meta_sgd_meta_gradient_and_rates_receive_gradients():
     adapter = MetaSGD(steps=2, learning_rate=0.2)
     learner = metalearn.Learner(_mlp(), adapter, loss=mse)
@@ -67,7 +60,7 @@ def test_meta_sgd_meta_gradient_and_rates_receive_gradients():
     rate_paths = {v.path for v in rates.values()}
     assert rate_paths <= {v.path for v in learner.meta_variables}
     rates["mlp/hidden0/kernel"].assign(np.linspace(0.05, 0.3, 6).reshape(2, 3))
-    analytic = _check_against_finite_differences(learner, regression_episodes())
+    analytic = assert_meta_gradient_matches_finite_differences(learner, regression_episodes())
     for path in rate_paths:
         assert np.all(analytic[path] != 0), path  # every element gets its own gradient
 
@@ -93,7 +86,7 @@ def test_lslr_meta_gradient_and_per_step_rates():
     for i, rate in enumerate(rates.learning_rates.values()):
         assert rate.shape == (3,)
         rate.assign([0.1 + 0.05 * i, 0.2, 0.3 - 0.02 * i])
-    analytic = _check_against_finite_differences(learner, regression_episodes())
+    analytic = assert_meta_gradient_matches_finite_differences(learner, regression_episodes())
     for rate in rates.learning_rates.values():
         assert np.all(analytic[rate.path] != 0), rate.path
 
@@ -139,7 +132,8 @@ def test_maml_plus_plus_meta_gradient_equals_finite_differences():
     learner.meta_step.assign(1)
     for copy in adapter.meta_variables[:2]:
         copy.assign(copy.numpy() + np.random.default_rng(1).normal(0, 0.1, copy.shape))
-    _check_against_finite_differences(learner, regression_episodes(tasks=2, shots=5))
+    assert_meta_gradient_matches_finite_differences(learner,
+                                                    regression_episodes(tasks=2, shots=5))
 
 
 def test_multi_step_loss_weights_and_value():

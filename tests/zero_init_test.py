@@ -13,7 +13,7 @@ from metalearn.adapters import GradientDescent, PerStepWeights
 from metalearn.testing import (DIM, WAYS, LearnerContract, classification_learner,
                             softmax_cross_entropy, synthetic_classification)
 from metalearn.testing import analytic_meta_gradient, image_episodes
-from metalearn.testing import finite_difference_variables, relative_error
+from metalearn.testing import assert_meta_gradient_matches_finite_differences
 
 HEAD = ("model/head/kernel", "model/head/bias")
 
@@ -74,10 +74,7 @@ def test_meta_loss_depends_on_label_numbering_only_without_zero_init(zero_init):
 def test_meta_gradient_equals_finite_differences():
     learner = _learner(_mlp())
     episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
-    analytic = analytic_meta_gradient(learner, episodes)
-    numeric = finite_difference_variables(lambda: learner.meta_loss(episodes),
-                                          learner.meta_variables)
-    assert relative_error(analytic, numeric) < 1e-6
+    assert_meta_gradient_matches_finite_differences(learner, episodes)
 
 
 @pytest.mark.parametrize("task_batching", ["map_fn", "batched"])

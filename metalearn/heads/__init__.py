@@ -2,8 +2,7 @@
 
 from metalearn.heads.base import Head
 from metalearn.heads.linear import LinearProbeHead, classifier_logits
-from metalearn.heads.logistic import LogisticHead
-from metalearn.heads.logistic_regression import LogisticRegressionHead
+from metalearn.heads.logistic import LogisticHead, LogisticRegressionHead
 from metalearn.heads.prototypes import (PrototypeHead, class_prototypes,
                                         cosine_similarities, squared_distances)
 from metalearn.heads.ridge import RidgeHead

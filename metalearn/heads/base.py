@@ -9,10 +9,11 @@ import tensorflow as tf
 from metalearn.adapters.base import Capabilities, Piece
 
 
-def solve_flat(matrix: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
-    """``matrix^-1 b`` for ``b`` ``[..., n, ways]`` flattened row by row."""
+def solve_flat(matrix: tf.Tensor, b: tf.Tensor, adjoint: bool = False) -> tf.Tensor:
+    """``matrix^-1 b`` (``matrix^-T b`` with ``adjoint``) for ``b`` ``[..., n, ways]``
+    flattened row by row."""
     flat = tf.reshape(b, tf.concat([tf.shape(b)[:-2], [-1, 1]], 0))
-    return tf.reshape(tf.linalg.solve(matrix, flat), tf.shape(b))
+    return tf.reshape(tf.linalg.solve(matrix, flat, adjoint=adjoint), tf.shape(b))
 
 
 class Head(Piece):

@@ -1,20 +1,37 @@
-"""A logistic-regression head (R2-D2's LR-D2, Bertinetto et al., 2019), solved by Newton
-steps inside the graph and differentiated implicitly.
+"""Multinomial logistic regression on the support embeddings, solved by Newton's method
+inside the graph: one head, :class:`LogisticHead`, with two named configurations, LR-D2
+(Bertinetto et al., 2019; :class:`LogisticHead`'s defaults) and the evaluation head of
+RFS (Tian et al., 2020; :class:`LogisticRegressionHead`).
 
-The head minimises the multinomial cross-entropy of ``X W`` on the support set plus
-``lambda / 2 ||W||^2``. Its solution lies in the span of the support embeddings,
-``W = X^T A``, where the optimality condition reads ``lambda A + softmax(X X^T A) - Y =
-0``: :func:`logistic_dual` takes Newton steps on that ``n * ways`` system (batched over
-leading axes), the same iterates as Newton on ``W``. The gradient reaches ``X`` and
-``lambda`` through the stationarity ``X^T (softmax(X W) - Y) + lambda W = 0``, whose
-Jacobian ``X^T S X + lambda I`` (``S`` the softmax's) is solved directly through the
-``n * ways`` system (the push-through identity), by
-:func:`~metalearn.adapters.implicit_diff.implicit_solution`.
+The head minimises ``sum_i CE(x_i W + b, y_i) + lambda / 2 ||W||^2`` over the support
+set, with the intercept ``b`` (unpenalised) only if asked for and ``x_i`` the embeddings,
+L2-normalised if asked for. RFS's ``C * sum_i CE + ||W||^2 / 2`` (scikit-learn's
+``LogisticRegression(C)``) is the same minimiser with ``lambda = 1 / C``.
+
+Its solution lies in the span of the support embeddings, ``W = X^T A``, so Newton's
+method runs on the dual unknowns ``(A [n, ways], b [ways])`` of the stationarity
+conditions ``lambda A + softmax(K A + b) - Y = 0`` and ``sum_i (softmax(K A + b)_i - Y_i)
+= 0`` (the latter with an intercept), ``K = X X^T``: at most ``(n + 1) * ways``
+equations whatever the embedding's width (a ResNet-12's 640), and the same iterates as
+Newton's method on ``W``. The logits are invariant to adding one constant to every
+class's bias, so the Jacobian's bias block gets ``damping`` on its diagonal to define
+the step (a root of the conditions is a minimiser all the same). :func:`newton_logistic`
+takes the steps from ``A = 0, b = 0``, batched over leading axes.
+
+The gradient reaches the embeddings (and ``lambda``) in one of two ways:
+
+- ``"implicit"`` (LR-D2): through the conditions at the solution by
+  :func:`~metalearn.adapters.implicit_diff.implicit_solution`, whose linear system is the
+  (transposed) Newton Jacobian at the solution (the intercept's shift fixed exactly,
+  not damped: :func:`logistic_jacobian`), solved directly. The steps are not
+  differentiated, so memory does not grow with them; exact at a root (enough steps).
+- ``"unrolled"`` (RFS): automatic differentiation through the fixed number of steps,
+  exact for those steps whether or not they converged.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Tuple
 
 import gin
 import tensorflow as tf
@@ -24,11 +41,35 @@ from metalearn.adapters.implicit_diff import implicit_solution
 from metalearn.heads.base import solve_flat
 from metalearn.heads.ridge import RidgeHead
 
+GRADIENTS = ("implicit", "unrolled")
 
-def logistic_residual(a: tf.Tensor, gram: tf.Tensor, targets: tf.Tensor,
-                      lam: tf.Tensor) -> tf.Tensor:
-    """``lambda A + softmax(K A) - Y``: zero at the solution (``[..., n, ways]``)."""
-    return lam * a + tf.nn.softmax(tf.matmul(gram, a)) - targets
+
+def split_dual(dual: tf.Tensor, intercept: bool) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:
+    """``(A [..., n, ways], b [..., 1, ways])`` of the dual unknowns ``[..., n (+ 1),
+    ways]`` (``b`` the last row with an intercept, else ``None``)."""
+    if not intercept:
+        return dual, None
+    return dual[..., :-1, :], dual[..., -1:, :]
+
+
+def support_probabilities(dual: tf.Tensor, gram: tf.Tensor, intercept: bool) -> tf.Tensor:
+    """``softmax(K A + b)`` ``[..., n, ways]``: the fit's probabilities on the support."""
+    a, b = split_dual(dual, intercept)
+    scores = tf.matmul(gram, a)
+    return tf.nn.softmax(scores if b is None else scores + b)
+
+
+def logistic_residual(dual: tf.Tensor, gram: tf.Tensor, targets: tf.Tensor, lam: tf.Tensor,
+                      intercept: bool = False) -> tf.Tensor:
+    """The stationarity conditions ``lambda A + softmax(K A + b) - Y`` (and, with an
+    intercept, their sum over the support as a last row): zero at the solution, in the
+    dual's shape."""
+    a, _ = split_dual(dual, intercept)
+    p = support_probabilities(dual, gram, intercept)
+    residual = lam * a + p - targets
+    if not intercept:
+        return residual
+    return tf.concat([residual, tf.reduce_sum(p - targets, axis=-2, keepdims=True)], -2)
 
 
 def softmax_jacobians(p: tf.Tensor) -> tf.Tensor:
@@ -36,89 +77,181 @@ def softmax_jacobians(p: tf.Tensor) -> tf.Tensor:
     return tf.linalg.diag(p) - p[..., :, None] * p[..., None, :]
 
 
-def logistic_jacobian(gram: tf.Tensor, p: tf.Tensor, lam: tf.Tensor) -> tf.Tensor:
-    """``lambda I + S K`` ``[..., n * ways, n * ways]`` (``S`` the softmax's Jacobians at
-    ``p``): the Jacobian of :func:`logistic_residual`, over ``A`` flattened row by row."""
-    n, ways = p.shape[-2], p.shape[-1]
-    jacobian = tf.einsum("...nm,...nkj->...nkmj", gram, softmax_jacobians(p))
-    shape = tf.concat([tf.shape(p)[:-2], [n * ways, n * ways]], 0)
-    return tf.reshape(jacobian, shape) + lam * tf.eye(n * ways, dtype=p.dtype)
+def logistic_jacobian(gram: tf.Tensor, p: tf.Tensor, lam: tf.Tensor, intercept: bool = False,
+                      damping: float = 1e-6, shift: float = 0.0) -> tf.Tensor:
+    """The Jacobian of :func:`logistic_residual` over the dual flattened row by row, at
+    support probabilities ``p``: ``lambda I + S K`` ``[..., n * ways, n * ways]`` (row
+    ``(i, a)``, column ``(j, c)``: ``K_ij S_i[a, c]``), bordered with an intercept by the
+    ``b`` column ``S_i``, the summed row ``sum_i K_ij S_i`` and the corner ``sum_i S_i +
+    damping I + shift / ways 1 1^T`` (``[..., (n + 1) * ways, (n + 1) * ways]``).
+
+    Without ``damping`` and ``shift`` the bordered Jacobian is singular: a common shift of
+    ``b`` changes nothing, on either side of it. ``damping`` (Newton's steps) makes it
+    invertible; ``shift`` (the implicit gradient's) does so without changing the solution
+    of a system whose right-hand side has no part along that shift, as a gradient of
+    anything computed from the logits has none."""
+    n, ways = tf.shape(p)[-2], p.shape[-1]
+    batch = tf.shape(p)[:-2]
+    s = softmax_jacobians(p)                                             # [..., n, w, w]
+    coupled = tf.reshape(tf.einsum("...ij,...iac->...iajc", gram, s),
+                         tf.concat([batch, [n * ways, n * ways]], 0))
+    jacobian = coupled + lam * tf.eye(n * ways, dtype=p.dtype)
+    if not intercept:
+        return jacobian
+    column = tf.reshape(s, tf.concat([batch, [n * ways, ways]], 0))
+    row = tf.reshape(tf.einsum("...ij,...iac->...ajc", gram, s),
+                     tf.concat([batch, [ways, n * ways]], 0))
+    corner = (tf.reduce_sum(s, axis=-3) + damping * tf.eye(ways, dtype=p.dtype)
+              + shift / ways * tf.ones([ways, ways], p.dtype))
+    return tf.concat([tf.concat([jacobian, column], -1), tf.concat([row, corner], -1)], -2)
 
 
-def logistic_dual(gram: tf.Tensor, targets: tf.Tensor, lam: tf.Tensor, steps: int = 10
-                  ) -> tf.Tensor:
-    """``A`` ``[..., n, ways]`` with ``W = X^T A`` the regularised logistic regression of
-    one-hot ``targets`` on embeddings with Gram matrix ``gram`` ``[..., n, n]``, by
-    ``steps`` Newton steps from ``A = 0``. Not differentiated."""
-    gram, targets, lam = (tf.stop_gradient(t) for t in (gram, targets, lam))
-    n, ways = targets.shape[-2], targets.shape[-1]
-    batch = tf.shape(targets)[:-2]
+def newton_logistic(gram: tf.Tensor, targets: tf.Tensor, lam: tf.Tensor, steps: int = 10,
+                    intercept: bool = False, damping: float = 1e-6) -> tf.Tensor:
+    """The dual unknowns ``[..., n (+ 1), ways]`` (``A``, then ``b`` with an intercept) of
+    the regularised logistic regression of one-hot ``targets`` ``[..., n, ways]`` on
+    embeddings with Gram matrix ``gram`` ``[..., n, n]``, after ``steps`` Newton steps
+    from zero; ``W = X^T A``. Differentiable through the steps (stop the inputs'
+    gradients for an implicit gradient)."""
+    start = tf.zeros_like(targets)
+    if intercept:
+        start = tf.concat([start, tf.zeros_like(targets[..., :1, :])], -2)
 
-    def body(i, a):
-        jacobian = logistic_jacobian(gram, tf.nn.softmax(tf.matmul(gram, a)), lam)
-        residual = tf.reshape(logistic_residual(a, gram, targets, lam),
-                              tf.concat([batch, [n * ways, 1]], 0))
-        return i + 1, a - tf.reshape(tf.linalg.solve(jacobian, residual), tf.shape(a))
+    def step(k, dual):
+        jacobian = logistic_jacobian(gram, support_probabilities(dual, gram, intercept), lam,
+                                     intercept, damping)
+        residual = logistic_residual(dual, gram, targets, lam, intercept)
+        return k + 1, dual - solve_flat(jacobian, residual)
 
-    _, a = tf.while_loop(lambda i, _: i < steps, body, (0, tf.zeros_like(targets)))
-    return a
+    _, dual = tf.while_loop(lambda k, _: k < steps, step, (tf.constant(0), start))
+    return dual
 
 
 @gin.configurable
 class LogisticHead(RidgeHead):
-    """Multinomial logistic regression on the support embeddings (LR-D2), logits
-    ``scale * (E' W) + bias``; the module docstring says how it is solved and
-    differentiated. ``lambda``, ``scale``, ``bias`` and the logits are
-    :class:`RidgeHead`'s (meta-learned unless ``learn=False``); only the fit differs.
-    (R2-D2's LR-D2 is binary, one-vs-rest for several ways; this is its multinomial
-    form.)
+    """Multinomial logistic regression on the support embeddings by Newton's method (the
+    module docstring says how it is solved and differentiated); query logits ``scale *
+    (x W + b) + bias``. Its defaults are LR-D2 (Bertinetto et al., 2019; R2-D2's LR-D2 is
+    binary, one-vs-rest for several ways, this its multinomial form): no intercept, raw
+    embeddings, the implicit gradient, and ``lambda`` (through its logarithm), ``scale``
+    and ``bias`` :class:`RidgeHead`'s meta-learned scalars. RFS is
+    :class:`LogisticRegressionHead`. The state of a task is ``(W [features, ways], b
+    [ways])`` (``b = 0`` without an intercept).
 
     Args:
-      regularization: ``lambda``'s initial value (> 0).
+      regularization: ``lambda``'s initial value (> 0; RFS's ``C`` is ``1 / lambda``).
       scale, bias: the logits' initial scale and offset.
       steps: Newton steps.
       learn: meta-learn ``lambda``, ``scale`` and ``bias``.
+      intercept: fit an unpenalised per-class intercept ``b`` (RFS's).
+      normalize: L2-normalise the embeddings, support and queries, first (RFS's).
+      gradient: ``"implicit"`` or ``"unrolled"`` (module docstring).
+      damping: added to the intercept's block of the Newton system (> 0).
     """
 
     supports_padding = False  # its Newton solve would fit the padding (RidgeHead's does not)
 
     def __init__(self, regularization: float = 1.0, scale: float = 1.0, bias: float = 0.0,
-                 steps: int = 10, learn: bool = True, name: Optional[str] = None):
+                 steps: int = 10, learn: bool = True, intercept: bool = False,
+                 normalize: bool = False, gradient: str = "implicit", damping: float = 1e-6,
+                 name: Optional[str] = None):
         super().__init__(regularization=regularization, scale=scale, bias=bias, learn=learn,
                          name=name)
-        if int(steps) < 1:
+        if isinstance(steps, bool) or int(steps) != steps or int(steps) < 1:
             raise ValueError(f"LogisticHead steps must be >= 1, got {steps}")
-        self.steps = int(steps)
+        if gradient not in GRADIENTS:
+            raise ValueError(f"LogisticHead gradient must be one of {GRADIENTS}, "
+                             f"got {gradient!r}")
+        if not float(damping) > 0:
+            raise ValueError(f"LogisticHead damping must be > 0, got {damping}")
+        self.steps, self.gradient, self.damping = int(steps), gradient, float(damping)
+        self.intercept, self.normalize = bool(intercept), bool(normalize)
 
     def own_capabilities(self) -> Capabilities:
+        if self.gradient == "unrolled":
+            return super().own_capabilities()
         # tf.custom_gradient (the implicit solution) is ignored inside tf.map_fn
         return Capabilities(custom_gradient=True, task_axis=False)
 
-    def fit(self, embeddings: tf.Tensor, labels: tf.Tensor, ways: int) -> tf.Tensor:
+    def _inputs(self, embeddings: tf.Tensor) -> tf.Tensor:
+        return tf.math.l2_normalize(embeddings, axis=-1) if self.normalize else embeddings
+
+    def fit(self, embeddings: tf.Tensor, labels: tf.Tensor, ways: int
+            ) -> Tuple[tf.Tensor, tf.Tensor]:
         lam, _, _ = self._parameters(embeddings.dtype)
+        x = self._inputs(embeddings)                                       # [n, d]
         targets = tf.one_hot(tf.cast(tf.reshape(labels, [-1]), tf.int32), ways,
-                             dtype=embeddings.dtype)                       # [n, ways]
-        if embeddings.shape[0] is None:
-            raise ValueError(f"LogisticHead needs the support set's size statically known, "
-                             f"got embeddings of shape {embeddings.shape}")
-        gram = tf.matmul(embeddings, embeddings, transpose_b=True)
-        w_hat = tf.matmul(embeddings, logistic_dual(gram, targets, lam, self.steps),
-                          transpose_a=True)                                # [d, ways]
+                             dtype=x.dtype)                                # [n, ways]
+        gram = tf.matmul(x, x, transpose_b=True)                           # [n, n]
+        if self.gradient == "unrolled":
+            dual = newton_logistic(gram, targets, lam, self.steps, self.intercept,
+                                   self.damping)
+        else:
+            dual = self._implicit(x, gram, targets, lam)
+        a, b = split_dual(dual, self.intercept)                            # [n (+ 1), ways]
+        b = tf.zeros([ways], x.dtype) if b is None else b[0]
+        return tf.matmul(x, a, transpose_a=True), b                        # [d, ways], [ways]
 
-        def stationarity(x, theta):  # gradient of the regularised support loss in W
+    def _implicit(self, x: tf.Tensor, gram: tf.Tensor, targets: tf.Tensor, lam: tf.Tensor
+                  ) -> tf.Tensor:
+        """The dual solution, differentiable in ``x`` and ``lambda`` through the
+        stationarity conditions (the transposed Newton Jacobian at the solution, solved
+        directly); the Newton steps themselves are not differentiated."""
+        gram, lam_value = tf.stop_gradient(gram), tf.stop_gradient(lam)
+        solved = newton_logistic(gram, targets, lam_value, self.steps, self.intercept,
+                                 self.damping)
+        jacobian = logistic_jacobian(gram, support_probabilities(solved, gram, self.intercept),
+                                     lam_value, self.intercept, damping=0.0, shift=1.0)
+
+        def condition(dual, theta):
             e, lam_ = theta
-            return [tf.matmul(e, tf.nn.softmax(tf.matmul(e, x[0])) - targets, transpose_a=True)
-                    + lam_ * x[0]]
+            return [logistic_residual(dual[0], tf.matmul(e, e, transpose_b=True), targets,
+                                      lam_, self.intercept)]
 
-        # its Jacobian in W, X^T S X + lambda I, inverted through the n * ways system:
-        # (lambda I + X^T S X)^-1 v = (v - X^T (lambda I + S K)^-1 S X v) / lambda
-        e, lam_value = tf.stop_gradient(embeddings), tf.stop_gradient(lam)
-        p = tf.nn.softmax(tf.matmul(e, tf.stop_gradient(w_hat)))
-        small = logistic_jacobian(tf.stop_gradient(gram), p, lam_value)
+        return implicit_solution(condition, [solved], [x, lam],
+                                 lambda _, v: [solve_flat(jacobian, v[0], adjoint=True)])[0]
 
-        def solve(_, b):
-            pushed = tf.einsum("nkj,nj->nk", softmax_jacobians(p), tf.matmul(e, b[0]))
-            return [(b[0] - tf.matmul(e, solve_flat(small, pushed), transpose_a=True))
-                    / lam_value]
+    def logits(self, state: Any, embeddings: tf.Tensor) -> tf.Tensor:
+        _, scale, bias = self._parameters(embeddings.dtype)
+        w, b = (tf.cast(s, embeddings.dtype) for s in state)
+        return scale * (tf.matmul(self._inputs(embeddings), w) + b) + bias
 
-        return implicit_solution(stationarity, [w_hat], [embeddings, lam], solve)[0]
+
+@gin.configurable
+class LogisticRegressionHead(LogisticHead):
+    """RFS's evaluation head (Tian et al., 2020, "Rethinking Few-Shot Image
+    Classification: a Good Embedding Is All You Need?"): :class:`LogisticHead` set as RFS
+    fits scikit-learn's ``LogisticRegression(C=1.0, multi_class="multinomial")`` (no
+    scikit-learn here): the minimiser of ``C * sum_i CE(x_i W + b, y_i) + ||W||^2 / 2``
+    (``lambda = 1 / C``), an unpenalised intercept, L2-normalised embeddings, logits
+    ``x W + b``. Nothing is meta-learned and the head has no variables (a pre-training
+    checkpoint restores with it in place of another head without variables); the fit is
+    differentiated through its fixed ``iterations`` (``gradient="unrolled"``).
+
+    Args:
+      C: inverse regularisation strength (scikit-learn's ``C``; RFS: 1.0).
+      iterations: Newton steps.
+      normalize: L2-normalise the embeddings first (RFS does).
+      damping: added to the intercept's block of the Newton system.
+    """
+
+    def __init__(self, C: float = 1.0, iterations: int = 10, normalize: bool = True,
+                 damping: float = 1e-6, name: Optional[str] = None):
+        if not float(C) > 0:
+            raise ValueError(f"LogisticRegressionHead.C must be > 0, got {C}")
+        if isinstance(iterations, bool) or int(iterations) != iterations or int(iterations) < 1:
+            raise ValueError("LogisticRegressionHead.iterations must be a whole number >= 1, "
+                             f"got {iterations!r}")
+        if not float(damping) > 0:
+            raise ValueError(f"LogisticRegressionHead.damping must be > 0, got {damping}")
+        super().__init__(regularization=1.0 / float(C), scale=1.0, bias=0.0,
+                         steps=iterations, learn=False, intercept=True, normalize=normalize,
+                         gradient="unrolled", damping=damping, name=name)
+        self.C, self.iterations = float(C), int(iterations)
+
+    def build(self, dtype: tf.DType) -> None:
+        """No variables: ``lambda = 1 / C``, the scale 1 and the offset 0 are fixed."""
+
+    def _parameters(self, dtype: tf.DType) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        return (tf.constant(1.0 / self.C, dtype), tf.constant(1.0, dtype),
+                tf.constant(0.0, dtype))

@@ -10,8 +10,10 @@ A new algorithm gets the whole contract by writing one small test class::
             return classification_learner(MyAdapter(steps=2))
 
 and checks its meta-gradient against finite differences in float64 with
-:func:`finite_difference_gradient` (or :func:`finite_difference_variables`) and
-:func:`relative_error`; models too large for that along random directions with
+:func:`assert_meta_gradient_matches_finite_differences` (built of
+:func:`analytic_meta_gradient`, :func:`finite_difference_variables` and
+:func:`relative_error`; :func:`finite_difference_gradient` for a function of weights);
+models too large for that along random directions with
 :func:`finite_difference_directions`. Nothing here imports pytest.
 """
 
@@ -19,16 +21,19 @@ from metalearn.testing.contract import (DIM, QUERIES, SHOTS, WAYS, LearnerContra
                                         classification_learner, contract_model,
                                         softmax_cross_entropy, synthetic_classification,
                                         uninformative_support)
-from metalearn.testing.reference import (finite_difference_directions,
+from metalearn.testing.reference import (analytic_meta_gradient,
+                                         assert_meta_gradient_matches_finite_differences,
+                                         compiled_meta_gradient,
+                                         finite_difference_directions,
                                          finite_difference_gradient,
                                          finite_difference_variables, flat, relative_error)
-from metalearn.testing.tasks import (analytic_meta_gradient, compiled_meta_gradient,
-                                     image_episodes, mse,
-                                     regression_episodes, small_learner, softmax_xent)
+from metalearn.testing.tasks import (image_episodes, mse, regression_episodes, small_learner,
+                                     softmax_xent)
 
 __all__ = ["DIM", "LearnerContract", "QUERIES", "SHOTS", "WAYS", "analytic_meta_gradient",
-           "classification_learner", "compiled_meta_gradient", "contract_model",
-           "finite_difference_directions", "finite_difference_gradient", "flat",
-           "finite_difference_variables", "image_episodes", "mse", "regression_episodes",
-           "relative_error", "small_learner", "softmax_cross_entropy", "softmax_xent",
-           "synthetic_classification", "uninformative_support"]
+           "assert_meta_gradient_matches_finite_differences", "classification_learner",
+           "compiled_meta_gradient", "contract_model", "finite_difference_directions",
+           "finite_difference_gradient", "finite_difference_variables", "flat",
+           "image_episodes", "mse", "regression_episodes", "relative_error", "small_learner",
+           "softmax_cross_entropy", "softmax_xent", "synthetic_classification",
+           "uninformative_support"]

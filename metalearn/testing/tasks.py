@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence
+from typing import Optional, Sequence
 
 import keras
 
-import numpy as np
 import tensorflow as tf
 
 import metalearn
@@ -42,32 +41,6 @@ def image_episodes(tasks: int = 2, ways: int = 3, size: int = 8, seed: int = 0) 
     images = lambda k: tf.random.stateless_normal([tasks, ways, size, size, 1], k,
                                                   dtype=tf.float64)
     return Episode(images(keys[0]), labels, images(keys[1]), labels)
-
-
-def analytic_meta_gradient(learner, episodes: Episode) -> Dict[str, np.ndarray]:
-    """The meta-gradient of ``learner.meta_loss(episodes)`` by meta-variable path."""
-    with tf.GradientTape() as tape:
-        loss = learner.meta_loss(episodes)
-    grads = tape.gradient(loss, learner.meta_variables)
-    missing = [v.path for v, g in zip(learner.meta_variables, grads) if g is None]
-    if missing:
-        raise AssertionError(f"no meta-gradient reaches {missing}")
-    return {v.path: g.numpy() for v, g in zip(learner.meta_variables, grads)}
-
-
-def compiled_meta_gradient(learner, episodes: Episode) -> Dict[str, np.ndarray]:
-    """:func:`analytic_meta_gradient` inside one ``tf.function`` (where ``tf.map_fn`` is a
-    graph loop, which ignores custom gradients: what a compiled meta-step sees)."""
-    @tf.function
-    def meta_gradient(episodes):
-        with tf.GradientTape() as tape:
-            loss = learner.meta_loss(episodes)
-        return tape.gradient(loss, learner.meta_variables)
-    grads = meta_gradient(episodes)
-    missing = [v.path for v, g in zip(learner.meta_variables, grads) if g is None]
-    if missing:
-        raise AssertionError(f"no meta-gradient reaches {missing}")
-    return {v.path: g.numpy() for v, g in zip(learner.meta_variables, grads)}
 
 
 def small_learner(kind: str, steps: int = 2, first_order: bool = False,
