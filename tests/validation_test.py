@@ -24,9 +24,10 @@ import tensorflow as tf
 
 import metalearn  # noqa: F401  (registers the configurables)
 from metalearn.tasks import FewShotClassification, MetaDataset
-from metalearn.tasks.datasets import (LabelledImages, load_cub, load_image_folder,
-                                      load_meta_dataset_source, load_mini_imagenet,
-                                      load_mnist, load_omniglot, load_tiered_imagenet)
+from metalearn.tasks.datasets import (ChecksumError, LabelledImages, load_cub,
+                                      load_image_folder, load_meta_dataset_source,
+                                      load_mini_imagenet, load_mnist, load_omniglot,
+                                      load_tiered_imagenet)
 
 from metalearn.flags import resolve_gin_files
 from metalearn.runs import validation
@@ -112,13 +113,15 @@ def damaged_zip(tmp_path) -> None:
     folder = tmp_path / "omniglot"
     folder.mkdir()
     (folder / "images_background_small1.zip").write_bytes(b"PK\x03\x04 not really a zip")
-    load_omniglot(str(folder), archives=("images_background_small1",))
+    load_omniglot(str(folder), archives=("images_background_small1",),
+                  verify_checksums=False)
 
 
 def undecodable_png(tmp_path) -> None:
     _omniglot_zip(tmp_path / "omniglot", [("Greek/character01/0101_01.png",
                                            b"\x89PNG\r\n\x1a\n garbage")])
-    load_omniglot(str(tmp_path / "omniglot"), archives=("images_background_small1",))
+    load_omniglot(str(tmp_path / "omniglot"), archives=("images_background_small1",),
+                  verify_checksums=False)
 
 
 def corrupted_zip_entry(tmp_path) -> None:
@@ -131,7 +134,8 @@ def corrupted_zip_entry(tmp_path) -> None:
     start = data.index(png)  # stored uncompressed: flip a byte of the image itself
     data[start + len(png) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    load_omniglot(str(path.parent), archives=("images_background_small1",))
+    load_omniglot(str(path.parent), archives=("images_background_small1",),
+                  verify_checksums=False)
 
 
 def swapped_mnist_files(tmp_path) -> None:
@@ -140,7 +144,7 @@ def swapped_mnist_files(tmp_path) -> None:
     labels = gzip.compress(b"\x00\x00\x08\x01" + (3).to_bytes(4, "big") + bytes(3))
     (folder / "t10k-images-idx3-ubyte.gz").write_bytes(labels)  # a labels file
     (folder / "t10k-labels-idx1-ubyte.gz").write_bytes(labels)
-    load_mnist(str(folder))
+    load_mnist(str(folder), verify_checksums=False)
 
 
 def truncated_mnist(tmp_path) -> None:
@@ -149,7 +153,26 @@ def truncated_mnist(tmp_path) -> None:
     whole = gzip.compress(b"\x00\x00\x08\x03" + b"\x00" * 400)
     (folder / "t10k-images-idx3-ubyte.gz").write_bytes(whole[:len(whole) // 2])
     (folder / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"\x00\x00\x08\x01"))
+    load_mnist(str(folder), verify_checksums=False)
+
+
+def unpublished_omniglot_archive(tmp_path) -> None:
+    png = tf.io.encode_png(tf.zeros([3, 3, 1], tf.uint8)).numpy()
+    _omniglot_zip(tmp_path / "omniglot", [("Greek/character01/0101_01.png", png)])
+    load_omniglot(str(tmp_path / "omniglot"), archives=("images_background_small1",))
+
+
+def mnist_file_of_the_published_size(tmp_path) -> None:
+    folder = tmp_path / "mnist"
+    folder.mkdir()
+    (folder / "t10k-images-idx3-ubyte.gz").write_bytes(bytes(1648877))
+    (folder / "t10k-labels-idx1-ubyte.gz").write_bytes(bytes(4542))
     load_mnist(str(folder))
+
+
+def cub_archive_as_path(tmp_path) -> None:
+    (tmp_path / "CUB_200_2011.tgz").write_bytes(b"")
+    load_cub(str(tmp_path / "CUB_200_2011.tgz"))
 
 
 def workdir_of_another_config(tmp_path) -> None:
@@ -480,7 +503,8 @@ def include_cycle(tmp_path) -> None:
 def omniglot_other_layout(tmp_path) -> None:
     png = tf.io.encode_png(tf.zeros([3, 3, 1], tf.uint8)).numpy()
     _omniglot_zip(tmp_path / "omniglot", [("Greek_character01_0101_01.png", png)])
-    load_omniglot(str(tmp_path / "omniglot"), archives=("images_background_small1",))
+    load_omniglot(str(tmp_path / "omniglot"), archives=("images_background_small1",),
+                  verify_checksums=False)
 
 
 def _regression_learner(**kwargs):
@@ -671,13 +695,13 @@ CASES: List[Case] = [
          lambda p: (p / "empty").mkdir() or load_omniglot(
              str(p / "empty"), archives=("images_background_small1",)),
          lambda p: str(p / "empty" / "images_background_small1.zip"), "the missing file"),
-    Case("damaged zip", "`images_background_small1.zip` that is not a zip", ValueError,
+    Case("damaged zip", "`images_background_small1.zip` that is not a zip (checksums off)", ValueError,
          "is not a readable zip file", damaged_zip,
          lambda p: str(p / "omniglot" / "images_background_small1.zip"), "the zip file"),
-    Case("undecodable PNG", "a zip entry `.png` holding no PNG", ValueError,
+    Case("undecodable PNG", "a zip entry `.png` holding no PNG (checksums off)", ValueError,
          "is not a decodable PNG image", undecodable_png,
          lambda p: "images_background_small1/Greek/character01/0101_01.png", "entry and zip"),
-    Case("corrupted zip entry", "a zip whose PNG entry fails its CRC check", ValueError,
+    Case("corrupted zip entry", "a zip whose PNG entry fails its CRC check (checksums off)", ValueError,
          "is damaged: entry 'images_background_small1/Greek/character01/0101_01.png' cannot "
          "be read", corrupted_zip_entry,
          lambda p: str(p / "omniglot" / "images_background_small1.zip"), "entry and zip"),
@@ -685,13 +709,24 @@ CASES: List[Case] = [
          "MNIST 'test' split: none of",
          lambda p: (p / "mnist").mkdir() or load_mnist(str(p / "mnist")),
          lambda p: str(p / "mnist" / "t10k-images-idx3-ubyte.gz"), "the files looked for"),
-    Case("truncated MNIST file", "a cut-off `t10k-images-idx3-ubyte.gz`", ValueError,
+    Case("truncated MNIST file", "a cut-off `t10k-images-idx3-ubyte.gz` (checksums off)", ValueError,
          "cannot be read as gzip-compressed IDX data", truncated_mnist,
          lambda p: str(p / "mnist" / "t10k-images-idx3-ubyte.gz"), "the file"),
-    Case("MNIST file of the wrong kind", "a labels file named `t10k-images-idx3-ubyte.gz`",
+    Case("MNIST file of the wrong kind", "a labels file named `t10k-images-idx3-ubyte.gz` (checksums off)",
          ValueError, "is not an IDX file of the expected kind: magic number 2049, expected "
          "2051", swapped_mnist_files,
          lambda p: str(p / "mnist" / "t10k-images-idx3-ubyte.gz"), "the file"),
+    Case("archive other than the published one", "a valid `images_background_small1.zip` "
+         "of other bytes", ChecksumError, "is not the published file: ",
+         unpublished_omniglot_archive,
+         lambda p: str(p / "omniglot" / "images_background_small1.zip"),
+         "the file, both sizes, the published SHA-256, its source, `verify_checksums=False`"),
+    Case("published size, other bytes", "a `t10k-images-idx3-ubyte.gz` of 1648877 zero "
+         "bytes", ChecksumError, "the published file's is "
+         "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+         mnist_file_of_the_published_size,
+         lambda p: str(p / "mnist" / "t10k-images-idx3-ubyte.gz"),
+         "the file, both SHA-256s, their source, `verify_checksums=False`"),
     Case("empty class folder", "`load_image_folder` on a folder whose `cat/` has no images",
          ValueError, "holds no image files", empty_class_folder,
          lambda p: str(p / "images" / "cat"), "the class folder"),
@@ -749,6 +784,10 @@ CASES: List[Case] = [
     Case("damaged Meta-Dataset spec", "a `dataset_spec.json` that is not JSON", ValueError,
          "is damaged: not JSON", damaged_meta_dataset_spec,
          lambda p: str(p / "aircraft" / "dataset_spec.json"), "the file"),
+    Case("CUB archive not extracted", "`load_cub(path='<tmp>/CUB_200_2011.tgz')`",
+         ValueError, "is a file, not the extracted folder",
+         cub_archive_as_path,
+         lambda p: str(p / "CUB_200_2011.tgz"), "the file, and how to check and extract it"),
     Case("normalisation without statistics", "`FewShotClassification(normalize=True)` on "
          "data whose preprocessing has no mean and std", ValueError,
          "normalize=True needs the data set's per-channel mean and std",
@@ -947,7 +986,7 @@ CASES: List[Case] = [
     gin_case("gin macro never given a value", "Sinusoid.shots = %SHOTZ", ValueError,
              "gin macro %SHOTZ is used but never given a value"),
     Case("Omniglot archive of another layout", "a zip of `Greek_character01_0101_01.png` "
-         "entries", ValueError, "has none of the expected entries "
+         "entries (checksums off)", ValueError, "has none of the expected entries "
          "'images_background_small1/<Alphabet>/characterNN/NNNN_NN.png'",
          omniglot_other_layout,
          lambda p: str(p / "omniglot" / "images_background_small1.zip"), "the zip file"),

@@ -10,6 +10,10 @@ The split is Chen et al.'s ("A Closer Look at Few-shot Classification",
 class ``i`` is meta-training if ``i % 2 == 0``, validation if ``i % 4 == 1``, test if
 ``i % 4 == 3``. Images (of varying sizes) are resized to ``image_size`` (84 by
 default, as in that paper's Conv-4 experiments).
+
+The extracted folder is read, so no checksum is checked here: check the downloaded
+archive with :func:`metalearn.tasks.datasets.checksums.verify_download` before
+extracting it (its published size and SHA-256 are in ``checksums.PUBLISHED``).
 """
 
 from __future__ import annotations
@@ -71,10 +75,16 @@ def load_cub(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
     Raises:
       FileNotFoundError: the folder, an index file or an image is missing (named).
       ValueError: a malformed index line (file and line), an undecodable image (named),
-        an image of an unknown class.
+        an image of an unknown class; ``path`` is a file (the archive, not extracted).
     """
     if os.path.isdir(os.path.join(path, "CUB_200_2011")):
         path = os.path.join(path, "CUB_200_2011")
+    if os.path.isfile(path):
+        raise ValueError(f"CUB-200-2011: {path!r} is a file, not the extracted folder; "
+                         "extract the archive (tar -xzf CUB_200_2011.tgz) and give the "
+                         "CUB_200_2011 folder (metalearn.tasks.datasets.checksums."
+                         "verify_download checks the archive against its published "
+                         "SHA-256 first)")
     if not os.path.isdir(path):
         raise FileNotFoundError(f"CUB-200-2011 folder {path!r} does not exist; give the "
                                 "folder extracted from CUB_200_2011.tgz")

@@ -1,4 +1,9 @@
-"""MNIST (LeCun et al., 1998) from local IDX files, or through TFDS when online."""
+"""MNIST (LeCun et al., 1998) from local IDX files, or through TFDS when online.
+
+The four ``.gz`` files are checked against their published sizes and SHA-256 before
+they are read (:mod:`metalearn.tasks.datasets.checksums`); uncompressed IDX files are
+not (no figure is published for them).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import Optional
 import gin
 import numpy as np
 
+from metalearn.tasks.datasets import checksums
 from metalearn.tasks.datasets.base import LabelledImages
 
 MNIST_SPLITS = ("train", "test")
@@ -76,7 +82,8 @@ def _load_tfds(split: str, data_dir: Optional[str]) -> LabelledImages:
 
 @gin.configurable
 def load_mnist(path: Optional[str] = None, split: str = "test",
-               data_dir: Optional[str] = None) -> LabelledImages:
+               data_dir: Optional[str] = None, verify_checksums: bool = True
+               ) -> LabelledImages:
     """The MNIST digits of one split as ``LabelledImages``.
 
     Args:
@@ -86,6 +93,10 @@ def load_mnist(path: Optional[str] = None, split: str = "test",
         ``tfds.load("mnist")``, which downloads once (network needed) into ``data_dir``.
       split: ``"train"`` (60,000 images) or ``"test"`` (10,000 images).
       data_dir: TFDS's data folder on the online path (TFDS's default when ``None``).
+      verify_checksums: check each ``.gz`` file's size and SHA-256 against the
+        published figures (:data:`checksums.PUBLISHED`, hashed once per file and
+        process) before reading it; uncompressed IDX files are never checked (nothing
+        publishes their figures). ``False`` reads the files unchecked.
 
     Returns:
       ``images`` ``[examples, 28, 28, 1]`` uint8 in 0..255, ``labels`` ``[examples]``
@@ -93,6 +104,8 @@ def load_mnist(path: Optional[str] = None, split: str = "test",
 
     Raises:
       ValueError: an unknown split, or a file that is not the expected IDX data.
+      checksums.ChecksumError: a ``.gz`` file (a ``ValueError``) that is not the
+        published file (size or SHA-256), unless ``verify_checksums=False``.
       FileNotFoundError: ``path`` lacks the split's files (the message names them).
     """
     if split not in MNIST_SPLITS:
@@ -100,6 +113,9 @@ def load_mnist(path: Optional[str] = None, split: str = "test",
     if path is None:
         return _load_tfds(split, data_dir)
     images_file, labels_file = mnist_files(path, split)
+    if verify_checksums:
+        for file in (images_file, labels_file):
+            checksums.verify(file, "mnist", "MNIST file", "load_mnist")
     images = _read_idx(images_file, _IMAGES_MAGIC)     # [examples, 28, 28]
     labels = _read_idx(labels_file, _LABELS_MAGIC)     # [examples]
     if len(images) != len(labels):

@@ -11,6 +11,10 @@ Two ways in, one result (a :class:`LabelledImages` with a class per character, n
   ``train`` = background, ``test`` = evaluation, ``small1``, ``small2``), which
   downloads the same archives.
 
+Each archive of a published name is checked against its published size and SHA-256
+before it is read (:mod:`metalearn.tasks.datasets.checksums`; ``verify_checksums=False``
+reads it unchecked).
+
 The MAML paper's preprocessing is applied to both: resize to 28x28 (antialiased) and
 invert so that strokes are 1 and the background 0. Rotations by multiples of 90 degrees
 as new classes belong to the class split, so they are an option of the episode sampler
@@ -35,6 +39,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from metalearn.tasks.datasets import checksums
 from metalearn.tasks.datasets.base import LabelledImages
 
 ARCHIVES = ("images_background", "images_evaluation", "images_background_small1",
@@ -139,7 +144,7 @@ def _decode_png(zf: zipfile.ZipFile, file: str, entry: str) -> np.ndarray:
                          ) from error
 
 
-def _read_zips(path: str, archives: Sequence[str]):
+def _read_zips(path: str, archives: Sequence[str], verify_checksums: bool = True):
     if not os.path.isdir(path):
         raise FileNotFoundError(f"Omniglot folder {path!r} does not exist; give the folder "
                                 f"holding {', '.join(a + '.zip' for a in archives)}")
@@ -149,6 +154,8 @@ def _read_zips(path: str, archives: Sequence[str]):
         if not os.path.isfile(file):
             raise FileNotFoundError(f"Omniglot archive {file!r} not found (folder {path!r} "
                                     f"holds {sorted(os.listdir(path))})")
+        if verify_checksums:
+            checksums.verify(file, "omniglot", "Omniglot archive", "load_omniglot")
         here = set()
         try:
             zf = zipfile.ZipFile(file)
@@ -222,7 +229,7 @@ def load_omniglot(path: Optional[str] = None,
                                              "images_background_small2"),
                   source: str = "zip", image_size: Optional[int] = 28, invert: bool = True,
                   cache_dir: Optional[str] = None, data_dir: Optional[str] = None,
-                  download: bool = True) -> LabelledImages:
+                  download: bool = True, verify_checksums: bool = True) -> LabelledImages:
     """Omniglot characters as labelled images, one class per character.
 
     Args:
@@ -236,6 +243,10 @@ def load_omniglot(path: Optional[str] = None,
       invert: strokes 1, background 0 (MAML's convention).
       cache_dir: if given, decoded arrays are also kept there as ``.npz`` files.
       data_dir, download: TFDS's data folder, and whether to download and prepare.
+      verify_checksums: check each archive's size and SHA-256 against the published
+        figures (:data:`checksums.PUBLISHED`, hashed once per file and process) before
+        reading it; ``False`` reads archives unchecked (a repacked or patched copy).
+        Arrays decoded from unchecked archives are cached apart from checked ones.
 
     Returns:
       ``LabelledImages`` with float32 images ``[examples, size, size, 1]`` in [0, 1],
@@ -245,6 +256,8 @@ def load_omniglot(path: Optional[str] = None,
     Raises:
       FileNotFoundError: ``path`` or an archive in it does not exist.
       ValueError: an unknown archive, source or image size.
+      checksums.ChecksumError: an archive (a ``ValueError``) that is not the published
+        file (size or SHA-256), unless ``verify_checksums=False``.
     """
     archives = _check_archives(archives)
     if source not in ("zip", "tfds"):
@@ -257,6 +270,8 @@ def load_omniglot(path: Optional[str] = None,
                      "invert": bool(invert), "channels": 1, "range": (0.0, 1.0)}
     where = os.path.abspath(path) if source == "zip" else str(data_dir)
     key = (source, where, archives, image_size, bool(invert))
+    if source == "zip" and not verify_checksums:
+        key += ("unverified",)  # never served to a checked load
     if key in _CACHE:
         return _CACHE[key]
     cache_file = None
@@ -267,7 +282,7 @@ def load_omniglot(path: Optional[str] = None,
             data = _read_cache(cache_file, preprocessing)
             _CACHE[key] = data
             return data
-    records = (_read_zips(path, archives) if source == "zip"
+    records = (_read_zips(path, archives, verify_checksums) if source == "zip"
                else _read_tfds(archives, data_dir, download))
     data = _assemble(records, preprocessing, image_size, invert)
     if cache_file is not None:
