@@ -59,20 +59,51 @@ def mocked_cifar100():
     cifar._CACHE.clear()
 
 
+# Every file is built (gin bindings, loader, learner, sampler's class split); each
+# algorithm family and each benchmark's loader is also meta-trained and evaluated once,
+# on the benchmark below (training all 37 files took ~12 of the suite's CPU minutes and
+# tests nothing the pairs do not: a family's files differ only in their data set's
+# base.gin, which the build checks).
+TRAINED = {"maml": "cub", "protonets": "tiered_imagenet", "metaoptnet": "cifar_fs",
+           "r2d2": "fc100", "protonets_resnet12": "fc100",
+           "metaoptnet_rr_resnet12": "mini_imagenet", "rfs": "tiered_imagenet",
+           "meta_baseline": "cifar_fs"}
+TRAINED_LOADERS = {"mini_imagenet": "maml"}  # the benchmark's own loader once more
+EXPECTED_CLASSES = {"mini_imagenet": (64, 16, 20), "tiered_imagenet": (351, 97, 160),
+                    "cifar_fs": (64, 16, 20), "fc100": (60, 20, 20), "cub": (100, 50, 50)}
+
+
+def _family(name: str) -> str:
+    return name[:-len("_5way_1shot.gin")]
+
+
+def _trained(data_set: str, name: str) -> bool:
+    family = _family(name)
+    return TRAINED.get(family) == data_set or TRAINED_LOADERS.get(data_set) == family
+
+
+def test_every_family_and_loader_is_trained_once():
+    families = {_family(n) for _, n in CONFIGS}
+    assert families == set(TRAINED), "a new algorithm family needs a TRAINED benchmark"
+    trained = [(b, n) for b, n in CONFIGS if _trained(b, n)]
+    assert {b for b, _ in trained} == set(BENCHMARKS)
+    assert {_family(n) for _, n in trained} == families
+
+
 @pytest.mark.parametrize("data_set, name", CONFIGS, ids=[f"{b}/{n}" for b, n in CONFIGS])
-def test_smoke_variant_trains_and_evaluates(data_set, name, data_dirs, mocked_cifar100,
-                                            tmp_path):
+def test_smoke_variant_builds_and_trains(data_set, name, data_dirs, mocked_cifar100,
+                                         tmp_path):
     files = [os.path.join(ROOT, "experiments", data_set, name),
              os.path.join(ROOT, "experiments", data_set, "smoke.gin")]
     parse_config(files, [data_dirs[data_set]])
     experiment = build_experiment()
+    sampler = experiment.sampler
+    assert tuple(sampler.num_classes(s) for s in ("train", "validation", "test")) == \
+        EXPECTED_CLASSES[data_set]
+    if not _trained(data_set, name):
+        return
     metrics = train(experiment, str(tmp_path / "run"))
     assert metrics["step"] == 2 and np.isfinite(metrics["loss"])
-    sampler = experiment.sampler
-    expected = {"mini_imagenet": (64, 16, 20), "tiered_imagenet": (351, 97, 160),
-                "cifar_fs": (64, 16, 20), "fc100": (60, 20, 20), "cub": (100, 50, 50)}
-    assert tuple(sampler.num_classes(s) for s in ("train", "validation", "test")) == \
-        expected[data_set]
     report = evaluate(experiment.learner, sampler)
     for by_metric in report["results"].values():
         assert 0.0 <= by_metric["accuracy"]["mean"] <= 1.0

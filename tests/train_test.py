@@ -121,6 +121,11 @@ def _header(path):
 def test_every_experiment_config_builds(path):
     header = _header(path)
     assert header, "gin files start with a header comment"
+    if "Not run on its own" in header:  # a base that the files beside it include
+        name = os.path.relpath(path, ROOT)
+        assert any(f"include '{name}'" in open(p).read() for p in EXPERIMENT_FILES), \
+            f"{name} says it is not run on its own, but no experiment includes it"
+        return
     assert "python -m metalearn.train" in header, \
         "the header gives the command that runs the file (python -m metalearn.train ...)"
     parse_config([path], ["Experiment.num_steps = 1"])
