@@ -77,15 +77,19 @@ def test_a_fixed_ridge_head_learns_nothing_itself():
         RidgeHead(regularization=0)
 
 
+def _head_learner(head):
+    """The contract's learner for a head: a seeded 16-unit MLP embedding (8 features)."""
+    keras.utils.set_random_seed(0)
+    model = models.mlp((DIM,), hidden=(16,), outputs=8, activation="relu", name="embedding")
+    return metalearn.EmbeddingLearner(model, head=head, ways=WAYS,
+                                      metrics={"accuracy": "accuracy"})
+
+
 class TestR2D2(LearnerContract):
     covers = (RidgeHead,)
 
     def make_learner(self):
-        keras.utils.set_random_seed(0)
-        model = models.mlp((DIM,), hidden=(16,), outputs=8, activation="relu",
-                           name="embedding")
-        return metalearn.EmbeddingLearner(model, head=RidgeHead(1.0, scale=5.0), ways=WAYS,
-                                          metrics={"accuracy": "accuracy"})
+        return _head_learner(RidgeHead(1.0, scale=5.0))
 
     def chance_metrics(self, learner, episodes):
         """Without a task's support set the head has nothing to fit: shuffled support
@@ -297,10 +301,6 @@ class TestLRD2(LearnerContract):
     covers = (LogisticHead,)
 
     def make_learner(self):
-        keras.utils.set_random_seed(0)
-        model = models.mlp((DIM,), hidden=(16,), outputs=8, activation="relu",
-                           name="embedding")
-        return metalearn.EmbeddingLearner(model, head=LogisticHead(1.0, scale=2.0), ways=WAYS,
-                                          metrics={"accuracy": "accuracy"})
+        return _head_learner(LogisticHead(1.0, scale=2.0))
 
     chance_metrics = TestR2D2.chance_metrics
