@@ -207,8 +207,9 @@ class Learner(tf.Module):
       task_batching: how a batch of tasks is run: ``"auto"`` (the default: chosen when
         the meta-step is traced, by :func:`metalearn.learners.task_batching.choose`
         from the meta-batch, inner steps, order, device and ``memory_budget``: on a CPU
-        ``"map_fn"`` while the estimated activations fit the budget, else
-        ``"accumulate"``; on a GPU ``"batched"`` first where it is available),
+        ``"accumulate"``; on a GPU ``"batched"`` where it is available, then
+        ``"map_fn"``, while the estimated activations fit the budget, else
+        ``"accumulate"``),
         ``"map_fn"`` (a compiled loop whose
         graph size, so compile time, does not grow with the number of tasks;
         fastest on CPUs), ``"unrolled"`` (one copy of the inner loop per task in
@@ -225,7 +226,7 @@ class Learner(tf.Module):
         measures their speed and memory.
       memory_budget: what the meta-step's activations may take, for ``"auto"``: bytes,
         or a size such as ``"2GiB"`` (gin: ``Learner.memory_budget = '2GiB'``).
-        ``None``: half the host memory free when the step is traced on a CPU; on a GPU
+        Read on a GPU only (a CPU always runs ``"accumulate"``, the leanest); ``None``:
         no memory check (TensorFlow reports no GPU's total memory), so give one there.
       parallel_iterations: tasks run concurrently with ``"map_fn"`` and
         ``"accumulate"``.

@@ -11,14 +11,14 @@ body, custom gradients (implicit differentiation, recomputed steps) are honoured
 
 ``"auto"`` (the default) is resolved when the meta-step is traced, by :func:`choose`,
 a pure function of the meta-batch, the inner steps, the derivative order, the device
-kind and a memory budget, with the activations' size estimated from the model's shapes
-(:func:`estimate_step_bytes`); :func:`resolve` gathers those for a learner and a batch.
+kind and a memory budget (on a CPU always ``accumulate``), with the activations' size
+estimated from the model's shapes (:func:`estimate_step_bytes`); :func:`resolve`
+gathers those for a learner and a batch.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -38,9 +38,6 @@ INNER_STEP_FACTOR = {True: 5.0, False: 1.0}   # by second_order
 # The batched formulation holds convolutions' patches: 1.8-2.2x map_fn's step memory in
 # benchmarks/README.md (B = 8 and 32, 1 and 5 inner steps).
 BATCHED_FACTOR = 2.0
-# Without a budget: this share of the memory free when the step is traced (CPU).
-DEFAULT_BUDGET_FRACTION = 0.5
-
 _UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
           "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
 
@@ -67,17 +64,6 @@ def parse_memory(value: Union[int, float, str, None]) -> Optional[int]:
     if not number > 0:
         raise ValueError(f"memory_budget must be > 0, got {value!r}")
     return int(number * _UNITS[unit])
-
-
-def free_memory(device: str) -> Optional[int]:
-    """Bytes of memory free now on ``device`` (``"cpu"``: the host's free pages), or
-    ``None`` where TensorFlow does not say (a GPU: no public API gives its total)."""
-    if device != "cpu":
-        return None
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def estimate_step_bytes(example_bytes: int, support: int, query: int, inner_steps: int,
@@ -108,15 +94,17 @@ def choose(tasks: int, inner_steps: int, second_order: bool, device: str,
 
     The rule (measurements in benchmarks/README.md):
 
-    1. The whole-batch formulation that is fastest on ``device`` if its activations
-       (``tasks x task_bytes``) fit in ``memory_budget``: on a CPU ``map_fn`` (the
-       fastest or level at one inner step, and the leanest of the whole-batch
-       formulations; ``batched`` is faster only at 5+ second-order steps and B = 32, by
-       30%, for 1.8-2.2x the memory); on a GPU ``batched`` where the learner allows it
-       (one kernel per layer for all tasks instead of one per task; not measured yet),
-       else ``map_fn``.
-    2. Otherwise ``accumulate``: only ``parallel_iterations`` tasks alive at once.
-    3. With no budget or no estimate: rule 1's formulation without the memory check.
+    1. On a CPU, ``accumulate`` whatever the budget: only ``parallel_iterations`` tasks'
+       activations alive at once, so the leanest formulation (peak memory flat in the
+       meta-batch), and on the Omniglot step measured on idle cores faster than or level
+       with ``map_fn`` at every meta-batch from 4 to 32, at 1 and 5 inner steps, first
+       and second order.
+    2. On a GPU, the whole-batch formulation that is fastest there if its activations
+       (``tasks x task_bytes``, twice that for ``batched``'s patches) fit in
+       ``memory_budget``: ``batched`` where the learner allows it (one kernel per layer
+       for all tasks instead of one per task; not measured yet), else ``map_fn``; with
+       no budget or no estimate, that one without the memory check.
+    3. Otherwise ``accumulate``.
 
     Args:
       tasks: the meta-batch (tasks on this replica).
@@ -128,7 +116,12 @@ def choose(tasks: int, inner_steps: int, second_order: bool, device: str,
       batched_available: whether ``task_batching="batched"`` works for the learner.
       parallel_iterations: tasks in flight with ``accumulate``.
     """
-    fast = "batched" if device != "cpu" and batched_available else "map_fn"
+    alive = min(tasks, max(int(parallel_iterations), 1)) * task_bytes \
+        if task_bytes is not None else None
+    if device == "cpu":
+        return Choice("accumulate", "on a cpu: the leanest, and the fastest or level "
+                                    "(benchmarks/README.md)", alive)
+    fast = "batched" if batched_available else "map_fn"
     factor = BATCHED_FACTOR if fast == "batched" else 1.0
     if task_bytes is None or memory_budget is None:
         what = "no memory budget" if memory_budget is None else "no activation estimate"
@@ -140,7 +133,6 @@ def choose(tasks: int, inner_steps: int, second_order: bool, device: str,
     if fast == "batched" and tasks * task_bytes <= memory_budget:
         return Choice("map_fn", f"batched's {whole} B exceed {memory_budget} B, "
                                 f"map_fn's {tasks * task_bytes} B fit", tasks * task_bytes)
-    alive = min(tasks, max(int(parallel_iterations), 1)) * task_bytes
     return Choice("accumulate", f"{tasks} tasks x {task_bytes} B = {whole} B exceed "
                                 f"{memory_budget} B: accumulate keeps {alive} B", alive)
 
@@ -173,8 +165,6 @@ def resolve(learner: Any, episodes: Episode, steps: Optional[int] = None) -> Cho
     query, _ = _examples(query_x)
     device = "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
     budget = learner.memory_budget
-    if budget is None and free_memory(device) is not None:
-        budget = int(free_memory(device) * DEFAULT_BUDGET_FRACTION)
     per_example = learner.activation_bytes(example)
     task_bytes = None
     if None not in (per_example, support, query, tasks):
