@@ -1,8 +1,11 @@
 """Episodes of different ways and shots padded into one batch (MaskedLabels): the padded,
 masked, batched meta-step equals the per-episode reference, each episode run alone at
 its own size with a model of its own number of ways (float64, first and second order),
-for MAML with BatchNorm, Proto-MAML and Prototypical Networks, per formulation and
-through make_meta_step under a three-replica strategy."""
+for MAML with BatchNorm, Proto-MAML, Prototypical Networks and the embedding learners
+of every head (MetaOptNet's SVM, LR-D2, RFS, the linear probe; with an inner loop on the
+embedding where the head is differentiable throughout), per formulation and through
+make_meta_step under a three-replica strategy; and every head's fit on a padded support
+set classifies the queries as the fit on its real rows alone does."""
 
 import contextlib
 import functools
@@ -14,6 +17,8 @@ import tensorflow as tf
 
 import metalearn
 from metalearn.adapters import GradientDescent
+from metalearn.heads import (LinearProbeHead, LogisticHead, LogisticRegressionHead,
+                             PrototypeHead, RidgeHead, SVMHead)
 from metalearn.tasks.episode import Episode, pad_episodes
 from metalearn.training import distribute, make_meta_step
 
@@ -56,13 +61,33 @@ def xent():
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, dtype="float64")
 
 
-def make(kind, ways, layers, first_order, **kwargs):
-    """A learner of ``kind`` for ``ways``-way tasks on the shared ``layers``."""
+# Every head, as an embedding learner's: each configuration that fits differently.
+HEADS = {
+    "svm": lambda: SVMHead(c=0.5, scale=2.0, steps=60),
+    "svm_ridge": lambda: SVMHead(c=0.1, steps=60, ridge=0.1),
+    "lr_d2": lambda: LogisticHead(0.5, scale=2.0, bias=0.1, steps=12),
+    "lr_d2_intercept": lambda: LogisticHead(0.5, steps=12, intercept=True, normalize=True),
+    "lr_d2_unrolled": lambda: LogisticHead(0.5, scale=2.0, steps=3, gradient="unrolled"),
+    "rfs": lambda: LogisticRegressionHead(C=2.0, iterations=4),
+    "probe": lambda: LinearProbeHead(steps=8, learning_rate=0.2),
+    "probe_cosine": lambda: LinearProbeHead("cosine", steps=8, learning_rate=0.2),
+}
+
+
+def make(kind, ways, layers, first_order, head=None, **kwargs):
+    """A learner of ``kind`` for ``ways``-way tasks on the shared ``layers`` (and, for an
+    embedding learner of a head in :data:`HEADS`, the shared ``head``; an inner loop on
+    the embedding unless ``first_order`` is None)."""
     adapter = GradientDescent(1, 0.25, first_order=first_order)
-    if kind == "protonets":
+    if kind == "protonets" or kind in HEADS:
         embedding = keras.Sequential([keras.Input(SHAPE, dtype="float64"), *layers])
-        return metalearn.PrototypicalNetworks(embedding, ways=ways,
-                                              metrics={"accuracy": "accuracy"}, **kwargs)
+        if kind == "protonets":
+            return metalearn.PrototypicalNetworks(embedding, ways=ways,
+                                                  metrics={"accuracy": "accuracy"}, **kwargs)
+        return metalearn.EmbeddingLearner(
+            embedding, head=HEADS[kind]() if head is None else head, ways=ways,
+            adapter=None if first_order is None else adapter,
+            metrics={"accuracy": "accuracy"}, **kwargs)
     model = classifier(layers, ways, f"{kind}_{ways}")
     if kind == "protomaml":
         return metalearn.ProtoMAML(model, adapter, ways=ways,
@@ -77,13 +102,14 @@ def reference(kind, first_order):
     first ``ways`` columns of the padded model's), mean metrics and meta-gradient, from
     the weights that :func:`make` gives the padded learner."""
     layers = body()
-    padded_learner = make(kind, MAX_WAYS, layers, first_order)
+    head = HEADS[kind]() if kind in HEADS else None  # its variables shared, as the body's
+    padded_learner = make(kind, MAX_WAYS, layers, first_order, head)
     variables = padded_learner.meta_variables
     totals = [np.zeros(v.shape) for v in variables]
     metrics = []
     for episode in episodes():
         ways = int(episode.support_y.max()) + 1
-        learner = make(kind, ways, layers, first_order)
+        learner = make(kind, ways, layers, first_order, head)
         if kind == "maml":
             head = padded_learner.model.get_layer("head")
             learner.model.get_layer("head").kernel.assign(head.kernel[:, :ways])
@@ -111,7 +137,14 @@ def padded():
 @pytest.mark.parametrize("kind, first_order, task_batching", [
     ("maml", False, "map_fn"), ("maml", True, "map_fn"), ("maml", False, "batched"),
     ("maml", False, "accumulate"), ("protomaml", False, "unrolled"),
-    ("protonets", False, "map_fn")])
+    ("protonets", False, "map_fn"),
+    # the heads' learners: no inner loop (None), and one on the embedding through the
+    # heads that are differentiable throughout (the implicit ones run unrolled tasks)
+    ("svm", None, "unrolled"), ("svm_ridge", None, "unrolled"), ("lr_d2", None, "unrolled"),
+    ("lr_d2_intercept", None, "unrolled"), ("lr_d2_unrolled", None, "map_fn"),
+    ("rfs", None, "map_fn"), ("probe", None, "map_fn"), ("probe_cosine", None, "map_fn"),
+    ("lr_d2_unrolled", False, "map_fn"), ("rfs", True, "map_fn"), ("probe", False, "map_fn"),
+    ("probe_cosine", True, "accumulate")])
 def test_padded_batch_equals_per_episode_reference(kind, first_order, task_batching):
     expected_grads, expected = reference(kind, first_order)
     learner = make(kind, MAX_WAYS, body(), first_order, task_batching=task_batching)
@@ -172,15 +205,31 @@ def test_too_large_an_episode_is_named():
         pad_episodes(episodes(), 5, MAX_QUERY, MAX_WAYS)
 
 
-@pytest.mark.parametrize("head", [metalearn.heads.PrototypeHead(),
-                                  metalearn.heads.RidgeHead(regularization=0.5)])
-def test_heads_fit_on_the_real_rows_only(head):
+FIT_HEADS = dict(HEADS, prototypes=PrototypeHead,
+                 ridge=lambda: RidgeHead(regularization=0.5, bias=0.1))
+
+
+@pytest.mark.parametrize("padding_scale", [1.0, 1e3])  # 1e3: fitting the padding shows
+@pytest.mark.parametrize("kind", sorted(FIT_HEADS))
+def test_heads_fit_on_the_real_rows_and_classes_only(kind, padding_scale):
+    """A 3-way support set of 6 real rows padded to 10 rows and 5 ways (the padding rows'
+    embeddings arbitrary, labelled PADDING): the padded fit's query logits of the 3 real
+    classes are those of the fit on the real rows at 3 ways (for a head with a free
+    intercept, whose logits are defined up to one shift per query, their softmax)."""
+    head = FIT_HEADS[kind]()
     head.build(tf.float64)
     rng = np.random.default_rng(2)
-    real = tf.constant(rng.normal(size=(5, 3)))
-    labels = tf.constant([0, 1, 1, 2, 0])
-    padded = tf.concat([real, tf.constant(rng.normal(size=(3, 3)))], 0)  # garbage rows
+    labels = np.array([0, 1, 1, 2, 0, 2], np.int32)
+    centres = rng.normal(size=(3, 4))
+    real = centres[labels] + 0.5 * rng.normal(size=(6, 4))
+    queries = tf.constant(centres[[0, 1, 2, 1]] + 0.5 * rng.normal(size=(4, 4)))
+    garbage = padding_scale * (2 + rng.normal(size=(4, 4)))  # far from every class
     masked = metalearn.tasks.MaskedLabels(
-        tf.constant([0, 1, 1, 2, 0, -1, -1, -1]), tf.range(8) < 5, tf.range(4) < 3)
-    want = head.fit(real, labels, 4)
-    np.testing.assert_allclose(head.fit(padded, masked, 4), want, rtol=1e-12, atol=1e-14)
+        tf.constant(np.concatenate([labels, [-1] * 4]).astype(np.int32)),
+        tf.range(10) < 6, tf.range(5) < 3)
+    want = head.logits(head.fit(tf.constant(real), tf.constant(labels), 3), queries).numpy()
+    got = head.logits(head.fit(tf.constant(np.concatenate([real, garbage])), masked, 5),
+                      queries).numpy()[:, :3]
+    if getattr(head, "intercept", False):
+        want, got = (tf.nn.softmax(z).numpy() for z in (want, got))
+    np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-12)

@@ -1,6 +1,6 @@
-"""The MetaOptNet SVM head: its dual solution against the KKT conditions and the primal,
-its meta-gradient (implicit, through the face's stationarity) against finite
-differences, and the learner contract."""
+"""The MetaOptNet SVM head: its dual solution against the KKT conditions and the primal
+(padded to more examples and classes too), its meta-gradient (implicit, through the
+face's stationarity) against finite differences, and the learner contract."""
 
 import keras
 import numpy as np
@@ -25,17 +25,13 @@ def _problems(tasks, n, d, ways, seed=0):
     return x, y
 
 
-@pytest.mark.parametrize("n,d,ways,c,ridge", [(6, 10, 3, 0.5, 0.0), (5, 8, 5, 0.1, 0.0),
-                                              (12, 4, 3, 1.0, 0.1)])
-def test_the_dual_solution_satisfies_the_kkt_conditions(n, d, ways, c, ridge):
-    """Batched over 4 tasks, checked in numpy: primal feasibility (beta = C Y - alpha on
-    the scaled simplex), stationarity with one multiplier per example (the gradient is
-    equal on the active classes and not smaller on the others), and, for the plain dual
-    (ridge 0), a zero duality gap against the primal SVM with W = X^T alpha."""
-    x, y = _problems(4, n, d, ways)
-    kernel = svm_kernel(tf.constant(x), ridge)
-    alpha = tf.function(lambda: crammer_singer_dual(kernel, tf.constant(y), c, steps=100))()
-    alpha, kernel = alpha.numpy(), kernel.numpy()
+def assert_kkt(x, y, alpha, c, ridge):
+    """The KKT conditions of the dual for embeddings ``x`` ``[tasks, n, d]``, one-hot ``y``
+    and the solution ``alpha``, checked in numpy: primal feasibility (beta = C Y - alpha
+    on the scaled simplex), stationarity with one multiplier per example (the gradient
+    is equal on the active classes and not smaller on the others), and, for the plain
+    dual (ridge 0), a zero duality gap against the primal SVM with W = X^T alpha."""
+    kernel = x @ np.swapaxes(x, 1, 2) + ridge * np.eye(x.shape[1])
     beta = c * y - alpha
     assert beta.min() >= -KKT_TOLERANCE
     np.testing.assert_allclose(beta.sum(-1), c, atol=KKT_TOLERANCE)
@@ -51,6 +47,38 @@ def test_the_dual_solution_satisfies_the_kkt_conditions(n, d, ways, c, ridge):
         primal = 0.5 * (w ** 2).sum((1, 2)) + c * slack.sum(-1)
         dual = (alpha * y).sum((1, 2)) - 0.5 * (w ** 2).sum((1, 2))
         np.testing.assert_allclose(primal, dual, rtol=KKT_TOLERANCE, atol=KKT_TOLERANCE)
+
+
+SIZES = [(6, 10, 3, 0.5, 0.0), (5, 8, 5, 0.1, 0.0), (12, 4, 3, 1.0, 0.1)]
+
+
+@pytest.mark.parametrize("n,d,ways,c,ridge", SIZES)
+def test_the_dual_solution_satisfies_the_kkt_conditions(n, d, ways, c, ridge):
+    """Batched over 4 tasks: :func:`assert_kkt`."""
+    x, y = _problems(4, n, d, ways)
+    kernel = svm_kernel(tf.constant(x), ridge)
+    alpha = tf.function(lambda: crammer_singer_dual(kernel, tf.constant(y), c, steps=100))()
+    assert_kkt(x, y, alpha.numpy(), c, ridge)
+
+
+@pytest.mark.parametrize("n,d,ways,c,ridge", SIZES)
+def test_a_padded_problem_is_solved_at_its_real_size(n, d, ways, c, ridge):
+    """The problems padded with 3 examples (their embeddings zeroed, as SVMHead zeroes a
+    padded episode's, their targets zero) and 2 absent classes, only the real examples'
+    present classes ``allowed``: the real rows and classes of the solution satisfy the
+    real-size problem's KKT conditions (:func:`assert_kkt`), and the padded rows and the
+    absent classes are exactly zero."""
+    x, y = _problems(4, n, d, ways)
+    padded_x = np.concatenate([x, np.zeros((4, 3, d))], 1)
+    padded_y = np.pad(y, [(0, 0), (0, 3), (0, 2)])
+    allowed = (np.arange(n + 3) < n)[:, None] & (np.arange(ways + 2) < ways)[None, :]
+    kernel = svm_kernel(tf.constant(padded_x), ridge)
+    alpha = tf.function(lambda: crammer_singer_dual(
+        kernel, tf.constant(padded_y), c, steps=100,
+        allowed=tf.constant(allowed[None].repeat(4, 0))))().numpy()
+    assert_kkt(x, y, alpha[:, :n, :ways], c, ridge)
+    np.testing.assert_array_equal(alpha[:, n:], 0)
+    np.testing.assert_array_equal(alpha[:, :, ways:], 0)
 
 
 def test_the_batched_solve_equals_each_task_alone():

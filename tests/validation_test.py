@@ -315,10 +315,20 @@ def scalar_metric_on_padded_episodes(tmp_path) -> None:
     learner.query_metrics(labels, tf.zeros([3, 3]))
 
 
-def svm_head_on_padded_episodes(tmp_path) -> None:
+class ThirdPartyHead(metalearn.heads.Head):
+    """A head written outside the library that does not declare ``supports_padding``."""
+
+    def fit(self, embeddings, labels, ways):
+        return tf.zeros([tf.shape(embeddings)[1], ways], embeddings.dtype)
+
+    def logits(self, state, embeddings):
+        return tf.matmul(embeddings, state)
+
+
+def head_without_padding_on_padded_episodes(tmp_path) -> None:
     from metalearn.tasks.episode import MaskedLabels
     learner = metalearn.EmbeddingLearner(metalearn.models.mlp((2,), hidden=(), outputs=3),
-                                         head=metalearn.heads.SVMHead(), ways=2)
+                                         head=ThirdPartyHead(), ways=2)
     labels = MaskedLabels(tf.constant([0, 1, 0]), tf.constant([True, True, False]),
                           tf.constant([True, True]))
     learner.adapt(tf.zeros([3, 2]), labels)
@@ -777,10 +787,11 @@ CASES: List[Case] = [
          "'mean_accuracy' <lambda> gives values of shape [], but padded episodes "
          "(MaskedLabels) need one value per example", scalar_metric_on_padded_episodes,
          None, "the metric"),
-    Case("head without padding on padded episodes", "`EmbeddingLearner(head=SVMHead())` "
-         "on `MaskedLabels` (e.g. `MetaDataset` episodes)", ValueError,
-         "SVMHead cannot fit padded episodes (MaskedLabels", svm_head_on_padded_episodes,
-         None, "the heads that can"),
+    Case("head without padding on padded episodes", "`EmbeddingLearner(head=ThirdPartyHead())`"
+         ", a `Head` subclass without `supports_padding`, on `MaskedLabels` (e.g. "
+         "`MetaDataset` episodes)", ValueError,
+         "ThirdPartyHead cannot fit padded episodes (MaskedLabels",
+         head_without_padding_on_padded_episodes, None, "the heads that can"),
     Case("damaged Meta-Dataset spec", "a `dataset_spec.json` that is not JSON", ValueError,
          "is damaged: not JSON", damaged_meta_dataset_spec,
          lambda p: str(p / "aircraft" / "dataset_spec.json"), "the file"),

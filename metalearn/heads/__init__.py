@@ -1,6 +1,6 @@
 """Closed-form task solvers on embeddings: what an embedding learner fits per task."""
 
-from metalearn.heads.base import Head
+from metalearn.heads.base import Head, support_targets
 from metalearn.heads.linear import LinearProbeHead, classifier_logits
 from metalearn.heads.logistic import LogisticHead, LogisticRegressionHead
 from metalearn.heads.prototypes import (PrototypeHead, class_prototypes,
@@ -10,4 +10,4 @@ from metalearn.heads.svm import SVMHead
 
 __all__ = ["Head", "LinearProbeHead", "LogisticHead", "LogisticRegressionHead", "PrototypeHead",
            "RidgeHead", "SVMHead", "class_prototypes", "classifier_logits", "cosine_similarities",
-           "squared_distances"]
+           "squared_distances", "support_targets"]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
 from metalearn.adapters.base import Capabilities, Piece
+from metalearn.tasks.episode import unmask
 
 
 def solve_flat(matrix: tf.Tensor, b: tf.Tensor, adjoint: bool = False) -> tf.Tensor:
@@ -14,6 +15,25 @@ def solve_flat(matrix: tf.Tensor, b: tf.Tensor, adjoint: bool = False) -> tf.Ten
     flattened row by row."""
     flat = tf.reshape(b, tf.concat([tf.shape(b)[:-2], [-1, 1]], 0))
     return tf.reshape(tf.linalg.solve(matrix, flat, adjoint=adjoint), tf.shape(b))
+
+
+def support_targets(embeddings: tf.Tensor, labels: Any, ways: int
+                    ) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor], Optional[tf.Tensor]]:
+    """``(embeddings, targets, mask, classes)`` of one task's support set: the one-hot
+    ``targets`` ``[n, ways]`` of its labels and, for
+    :class:`~metalearn.tasks.episode.MaskedLabels`, the padded rows of ``embeddings``
+    ``[n, features]`` and of ``targets`` zeroed (so no padding value, however large,
+    reaches a fit, and no gradient reaches it from one), the real examples ``mask``
+    ``[n]`` and the task's ``classes`` ``[ways]`` (bool; both ``None`` for plain labels)."""
+    labels, mask, classes = unmask(labels)
+    targets = tf.one_hot(tf.cast(tf.reshape(labels, [-1]), tf.int32), ways,
+                         dtype=embeddings.dtype)                           # [n, ways]
+    if mask is None:
+        return embeddings, targets, None, None
+    mask, classes = tf.reshape(mask, [-1]), tf.reshape(classes, [-1])
+    keep = mask[:, None]
+    return (tf.where(keep, embeddings, tf.zeros_like(embeddings)),
+            tf.where(keep, targets, tf.zeros_like(targets)), mask, classes)
 
 
 class Head(Piece):
@@ -27,12 +47,18 @@ class Head(Piece):
 
     A head that fits padded episodes (labels given as
     :class:`~metalearn.tasks.episode.MaskedLabels`, e.g. Meta-Dataset's variable-way,
-    variable-shot episodes) on their real examples only sets :attr:`supports_padding`;
-    the learner refuses padded episodes for the others rather than fit the padding.
+    variable-shot episodes) on their real examples and the task's classes only sets
+    :attr:`supports_padding`; the learner refuses padded episodes for the others rather
+    than fit the padding. Every head of :mod:`metalearn.heads` does (most through
+    :func:`support_targets`); a head written elsewhere is refused until it says so.
     """
 
     supports_padding: bool = False
-    """Whether :meth:`fit` honours :class:`~metalearn.tasks.episode.MaskedLabels`."""
+    """Whether :meth:`fit` honours :class:`~metalearn.tasks.episode.MaskedLabels`: the
+    padded examples contribute nothing to the fit, and the classes the task does not
+    have are out of it, so the state's logits of the task's classes are those of the
+    episode fitted alone at its real size (up to a shift common to a query's logits,
+    for a head with a free intercept)."""
 
     def own_capabilities(self) -> Capabilities:
         return Capabilities(task_axis=False)

@@ -9,8 +9,9 @@ from typing import Any, Optional, Tuple
 import gin
 import tensorflow as tf
 
-from metalearn.heads.base import Head
+from metalearn.heads.base import Head, support_targets
 from metalearn.heads.prototypes import class_prototypes, cosine_similarities
+from metalearn.tasks.episode import restrict_to_classes
 
 CLASSIFIERS = ("linear", "cosine")
 
@@ -53,7 +54,14 @@ class LinearProbeHead(Head):
       weight_decay: L2 penalty on the kernel (not the bias).
       scale: the cosine classifier's fixed scale.
       normalize: L2-normalise the embeddings first (the linear classifier).
+
+    On a padded episode (:class:`~metalearn.tasks.episode.MaskedLabels`) the loss is the
+    mean over the real examples (the weight decay unchanged) and its softmax is over the
+    task's classes: the present classes' weights follow the steps of the episode fitted
+    alone at its real size, an absent class's stay 0.
     """
+
+    supports_padding = True
 
     def __init__(self, classifier: str = "linear", steps: int = 100,
                  learning_rate: float = 0.01, momentum: float = 0.9,
@@ -78,15 +86,24 @@ class LinearProbeHead(Head):
         return tf.math.l2_normalize(embeddings, axis=-1) if self.normalize else embeddings
 
     def gradients(self, params: Tuple[tf.Tensor, tf.Tensor], embeddings: tf.Tensor,
-                  targets: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+                  targets: tf.Tensor, mask: Optional[tf.Tensor] = None,
+                  classes: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor]:
         """The closed-form gradient of the fit's loss (mean cross-entropy of one-hot
-        ``targets`` plus the weight decay) in ``(kernel, bias)``."""
+        ``targets`` plus the weight decay) in ``(kernel, bias)``; with a padded
+        episode's ``mask`` ``[n]`` and ``classes`` ``[ways]`` (bool) the mean is over the
+        real examples and the softmax over the task's classes."""
         kernel, bias = params
         dtype = embeddings.dtype
         scale = tf.constant(self.scale, dtype)
         logits = classifier_logits(self.classifier, kernel, bias, scale, embeddings)
-        n = tf.cast(tf.shape(embeddings)[0], dtype)
-        residual = (tf.nn.softmax(logits) - targets) / n                 # [n, ways]
+        if classes is not None:
+            logits = restrict_to_classes(logits, classes)
+        error = tf.nn.softmax(logits) - targets
+        if mask is None:
+            residual = error / tf.cast(tf.shape(embeddings)[0], dtype)   # [n, ways]
+        else:
+            weights = tf.cast(mask, dtype)
+            residual = weights[:, None] * error / tf.reduce_sum(weights)
         decay = tf.constant(self.weight_decay, dtype) * kernel
         if self.classifier == "linear":
             return (tf.matmul(embeddings, residual, transpose_a=True) + decay,
@@ -100,11 +117,10 @@ class LinearProbeHead(Head):
         return (by_unit - unit * along) / norms + decay, tf.zeros_like(bias)
 
     def fit(self, embeddings: tf.Tensor, labels: tf.Tensor, ways: int) -> Any:
-        x = self._inputs(embeddings)                                      # [n, d]
-        labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
-        targets = tf.one_hot(labels, ways, dtype=x.dtype)
+        # [n, d], [n, ways]; a padded episode's padded rows zero
+        x, targets, mask, classes = support_targets(self._inputs(embeddings), labels, ways)
         bias = tf.zeros([ways], x.dtype)
-        if self.classifier == "cosine":
+        if self.classifier == "cosine":  # an absent class's mean (and weights) zero
             kernel = tf.transpose(class_prototypes(tf.math.l2_normalize(x, axis=-1),
                                                    labels, ways))          # [d, ways]
         else:
@@ -113,7 +129,7 @@ class LinearProbeHead(Head):
         momentum = tf.constant(self.momentum, x.dtype)
 
         def step(k, kernel, bias, v_kernel, v_bias):
-            g_kernel, g_bias = self.gradients((kernel, bias), x, targets)
+            g_kernel, g_bias = self.gradients((kernel, bias), x, targets, mask, classes)
             v_kernel, v_bias = momentum * v_kernel + g_kernel, momentum * v_bias + g_bias
             return k + 1, kernel - rate * v_kernel, bias - rate * v_bias, v_kernel, v_bias
 

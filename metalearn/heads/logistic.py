@@ -31,15 +31,16 @@ The gradient reaches the embeddings (and ``lambda``) in one of two ways:
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import gin
 import tensorflow as tf
 
 from metalearn.adapters.base import Capabilities
 from metalearn.adapters.implicit_diff import implicit_solution
-from metalearn.heads.base import solve_flat
+from metalearn.heads.base import solve_flat, support_targets
 from metalearn.heads.ridge import RidgeHead
+from metalearn.tasks.episode import restrict_to_classes
 
 GRADIENTS = ("implicit", "unrolled")
 
@@ -52,24 +53,33 @@ def split_dual(dual: tf.Tensor, intercept: bool) -> Tuple[tf.Tensor, Optional[tf
     return dual[..., :-1, :], dual[..., -1:, :]
 
 
-def support_probabilities(dual: tf.Tensor, gram: tf.Tensor, intercept: bool) -> tf.Tensor:
-    """``softmax(K A + b)`` ``[..., n, ways]``: the fit's probabilities on the support."""
+def support_probabilities(dual: tf.Tensor, gram: tf.Tensor, intercept: bool,
+                          classes: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """``softmax(K A + b)`` ``[..., n, ways]``: the fit's probabilities on the support
+    (over the task's ``classes`` ``[..., ways]`` only if given: zero for the others)."""
     a, b = split_dual(dual, intercept)
     scores = tf.matmul(gram, a)
-    return tf.nn.softmax(scores if b is None else scores + b)
+    scores = scores if b is None else scores + b
+    return tf.nn.softmax(scores if classes is None else restrict_to_classes(scores, classes))
 
 
 def logistic_residual(dual: tf.Tensor, gram: tf.Tensor, targets: tf.Tensor, lam: tf.Tensor,
-                      intercept: bool = False) -> tf.Tensor:
-    """The stationarity conditions ``lambda A + softmax(K A + b) - Y`` (and, with an
-    intercept, their sum over the support as a last row): zero at the solution, in the
-    dual's shape."""
+                      intercept: bool = False, weights: Optional[tf.Tensor] = None,
+                      classes: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """The stationarity conditions ``lambda A + W (softmax(K A + b) - Y)`` (and, with an
+    intercept, the sum of the latter over the support as a last row): zero at the
+    solution, in the dual's shape. ``weights`` ``[..., n]`` (``W``'s diagonal, 1 if not
+    given) weight the examples' cross-entropies: 0 for a padded example, whose ``A`` is
+    then 0; the softmax is over ``classes`` only if given, so an absent class's ``A``
+    is 0 and its intercept is free (its condition is identically zero)."""
     a, _ = split_dual(dual, intercept)
-    p = support_probabilities(dual, gram, intercept)
-    residual = lam * a + p - targets
+    error = support_probabilities(dual, gram, intercept, classes) - targets
+    if weights is not None:
+        error = weights[..., None] * error
+    residual = lam * a + error
     if not intercept:
         return residual
-    return tf.concat([residual, tf.reduce_sum(p - targets, axis=-2, keepdims=True)], -2)
+    return tf.concat([residual, tf.reduce_sum(error, axis=-2, keepdims=True)], -2)
 
 
 def softmax_jacobians(p: tf.Tensor) -> tf.Tensor:
@@ -78,21 +88,30 @@ def softmax_jacobians(p: tf.Tensor) -> tf.Tensor:
 
 
 def logistic_jacobian(gram: tf.Tensor, p: tf.Tensor, lam: tf.Tensor, intercept: bool = False,
-                      damping: float = 1e-6, shift: float = 0.0) -> tf.Tensor:
+                      damping: float = 1e-6, shift: float = 0.0,
+                      weights: Optional[tf.Tensor] = None,
+                      classes: Optional[tf.Tensor] = None) -> tf.Tensor:
     """The Jacobian of :func:`logistic_residual` over the dual flattened row by row, at
     support probabilities ``p``: ``lambda I + S K`` ``[..., n * ways, n * ways]`` (row
     ``(i, a)``, column ``(j, c)``: ``K_ij S_i[a, c]``), bordered with an intercept by the
     ``b`` column ``S_i``, the summed row ``sum_i K_ij S_i`` and the corner ``sum_i S_i +
-    damping I + shift / ways 1 1^T`` (``[..., (n + 1) * ways, (n + 1) * ways]``).
+    damping I + shift / ways 1 1^T`` (``[..., (n + 1) * ways, (n + 1) * ways]``); with
+    ``weights`` (:func:`logistic_residual`'s) ``S_i`` is ``weights_i S_i``.
 
     Without ``damping`` and ``shift`` the bordered Jacobian is singular: a common shift of
     ``b`` changes nothing, on either side of it. ``damping`` (Newton's steps) makes it
     invertible; ``shift`` (the implicit gradient's) does so without changing the solution
     of a system whose right-hand side has no part along that shift, as a gradient of
-    anything computed from the logits has none."""
+    anything computed from the logits has none. With ``classes`` (``[..., ways]``, those
+    of ``p``'s softmax) the shift is the present classes' common one, ``shift / ways' c
+    c^T`` (``ways'`` of them), and an absent class's intercept, which nothing depends on,
+    gets 1 on the diagonal: it stays where it is (0), and the present classes' block is
+    the Jacobian of the task's own problem at its real size."""
     n, ways = tf.shape(p)[-2], p.shape[-1]
     batch = tf.shape(p)[:-2]
     s = softmax_jacobians(p)                                             # [..., n, w, w]
+    if weights is not None:
+        s = weights[..., None, None] * s
     coupled = tf.reshape(tf.einsum("...ij,...iac->...iajc", gram, s),
                          tf.concat([batch, [n * ways, n * ways]], 0))
     jacobian = coupled + lam * tf.eye(n * ways, dtype=p.dtype)
@@ -101,26 +120,39 @@ def logistic_jacobian(gram: tf.Tensor, p: tf.Tensor, lam: tf.Tensor, intercept: 
     column = tf.reshape(s, tf.concat([batch, [n * ways, ways]], 0))
     row = tf.reshape(tf.einsum("...ij,...iac->...ajc", gram, s),
                      tf.concat([batch, [ways, n * ways]], 0))
+    if classes is None:
+        common, held = tf.ones([ways, ways], p.dtype) / ways, 0
+    else:
+        present = tf.cast(classes, p.dtype)                              # [..., w]
+        common = (present[..., :, None] * present[..., None, :]
+                  / tf.reduce_sum(present, -1)[..., None, None])
+        held = tf.linalg.diag(1 - present)
     corner = (tf.reduce_sum(s, axis=-3) + damping * tf.eye(ways, dtype=p.dtype)
-              + shift / ways * tf.ones([ways, ways], p.dtype))
+              + shift * common + held)
     return tf.concat([tf.concat([jacobian, column], -1), tf.concat([row, corner], -1)], -2)
 
 
 def newton_logistic(gram: tf.Tensor, targets: tf.Tensor, lam: tf.Tensor, steps: int = 10,
-                    intercept: bool = False, damping: float = 1e-6) -> tf.Tensor:
+                    intercept: bool = False, damping: float = 1e-6,
+                    weights: Optional[tf.Tensor] = None, classes: Optional[tf.Tensor] = None
+                    ) -> tf.Tensor:
     """The dual unknowns ``[..., n (+ 1), ways]`` (``A``, then ``b`` with an intercept) of
     the regularised logistic regression of one-hot ``targets`` ``[..., n, ways]`` on
     embeddings with Gram matrix ``gram`` ``[..., n, n]``, after ``steps`` Newton steps
     from zero; ``W = X^T A``. Differentiable through the steps (stop the inputs'
-    gradients for an implicit gradient)."""
+    gradients for an implicit gradient). ``weights`` ``[..., n]`` and ``classes``
+    ``[..., ways]``: :func:`logistic_residual`'s (a padded episode's real examples and
+    classes; with the padded rows of ``gram`` zero the steps on the real examples and
+    classes are those of the problem of those alone)."""
     start = tf.zeros_like(targets)
     if intercept:
         start = tf.concat([start, tf.zeros_like(targets[..., :1, :])], -2)
 
     def step(k, dual):
-        jacobian = logistic_jacobian(gram, support_probabilities(dual, gram, intercept), lam,
-                                     intercept, damping)
-        residual = logistic_residual(dual, gram, targets, lam, intercept)
+        jacobian = logistic_jacobian(
+            gram, support_probabilities(dual, gram, intercept, classes), lam, intercept,
+            damping, weights=weights, classes=classes)
+        residual = logistic_residual(dual, gram, targets, lam, intercept, weights, classes)
         return k + 1, dual - solve_flat(jacobian, residual)
 
     _, dual = tf.while_loop(lambda k, _: k < steps, step, (tf.constant(0), start))
@@ -147,9 +179,15 @@ class LogisticHead(RidgeHead):
       normalize: L2-normalise the embeddings, support and queries, first (RFS's).
       gradient: ``"implicit"`` or ``"unrolled"`` (module docstring).
       damping: added to the intercept's block of the Newton system (> 0).
+
+    On a padded episode (:class:`~metalearn.tasks.episode.MaskedLabels`) the padded
+    examples' cross-entropies have weight 0 (their embeddings are zeroed; the
+    regulariser is unchanged) and the softmax of the fit is over the task's classes
+    only: the present classes' ``W`` and ``b`` are those of the episode fitted alone at
+    its real size, an absent class's are 0.
     """
 
-    supports_padding = False  # its Newton solve would fit the padding (RidgeHead's does not)
+    supports_padding = True
 
     def __init__(self, regularization: float = 1.0, scale: float = 1.0, bias: float = 0.0,
                  steps: int = 10, learn: bool = True, intercept: bool = False,
@@ -179,34 +217,37 @@ class LogisticHead(RidgeHead):
     def fit(self, embeddings: tf.Tensor, labels: tf.Tensor, ways: int
             ) -> Tuple[tf.Tensor, tf.Tensor]:
         lam, _, _ = self._parameters(embeddings.dtype)
-        x = self._inputs(embeddings)                                       # [n, d]
-        targets = tf.one_hot(tf.cast(tf.reshape(labels, [-1]), tf.int32), ways,
-                             dtype=x.dtype)                                # [n, ways]
+        # [n, d], [n, ways]; padded rows zero, so the Gram matrix's are too
+        x, targets, mask, classes = support_targets(self._inputs(embeddings), labels, ways)
+        padding = dict(weights=None if mask is None else tf.cast(mask, x.dtype),
+                       classes=classes)
         gram = tf.matmul(x, x, transpose_b=True)                           # [n, n]
         if self.gradient == "unrolled":
             dual = newton_logistic(gram, targets, lam, self.steps, self.intercept,
-                                   self.damping)
+                                   self.damping, **padding)
         else:
-            dual = self._implicit(x, gram, targets, lam)
+            dual = self._implicit(x, gram, targets, lam, padding)
         a, b = split_dual(dual, self.intercept)                            # [n (+ 1), ways]
         b = tf.zeros([ways], x.dtype) if b is None else b[0]
         return tf.matmul(x, a, transpose_a=True), b                        # [d, ways], [ways]
 
-    def _implicit(self, x: tf.Tensor, gram: tf.Tensor, targets: tf.Tensor, lam: tf.Tensor
-                  ) -> tf.Tensor:
+    def _implicit(self, x: tf.Tensor, gram: tf.Tensor, targets: tf.Tensor, lam: tf.Tensor,
+                  padding: Dict[str, Optional[tf.Tensor]]) -> tf.Tensor:
         """The dual solution, differentiable in ``x`` and ``lambda`` through the
         stationarity conditions (the transposed Newton Jacobian at the solution, solved
-        directly); the Newton steps themselves are not differentiated."""
+        directly); the Newton steps themselves are not differentiated. ``padding``: the
+        ``weights`` and ``classes`` of :func:`logistic_residual`."""
         gram, lam_value = tf.stop_gradient(gram), tf.stop_gradient(lam)
         solved = newton_logistic(gram, targets, lam_value, self.steps, self.intercept,
-                                 self.damping)
-        jacobian = logistic_jacobian(gram, support_probabilities(solved, gram, self.intercept),
-                                     lam_value, self.intercept, damping=0.0, shift=1.0)
+                                 self.damping, **padding)
+        jacobian = logistic_jacobian(
+            gram, support_probabilities(solved, gram, self.intercept, padding["classes"]),
+            lam_value, self.intercept, damping=0.0, shift=1.0, **padding)
 
         def condition(dual, theta):
             e, lam_ = theta
             return [logistic_residual(dual[0], tf.matmul(e, e, transpose_b=True), targets,
-                                      lam_, self.intercept)]
+                                      lam_, self.intercept, **padding)]
 
         return implicit_solution(condition, [solved], [x, lam],
                                  lambda _, v: [solve_flat(jacobian, v[0], adjoint=True)])[0]

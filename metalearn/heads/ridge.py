@@ -9,8 +9,7 @@ import gin
 import keras
 import tensorflow as tf
 
-from metalearn.heads.base import Head
-from metalearn.tasks.episode import unmask
+from metalearn.heads.base import Head, support_targets
 
 
 @gin.configurable
@@ -22,7 +21,9 @@ class RidgeHead(Head):
     With ``n`` support examples and ``d`` features the solve is ``n x n`` through the
     Woodbury identity, ``W = E^T (E E^T + lambda I_n)^-1 Y``, when ``n <= d`` (the
     few-shot case), else ``d x d``, ``W = (E^T E + lambda I_d)^-1 E^T Y``: the same
-    solution. Differentiated exactly by automatic differentiation through the solve.
+    solution. Differentiated exactly by automatic differentiation through the solve. On a
+    padded episode the padded rows are zero (:func:`~metalearn.heads.base.support_targets`)
+    and an absent class's column of ``W`` is zero.
     ``lambda`` (through its logarithm, so it stays positive), ``scale`` and ``bias`` are
     meta-learned scalars unless ``learn=False``. The state of a task is ``W``,
     ``[features, ways]``.
@@ -62,13 +63,9 @@ class RidgeHead(Head):
 
     def fit(self, embeddings: tf.Tensor, labels: tf.Tensor, ways: int) -> tf.Tensor:
         lam, _, _ = self._parameters(embeddings.dtype)
-        labels, mask, _ = unmask(labels)
-        targets = tf.one_hot(tf.cast(tf.reshape(labels, [-1]), tf.int32), ways,
-                             dtype=embeddings.dtype)                       # [n, ways]
-        if mask is not None:  # padded rows zero: the same solution as without them
-            keep = tf.reshape(mask, [-1, 1])
-            targets = tf.where(keep, targets, tf.zeros_like(targets))
-            embeddings = tf.where(keep, embeddings, tf.zeros_like(embeddings))
+        # padded rows zero: the same solution as without them; an absent class's targets
+        # are all zero, so its column is zero and the others are unchanged
+        embeddings, targets, _, _ = support_targets(embeddings, labels, ways)  # [n, ways]
         n, d = embeddings.shape[0], embeddings.shape[1]
         if n is None or d is None or n <= d:  # Woodbury: an n x n system
             gram = tf.matmul(embeddings, embeddings, transpose_b=True)    # [n, n]

@@ -29,19 +29,28 @@ import tensorflow as tf
 
 from metalearn.adapters.base import Capabilities
 from metalearn.adapters.implicit_diff import implicit_solution
-from metalearn.heads.base import Head, solve_flat
+from metalearn.heads.base import Head, solve_flat, support_targets
 
 
-def simplex_projection(z: tf.Tensor, total: tf.Tensor) -> tf.Tensor:
+def simplex_projection(z: tf.Tensor, total: tf.Tensor,
+                       allowed: Optional[tf.Tensor] = None) -> tf.Tensor:
     """The Euclidean projection of each row (last axis) of ``z`` onto ``{b >= 0,
-    sum(b) = total}`` (by sorting, Held et al. 1974)."""
+    sum(b) = total}`` (by sorting, Held et al. 1974); with ``allowed`` (booleans like
+    ``z``) onto that simplex's face ``{b >= 0, sum(b) = total, b = 0 where not
+    allowed}``, and a row with nothing allowed onto zero. The allowed entries are
+    projected with the same arithmetic as the projection of those entries alone."""
     ways = z.shape[-1]
-    ordered = tf.sort(z, axis=-1, direction="DESCENDING")
-    excess = tf.cumsum(ordered, axis=-1) - total
+    if allowed is None:
+        allowed = tf.ones_like(z, tf.bool)
+    # the allowed entries first, in descending order; the others after them, left out
+    ordered = tf.sort(tf.where(allowed, z, z.dtype.min), axis=-1, direction="DESCENDING")
     counts = tf.range(1, ways + 1, dtype=z.dtype)
-    support = tf.reduce_sum(tf.cast(ordered - excess / counts > 0, z.dtype), -1, keepdims=True)
+    inside = counts <= tf.reduce_sum(tf.cast(allowed, z.dtype), -1, keepdims=True)
+    excess = tf.cumsum(tf.where(inside, ordered, 0), axis=-1) - total
+    support = tf.reduce_sum(tf.cast(inside & (ordered - excess / counts > 0), z.dtype), -1,
+                            keepdims=True)
     tau = tf.reduce_sum(tf.where(counts == support, excess / counts, 0), -1, keepdims=True)
-    return tf.maximum(z - tau, 0)
+    return tf.where(allowed, tf.maximum(z - tau, 0), 0)
 
 
 def face_projector(active: tf.Tensor):
@@ -51,27 +60,36 @@ def face_projector(active: tf.Tensor):
 
     def project(v: tf.Tensor) -> tf.Tensor:
         m = tf.cast(mask, v.dtype)
-        mean = tf.reduce_sum(m * v, -1, keepdims=True) / tf.reduce_sum(m, -1, keepdims=True)
-        return m * (v - mean)
+        # a row with nothing active (a padded example's) is held: its projection is zero
+        count = tf.maximum(tf.reduce_sum(m, -1, keepdims=True), 1)
+        return m * (v - tf.reduce_sum(m * v, -1, keepdims=True) / count)
 
     return project
 
 
 def natural_residual(alpha: tf.Tensor, kernel: tf.Tensor, targets: tf.Tensor,
-                     c: float) -> tf.Tensor:
+                     c: float, allowed: Optional[tf.Tensor] = None) -> tf.Tensor:
     """``max |beta - proj(beta - grad)|`` per problem (leading axes): zero exactly at a
     solution of the dual (its KKT conditions), with ``beta = C Y - alpha``."""
     beta = c * targets - alpha
     grad = targets - tf.matmul(kernel, alpha)  # d/d beta of the dual objective
-    step = beta - simplex_projection(beta - grad, tf.constant(c, alpha.dtype))
+    step = beta - simplex_projection(beta - grad, tf.constant(c, alpha.dtype), allowed)
     return tf.reduce_max(tf.abs(step), axis=[-2, -1])
 
 
-def crammer_singer_dual(kernel: tf.Tensor, targets: tf.Tensor, c: float, steps: int = 100
-                        ) -> tf.Tensor:
+def crammer_singer_dual(kernel: tf.Tensor, targets: tf.Tensor, c: float, steps: int = 100,
+                        allowed: Optional[tf.Tensor] = None) -> tf.Tensor:
     """The dual variables ``alpha`` ``[..., n, ways]`` of the Crammer-Singer SVM for
     kernels ``[..., n, n]`` and one-hot ``targets`` ``[..., n, ways]``, every leading index
-    an independent problem. Not differentiated (see :class:`SVMHead`)."""
+    an independent problem. Not differentiated (see :class:`SVMHead`).
+
+    ``allowed`` (booleans like ``targets``; a padded episode's real examples times its
+    classes) restricts the problem: example ``i``'s ``beta`` lies on the simplex of its
+    allowed classes (an absent class is out of its constraints, its ``alpha`` zero), and
+    an example with none (a padded one; its targets must be zero) has ``alpha`` fixed at
+    zero, its box bound 0. With the padded examples' kernel rows zero (as
+    :class:`SVMHead` makes them) the iterates on the allowed entries are those of the
+    problem of those entries alone."""
     kernel, targets = tf.stop_gradient(kernel), tf.stop_gradient(targets)
     total = tf.constant(c, kernel.dtype)
     lipschitz = tf.linalg.eigvalsh(kernel)[..., -1:, None]                   # [..., 1, 1]
@@ -79,7 +97,7 @@ def crammer_singer_dual(kernel: tf.Tensor, targets: tf.Tensor, c: float, steps: 
     gradient = lambda beta: targets - tf.matmul(kernel, c * targets - beta)  # d/d beta
 
     def body(i, beta, previous, t):
-        beta_new = simplex_projection(previous - step * gradient(previous), total)
+        beta_new = simplex_projection(previous - step * gradient(previous), total, allowed)
         restart = tf.reduce_sum((previous - beta_new) * (beta_new - beta), [-2, -1],
                                 keepdims=True) > 0  # momentum going uphill: drop it
         t = tf.where(restart, tf.ones_like(t), t)
@@ -93,8 +111,8 @@ def crammer_singer_dual(kernel: tf.Tensor, targets: tf.Tensor, c: float, steps: 
     alpha = c * targets - beta
     polished = alpha + newton_step_on_face(alpha, kernel, targets, c)
     feasible = tf.reduce_min(c * targets - polished, axis=[-2, -1]) >= 0  # the right face
-    better = feasible & (natural_residual(polished, kernel, targets, c)
-                         < natural_residual(alpha, kernel, targets, c))
+    better = feasible & (natural_residual(polished, kernel, targets, c, allowed)
+                         < natural_residual(alpha, kernel, targets, c, allowed))
     better = better[..., None, None]
     return tf.where(better, polished, alpha)
 
@@ -109,8 +127,9 @@ def face_matrix(alpha: tf.Tensor, kernel: tf.Tensor, targets: tf.Tensor, c: floa
         raise ValueError(f"SVMHead needs the support set's size and the ways statically "
                          f"known, got dual variables of shape {alpha.shape}")
     mask = tf.cast(c * targets - alpha > 0, alpha.dtype)                   # [..., n, w]
+    count = tf.maximum(tf.reduce_sum(mask, -1), 1)[..., None, None]  # 0 for a held row
     blocks = (tf.linalg.diag(mask) - mask[..., :, None] * mask[..., None, :]
-              / tf.reduce_sum(mask, -1)[..., None, None])                  # P: [..., n, w, w]
+              / count)                                                     # P: [..., n, w, w]
     eye_ways = tf.eye(ways, dtype=alpha.dtype)
     a = (kernel[..., :, None, :, None] * tf.einsum("...nkl,...mlj->...nkmj", blocks, blocks)
          + tf.einsum("nm,...nkj->...nkmj", tf.eye(n, dtype=alpha.dtype), eye_ways - blocks))
@@ -145,7 +164,14 @@ class SVMHead(Head):
       ridge: adds ``ridge * I`` to the kernel (>= 0), keeping the dual strongly convex
         when ``n`` exceeds the features; 0 is the plain Crammer-Singer dual.
       learn: meta-learn ``scale``.
+
+    On a padded episode (:class:`~metalearn.tasks.episode.MaskedLabels`) the padded
+    examples' dual variables are fixed at zero and the absent classes are out of every
+    example's constraints (:func:`crammer_singer_dual`'s ``allowed``): the dual is the
+    episode's own at its real size, and the absent classes' columns of ``W`` are zero.
     """
+
+    supports_padding = True
 
     def __init__(self, c: float = 0.1, scale: float = 1.0, steps: int = 100,
                  ridge: float = 0.0, learn: bool = True, name: Optional[str] = None):
@@ -173,10 +199,11 @@ class SVMHead(Head):
         return [self._scale] if self.learn and self._scale is not None else []
 
     def fit(self, embeddings: tf.Tensor, labels: tf.Tensor, ways: int) -> tf.Tensor:
-        targets = tf.one_hot(tf.cast(tf.reshape(labels, [-1]), tf.int32), ways,
-                             dtype=embeddings.dtype)                       # [n, ways]
+        # padded rows zero (their kernel rows too: the step size is the real problem's)
+        embeddings, targets, mask, classes = support_targets(embeddings, labels, ways)
+        allowed = None if mask is None else mask[:, None] & classes[None, :]  # [n, ways]
         alpha_hat = crammer_singer_dual(svm_kernel(embeddings, self.ridge), targets,
-                                        self.c, self.steps)
+                                        self.c, self.steps, allowed)
 
         project = face_projector(self.c * targets - alpha_hat > 0)
         off_face = alpha_hat - project(alpha_hat)

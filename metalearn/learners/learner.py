@@ -14,7 +14,7 @@ from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.functional import Weights, batched, memory
 from metalearn.learners import task_batching as task_batching_lib
 from metalearn.learners.task_init import TaskInit, ZeroInit
-from metalearn.tasks.episode import Episode, example_mask, unmask
+from metalearn.tasks.episode import Episode, example_mask, restrict_to_classes, unmask
 
 MetricFn = Callable[[Any, Any], tf.Tensor]
 TASK_BATCHING = task_batching_lib.MODES
@@ -27,14 +27,6 @@ def accuracy(y_true: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
     predicted = tf.argmax(logits, axis=-1, output_type=tf.int64)
     labels = tf.cast(tf.reshape(y_true, tf.shape(predicted)), tf.int64)
     return tf.cast(tf.equal(predicted, labels), tf.float32)
-
-
-def restrict_to_classes(logits: tf.Tensor, classes: tf.Tensor) -> tf.Tensor:
-    """``logits [..., n, max_ways]`` with the classes a task does not have
-    (``classes [..., max_ways]`` False) at the dtype's lowest value: out of every softmax
-    (exactly zero probability and gradient), never an arg-max."""
-    lowest = tf.constant(logits.dtype.min, logits.dtype)
-    return tf.where(tf.expand_dims(classes, -2), logits, lowest)
 
 
 def masked_mean(values: tf.Tensor, mask: tf.Tensor, what: str) -> tf.Tensor:

@@ -59,8 +59,9 @@ class MaskedLabels(NamedTuple):
 
     Everything that reads labels honours it: task losses and metrics are means over the
     real examples only, logits of the classes a task does not have are left out of the
-    softmax, prototype and ridge heads fit on the real examples, and batch moments
-    (BatchNorm) are computed over the real examples only
+    softmax (:func:`restrict_to_classes`), every head of :mod:`metalearn.heads` fits on
+    the real examples and the task's classes only, and batch moments (BatchNorm) are
+    computed over the real examples only
     (:func:`metalearn.functional.example_mask`). A padded batch therefore gives each
     task's own values and meta-gradients, as if every episode ran alone at its size.
 
@@ -85,6 +86,14 @@ def unmask(y: Any) -> Tuple[Any, Optional[tf.Tensor], Optional[tf.Tensor]]:
         labels = tf.where(mask, y.labels, tf.zeros_like(y.labels))
         return labels, mask, tf.cast(y.classes, tf.bool)
     return y, None, None
+
+
+def restrict_to_classes(logits: tf.Tensor, classes: tf.Tensor) -> tf.Tensor:
+    """``logits [..., n, max_ways]`` with the classes a task does not have
+    (``classes [..., max_ways]`` False) at the dtype's lowest value: out of every softmax
+    (exactly zero probability and gradient), never an arg-max."""
+    lowest = tf.constant(logits.dtype.min, logits.dtype)
+    return tf.where(tf.expand_dims(classes, -2), logits, lowest)
 
 
 def example_mask(y: Any) -> Optional[tf.Tensor]:
