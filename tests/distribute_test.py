@@ -100,14 +100,14 @@ def test_multi_worker_equals_single_device(tmp_path):
 def _train_args(workdir, steps):
     return ["-m", "metalearn.train", "--strategy=multi_worker", f"--gin_file={SINUSOID}",
             f"--workdir={workdir}", f"--gin_param=Experiment.num_steps={steps}",
-            "--gin_param=Experiment.checkpoint_every=50",
-            "--gin_param=Experiment.log_every=50",
+            "--gin_param=Experiment.checkpoint_every=20",
+            "--gin_param=Experiment.log_every=20",
             "--gin_param=Experiment.meta_batch_size=4", "--gin_param=mlp.hidden=(8,)"]
 
 
 def test_multi_worker_job_killed_and_restarted_resumes(tmp_path):
     from metalearn.training import restore
-    steps = 300
+    steps = 120
     whole, broken = str(tmp_path / "whole"), str(tmp_path / "broken")
     _wait(_launch_workers(_train_args(whole, steps)))
 

@@ -57,32 +57,32 @@ def _metrics_and_meta_gradient(learner, episodes):
     return ({k: v.numpy() for k, v in metrics.items()}, [g.numpy() for g in grads])
 
 
-def _assert_same(learner_fn, episodes, formulation):
+def _assert_same(learner_fn, episodes):
+    """Every formulation of FORMULATIONS against one unrolled reference."""
     reference = _metrics_and_meta_gradient(learner_fn("unrolled"), episodes)
-    result = _metrics_and_meta_gradient(learner_fn(formulation), episodes)
-    assert sorted(result[0]) == sorted(reference[0])
-    for name in reference[0]:
-        assert result[0][name].shape == reference[0][name].shape
-        np.testing.assert_allclose(result[0][name], reference[0][name], rtol=1e-10,
-                                   atol=1e-12, err_msg=name)
-    assert len(result[1]) == len(reference[1])
-    for got, want in zip(result[1], reference[1]):
-        assert np.abs(want).max() > 0  # a real gradient, not an unconnected zero
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    for formulation in FORMULATIONS:
+        result = _metrics_and_meta_gradient(learner_fn(formulation), episodes)
+        assert sorted(result[0]) == sorted(reference[0]), formulation
+        for name in reference[0]:
+            assert result[0][name].shape == reference[0][name].shape, (formulation, name)
+            np.testing.assert_allclose(result[0][name], reference[0][name], rtol=1e-10,
+                                       atol=1e-12, err_msg=f"{formulation}: {name}")
+        assert len(result[1]) == len(reference[1]), formulation
+        for got, want in zip(result[1], reference[1]):
+            assert np.abs(want).max() > 0  # a real gradient, not an unconnected zero
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=formulation)
 
 
-@pytest.mark.parametrize("formulation", FORMULATIONS)
 @pytest.mark.parametrize("tasks,first_order", [(1, False), (3, False), (3, True)])
-def test_conv_batchnorm_equals_per_task_reference(formulation, tasks, first_order):
+def test_conv_batchnorm_equals_per_task_reference(tasks, first_order):
     model = _conv_net()
     make = lambda batching: _learner(
         model, GradientDescent(steps=2, learning_rate=0.3, first_order=first_order),
         batching)
-    _assert_same(make, _episodes(tasks), formulation)
+    _assert_same(make, _episodes(tasks))
 
 
-@pytest.mark.parametrize("formulation", FORMULATIONS)
-def test_mini_imagenet_layout_equals_reference(formulation):
+def test_mini_imagenet_layout_equals_reference():
     # Max-pooling, flatten, no bias on a 1x1 conv, stride 1 'valid': other rule branches.
     keras.utils.set_random_seed(0)
     model = keras.Sequential([
@@ -97,11 +97,10 @@ def test_mini_imagenet_layout_equals_reference(formulation):
         keras.layers.Dense(5, activation="relu", dtype="float64", name="hidden"),
         keras.layers.Dense(3, dtype="float64", name="head")])
     make = lambda batching: _learner(model, GradientDescent(1, 0.5), batching)
-    _assert_same(make, _episodes(4, channels=2), formulation)
+    _assert_same(make, _episodes(4, channels=2))
 
 
-@pytest.mark.parametrize("formulation", FORMULATIONS)
-def test_learned_rates_anil_and_per_step_batchnorm(formulation):
+def test_learned_rates_anil_and_per_step_batchnorm():
     model = _conv_net()
     adapters = {
         "meta_sgd": lambda: MetaSGD(steps=2, learning_rate=0.2),
@@ -111,7 +110,7 @@ def test_learned_rates_anil_and_per_step_batchnorm(formulation):
     }
     for name, adapter in adapters.items():
         make = lambda batching: _learner(model, adapter(), batching)
-        _assert_same(make, _episodes(2), formulation)
+        _assert_same(make, _episodes(2))
 
 
 def test_batched_second_order_meta_gradient_matches_finite_differences():
@@ -231,22 +230,25 @@ def test_registered_rule_extends_batched():
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("formulation", ["unrolled", "batched"])
-def test_recomputed_inner_steps_equal_stored_ones(formulation):
+def test_recomputed_inner_steps_equal_stored_ones():
     """GradientDescent(wrappers=[Recompute()]): same values and meta-gradients (variables read
-    inside the step included: per-step BatchNorm copies, learned rates)."""
+    inside the step included: per-step BatchNorm copies, learned rates), unrolled and
+    batched."""
     model = _conv_net()
     again = lambda r: [Recompute()] if r else []
     adapters = [lambda r: GradientDescent(3, 0.3, wrappers=again(r)),
                 lambda r: PerStepLearningRates(2, 0.3,
                                                wrappers=[PerStepWeights(("bn",))] + again(r))]
     for adapter in adapters:
-        recomputing = _learner(model, adapter(True), formulation)
-        if formulation == "unrolled":
-            assert recomputing.adapter.needs_unrolled_tasks
         reference = _metrics_and_meta_gradient(_learner(model, adapter(False), "unrolled"),
                                                _episodes(2))
-        result = _metrics_and_meta_gradient(recomputing, _episodes(2))
-        np.testing.assert_allclose(result[0]["loss"], reference[0]["loss"], rtol=1e-12)
-        for got, want in zip(result[1], reference[1]):
-            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-13)
+        for formulation in ("unrolled", "batched"):
+            recomputing = _learner(model, adapter(True), formulation)
+            if formulation == "unrolled":
+                assert recomputing.adapter.needs_unrolled_tasks
+            result = _metrics_and_meta_gradient(recomputing, _episodes(2))
+            np.testing.assert_allclose(result[0]["loss"], reference[0]["loss"], rtol=1e-12,
+                                       err_msg=formulation)
+            for got, want in zip(result[1], reference[1]):
+                np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-13,
+                                           err_msg=formulation)

@@ -119,3 +119,24 @@ def test_subclass_overrides_task_loss():
     expected = tf.reduce_mean(tf.abs(episodes.query_y[0] - predictions))
     np.testing.assert_allclose(learner.meta_metrics(episodes)["loss"][0], expected,
                                rtol=1e-6)
+
+
+@pytest.mark.parametrize("loss", [keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                                  keras.losses.MeanSquaredError()])
+def test_keras_loss_objects_compute_in_a_float64_models_precision(loss):
+    # Keras 3 loss objects cast predictions to their own dtype (floatx, float32): a
+    # float64 model's loss, and every meta-gradient through it, would be float32-exact
+    model = models.mlp(input_shape=(3,), hidden=(4,), outputs=2, dtype="float64")
+    learner = metalearn.Learner(model, GradientDescent(1, 0.1), loss=loss)
+    logits = tf.constant([[0.1, 0.2 + 1e-9], [3.0, -1.0]], tf.float64)
+    labels = tf.constant([1, 0]) if "Sparse" in type(loss).__name__ else \
+        tf.constant([[0.0, 1.0], [1.0, 0.0]], tf.float64)
+    value = learner.task_loss(labels, logits)
+    assert value.dtype == tf.float64
+    if "Sparse" in type(loss).__name__:
+        log_p = tf.nn.log_softmax(logits)
+        expected = -(log_p[0, 1] + log_p[1, 0]) / 2
+    else:
+        expected = tf.reduce_mean(tf.square(labels - logits))
+    np.testing.assert_allclose(value.numpy(), expected.numpy(), rtol=1e-14)
+    assert loss.dtype == "float32"  # the caller's object is left as it was

@@ -180,11 +180,10 @@ def test_runs_as_ray_tasks_on_a_local_ray_instance(tmp_path):
     # Ray is the optional extra metalearn[ray], part of the test extra
     spec = sweeps.SweepSpec(["sinusoid/maml.gin"], TINY[:1] + [
         "Experiment.num_steps = 4", "Experiment.meta_batch_size = 2", "mlp.hidden = (4,)"],
-        {"Experiment.seed": ["0", "1"]})
+        {"Experiment.seed": ["1"]})
     root = str(tmp_path / "root")
     results = sweeps.run_sweep(spec, root, ray_address="local", log=lambda _: None)
-    assert [r["status"] for r in results] == ["ran", "ran"]
-    assert all(r["pid"] != os.getpid() for r in results)  # ran in Ray's worker processes
-    for seed in ("0", "1"):
-        with open(os.path.join(root, f"Experiment.seed={seed}", "metrics.json")) as f:
-            assert json.load(f)["step"] == 4
+    assert [r["status"] for r in results] == ["ran"]
+    assert results[0]["pid"] != os.getpid()  # ran in a Ray worker process
+    with open(os.path.join(root, "Experiment.seed=1", "metrics.json")) as f:
+        assert json.load(f)["step"] == 4

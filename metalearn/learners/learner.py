@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gin
@@ -79,6 +81,23 @@ def _as_fn(name: str, fn: Union[str, MetricFn]) -> MetricFn:
     if not callable(fn):
         raise TypeError(f"{name} must be callable(y_true, y_pred), got {fn!r}")
     return fn
+
+
+def in_precision(fn: MetricFn, dtype: tf.DType) -> MetricFn:
+    """``fn`` computing in ``dtype`` where it would not: a Keras 3 loss object casts its
+    inputs to its own dtype (``floatx()``, float32 by default), so for a float64 model
+    it gives a float32-exact loss and meta-gradient. Such a loss is rebuilt in float64
+    (the caller's object is left as it was); anything else is returned unchanged."""
+    if tf.as_dtype(dtype) != tf.float64 or not isinstance(fn, keras.losses.Loss) \
+            or fn.dtype == "float64":
+        return fn
+    try:
+        return type(fn).from_config({**fn.get_config(), "dtype": "float64"})
+    except (TypeError, ValueError, NotImplementedError):  # a subclass without dtype
+        rebuilt = copy.copy(fn)
+        rebuilt._dtype_policy = keras.dtype_policies.get("float64")
+        rebuilt._dtype = "float64"
+        return rebuilt
 
 
 def name_of(fn: Any) -> str:
@@ -271,6 +290,8 @@ class Learner(tf.Module):
         self.parallel_iterations = int(parallel_iterations)
         dtype = tf.as_dtype(model.trainable_variables[0].dtype)
         self.metric_dtype = tf.float64 if dtype == tf.float64 else tf.float32
+        self.loss = in_precision(self.loss, dtype)
+        self.metrics = {k: in_precision(v, dtype) for k, v in self.metrics.items()}
         # The outer-step counter: advanced by the compiled meta-step (training.loop),
         # checkpointed with the learner, read by schedules over meta-training.
         self.meta_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="meta_step")
