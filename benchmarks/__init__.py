@@ -1,5 +1,9 @@
 """Benchmark scripts (see benchmarks/README.md) and what they share."""
 
+import resource
+import time
+from typing import Any, Callable, Dict, Sequence
+
 
 def _status_mib(field: str) -> float:
     with open("/proc/self/status") as f:
@@ -29,3 +33,40 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
+
+
+def time_steps(step: Callable[[Any], float], batches: Sequence[Any], steps: int,
+               warmup: int, tasks: int, imported_mib: float) -> Dict[str, Any]:
+    """Times a meta-step as every meta-step benchmark reports it (benchmarks/meta_step.py
+    says what each field means): ``step`` runs one batch and returns its loss as a float
+    (so it waits for the whole step); the first call (compilation) is timed on its own,
+    then ``warmup`` untimed and ``steps`` timed calls over ``batches`` in turn."""
+    before = rss_mib()
+    start = time.perf_counter()
+    step(batches[0])
+    first = time.perf_counter() - start
+    first_peak = peak_rss_mib()
+    after_first = rss_mib()
+    reset = reset_peak_rss()  # from here on the peak is the steady steps' own
+    for i in range(warmup):
+        step(batches[i % len(batches)])
+    times, cpu_times = [], []
+    loss = float("nan")
+    for i in range(steps):
+        start, cpu_start = time.perf_counter(), time.process_time()
+        loss = step(batches[i % len(batches)])
+        times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
+    times.sort()
+    cpu_times.sort()
+    median = times[len(times) // 2]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return dict(
+        compile_s=round(first - median, 2), ms_median=round(1000 * median, 1),
+        ms_min=round(1000 * times[0], 1), ms_max=round(1000 * times[-1], 1),
+        cpu_ms_median=round(1000 * cpu_times[len(cpu_times) // 2], 1),
+        tasks_per_s=round(tasks / median, 1),
+        peak_rss_mib=round(peak), step_rss_mib=round(peak - before),
+        import_rss_mib=round(imported_mib), before_step_rss_mib=round(before),
+        first_call_peak_mib=round(first_peak), after_first_call_rss_mib=round(after_first),
+        steady_peak_mib=round(peak_rss_mib()) if reset else None, loss=round(loss, 5))

@@ -47,14 +47,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import resource
 import subprocess
 import sys
-import time
 
 from absl import app, flags
 
-from benchmarks import peak_rss_mib, reset_peak_rss, rss_mib
+from benchmarks import rss_mib, time_steps
 
 flags.DEFINE_list("meta_batch", ["8", "32"], "Meta-batch sizes.")
 flags.DEFINE_list("inner_steps", ["1", "5"], "Inner steps.")
@@ -167,43 +165,17 @@ def run_one(config: dict) -> dict:
     batches = [_episodes(config["meta_batch"], seed) for seed in range(2)]
     if strategy is not None:
         batches = [distribute.split_episodes(strategy, b) for b in batches]
-    before = rss_mib()
-    start = time.perf_counter()
-    float(step(batches[0])["loss"])
-    first = time.perf_counter() - start
-    first_peak = peak_rss_mib()
-    after_first = rss_mib()
-    reset = reset_peak_rss()  # from here on the peak is the steady steps' own
-    for i in range(FLAGS.warmup):
-        float(step(batches[i % 2])["loss"])
-    times, cpu_times = [], []
-    for i in range(FLAGS.steps):
-        start, cpu_start = time.perf_counter(), time.process_time()
-        loss = float(step(batches[i % 2])["loss"])
-        times.append(time.perf_counter() - start)
-        cpu_times.append(time.process_time() - cpu_start)
-    times.sort()
-    cpu_times.sort()
-    median = times[len(times) // 2]
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    steady_peak = peak_rss_mib() if reset else float("nan")
     result = dict(config)
+    result.update(time_steps(lambda batch: float(step(batch)["loss"]), batches, FLAGS.steps,
+                             FLAGS.warmup, config["meta_batch"], imported))
     result.update(
-        compile_s=round(first - median, 2), ms_median=round(1000 * median, 1),
-        ms_min=round(1000 * times[0], 1), ms_max=round(1000 * times[-1], 1),
-        cpu_ms_median=round(1000 * cpu_times[len(cpu_times) // 2], 1),
-        tasks_per_s=round(config["meta_batch"] / median, 1),
-        peak_rss_mib=round(peak), step_rss_mib=round(peak - before),
-        import_rss_mib=round(imported), before_step_rss_mib=round(before),
-        first_call_peak_mib=round(first_peak), after_first_call_rss_mib=round(after_first),
-        steady_peak_mib=round(steady_peak) if reset else None,
         replicas=result_replicas(strategy),
         threads=[tf.config.threading.get_intra_op_parallelism_threads(),
                  tf.config.threading.get_inter_op_parallelism_threads()],
         onednn=os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
         resolved=learner.task_batching_for(_episodes(config["meta_batch"] // result_replicas(
             strategy))),
-        loss=round(loss, 5), device="gpu" if gpus else "cpu")
+        device="gpu" if gpus else "cpu")
     return result
 
 

@@ -60,16 +60,14 @@ import argparse
 import itertools
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Dict, List, Optional
 
 import numpy as np
 
-from benchmarks import peak_rss_mib, reset_peak_rss, rss_mib
+from benchmarks import rss_mib, time_steps
 
 WAYS, SHOTS, QUERIES, SIZE, CHANNELS = 5, 1, 15, 28, 1
 FILTERS, BLOCKS, KERNEL, STRIDE = 64, 4, 3, 2
@@ -437,37 +435,11 @@ def run_one(config: dict, steps: int, warmup: int) -> dict:
                        vmap=framework == "jax_vmap")
         thread_sizes = "xla default"
     batches = [peer.batch(episodes(config["meta_batch"], seed)) for seed in range(2)]
-    before = rss_mib()
-    start = time.perf_counter()
-    peer.step(batches[0])
-    first = time.perf_counter() - start
-    first_peak = peak_rss_mib()
-    after_first = rss_mib()
-    reset = reset_peak_rss()
-    for i in range(warmup):
-        peer.step(batches[i % 2])
-    times, cpu_times = [], []
-    for i in range(steps):
-        start, cpu_start = time.perf_counter(), time.process_time()
-        loss = peer.step(batches[i % 2])
-        times.append(time.perf_counter() - start)
-        cpu_times.append(time.process_time() - cpu_start)
-    times.sort()
-    cpu_times.sort()
-    median = times[len(times) // 2]
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    steady_peak = peak_rss_mib() if reset else float("nan")
     result = dict(config)
-    result.update(
-        compile_s=round(first - median, 2), ms_median=round(1000 * median, 1),
-        ms_min=round(1000 * times[0], 1), ms_max=round(1000 * times[-1], 1),
-        cpu_ms_median=round(1000 * cpu_times[len(cpu_times) // 2], 1),
-        tasks_per_s=round(config["meta_batch"] / median, 1),
-        peak_rss_mib=round(peak), step_rss_mib=round(peak - before),
-        import_rss_mib=round(imported), before_step_rss_mib=round(before),
-        first_call_peak_mib=round(first_peak), after_first_call_rss_mib=round(after_first),
-        steady_peak_mib=round(steady_peak) if reset else None, threads=thread_sizes,
-        loss=round(loss, 5), device="cpu", versions=versions, python=sys.executable)
+    result.update(time_steps(peer.step, batches, steps, warmup, config["meta_batch"],
+                             imported))
+    result.update(threads=thread_sizes, device="cpu", versions=versions,
+                  python=sys.executable)
     if framework != "pytorch":
         result["adam"] = peer.adam
     else:
