@@ -4,6 +4,7 @@ an uninterrupted run; and two runs of the same config and seed are identical."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -61,12 +62,12 @@ def _metrics(workdir):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Two uninterrupted runs (at once) and one killed three times, resumed each time."""
+    """An uninterrupted run, and a second run of the same config and seed killed three
+    times, resumed each time; a copy of its workdir as the kill after ckpt-35 left it."""
     root = tmp_path_factory.mktemp("resume")
-    workdirs = {name: str(root / name) for name in ("a", "b", "killed")}
+    workdirs = {name: str(root / name) for name in ("a", "killed", "after_save_35")}
     logs = {}
-    first, second = _start(workdirs["a"]), _start(workdirs["b"])
-    logs["a"], logs["b"] = _finish(first, 0), _finish(second, 0)
+    first = _start(workdirs["a"])
     killed = workdirs["killed"]
     steps = {}
     for crash_at in ("step:13", "mid_save:25", "after_save:35", None):
@@ -74,6 +75,10 @@ def runs(tmp_path_factory):
         steps[crash_at] = _latest(killed)
         if crash_at == "mid_save:25":  # the files of ckpt-25 were written, not recorded
             steps["written"] = sorted(os.listdir(os.path.join(killed, "checkpoints")))
+        if crash_at == "after_save:35":
+            shutil.copytree(killed, workdirs["after_save_35"])
+        if crash_at == "step:13":
+            logs["a"] = _finish(first, 0)  # ran beside the first killed process
     return workdirs, logs, steps
 
 
@@ -121,7 +126,7 @@ def test_sigterm_saves_a_checkpoint_and_resumes_bit_identical(runs, tmp_path):
 def test_damaged_latest_checkpoint_resumes_from_the_newest_intact_one(runs, tmp_path):
     workdirs, _, _ = runs
     workdir = str(tmp_path / "damaged")
-    _finish(_start(workdir, "after_save:35"), KILLED)  # checkpoints 25, 30, 35
+    shutil.copytree(workdirs["after_save_35"], workdir)  # killed after ckpt-35: 25, 30, 35
     folder = os.path.join(workdir, "checkpoints")
     data = os.path.join(folder, "ckpt-35.data-00000-of-00001")
     with open(data, "r+b") as f:  # truncated, as by a full disk
@@ -142,11 +147,15 @@ def test_damaged_latest_checkpoint_resumes_from_the_newest_intact_one(runs, tmp_
 
 
 def test_same_config_and_seed_give_identical_runs(runs):
+    # The killed run is a second run of the same config and seed (in four processes, one
+    # of them beside the first run): bit-identical to it (above) because the config asks
+    # for determinism, which its operative config records.
     workdirs, _, _ = runs
-    with open(os.path.join(workdirs["a"], "operative_config.gin")) as f:
-        assert "Experiment.deterministic = True" in f.read()
-    a, b = _tensors(workdirs["a"]), _tensors(workdirs["b"])
+    for name in ("a", "killed"):
+        with open(os.path.join(workdirs[name], "operative_config.gin")) as f:
+            assert "Experiment.deterministic = True" in f.read()
+    a, b = _tensors(workdirs["a"]), _tensors(workdirs["killed"])
     for name, value in a.items():
         assert np.array_equal(value, b[name]), name
-    assert _metrics(workdirs["a"]) == _metrics(workdirs["b"])
+    assert _metrics(workdirs["a"]) == _metrics(workdirs["killed"])
     assert np.isfinite(_metrics(workdirs["a"])["loss"])

@@ -359,6 +359,21 @@ with gin.unlock_config():
     gin.configurable("short_loss")(short_loss)
 
 
+IMAML = ["include 'experiments/sinusoid/imaml.gin'", "Experiment.num_steps = 2",
+         "Experiment.log_every = 1"]
+
+
+def _gauss_newton_with_opaque_loss():
+    class OpaqueLoss(metalearn.Learner):
+        def support_loss(self, weights, x, y):
+            return super().support_loss(weights, x, y)
+
+    model = metalearn.models.mlp((1,), hidden=(), outputs=1)
+    learner = OpaqueLoss(model, metalearn.adapters.ImplicitGradientDescent(
+        curvature="gauss_newton"), loss="mse")
+    learner.adapt(tf.zeros([4, 1]), tf.zeros([4, 1]))
+
+
 def gin_only(name, bad_line, error, excerpt, base=SINUSOID, points_to="the binding"):
     """A bad binding whose error names the parameter (not gin's file and line)."""
     lines = list(base) + [bad_line]
@@ -1051,6 +1066,14 @@ CASES: List[Case] = [
          "DropBlock rate must be in [0, 1), got 1.0",
          lambda p: metalearn.models.resnet12(drop_rate=1.0), None,
          "the bad value"),
+    gin_only("unknown iMAML curvature", "ImplicitGradientDescent.curvature = 'fisher'",
+             ValueError, "curvature must be one of ('hessian', 'gauss_newton'), got 'fisher'",
+             base=IMAML),
+    Case("Gauss-Newton iMAML with an opaque support loss",
+         "`ImplicitGradientDescent(curvature='gauss_newton')` in a `Learner` subclass that "
+         "overrides `support_loss`", ValueError,
+         "needs the support loss as model outputs and a loss of them",
+         lambda p: _gauss_newton_with_opaque_loss(), None, "the loss and what to do"),
 ]
 
 

@@ -13,7 +13,7 @@
 """
 
 from metalearn.adapters.base import (Adapter, CallFn, Capabilities, LossFn, NoAdaptation,
-                                     Piece)
+                                     Piece, SplitLoss)
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.adapters.hypernetwork import Hypernetwork
 from metalearn.adapters.implicit import ImplicitGradientDescent
@@ -30,4 +30,4 @@ __all__ = ["Adapter", "AnnealOrder", "CallFn", "Capabilities", "Chain", "ClipByG
            "ImplicitGradientDescent", "InnerAdam", "InnerMomentum", "InnerRMSProp",
            "Learned", "LearnedRates", "LossFn", "Mask", "MetaSGD", "MiniBatches",
            "NoAdaptation", "PerStepLearningRates", "PerStepWeights", "Piece", "Recompute",
-           "StepInfo", "StepWrapper", "Update"]
+           "SplitLoss", "StepInfo", "StepWrapper", "Update"]

@@ -31,6 +31,30 @@ CallFn = Callable[[Weights, Any], Any]
 """``call(weights, x)``: the model's output on ``x`` run with ``weights``."""
 
 
+class SplitLoss:
+    """A :data:`LossFn` that also gives its two halves: the model's outputs and the loss
+    of those outputs, ``loss_fn(w, x, y) == loss(y, outputs(w, x, y))``.
+
+    The learner hands its support loss to the adapter in this form (where the loss is
+    its own, not an override of ``support_loss``), so an inner loop that needs the
+    curvature of the loss in the outputs (Gauss-Newton products in
+    :class:`~metalearn.adapters.ImplicitGradientDescent`) can ask for it; every other
+    adapter just calls it.
+
+    Args:
+      outputs: ``outputs(weights, x, y)``, the model's outputs on ``x`` (``y`` given for
+        what depends on the labels, e.g. the padding mask of batch statistics).
+      loss: ``loss(y, outputs)``, the task's scalar loss of those outputs.
+    """
+
+    def __init__(self, outputs: Callable[[Weights, Any, Any], Any],
+                 loss: Callable[[Any, Any], tf.Tensor]):
+        self.outputs, self.loss = outputs, loss
+
+    def __call__(self, weights: Weights, x: Any, y: Any) -> tf.Tensor:
+        return self.loss(y, self.outputs(weights, x, y))
+
+
 def select_paths(paths: Sequence[str], patterns: Sequence[str], what: str,
                  exclude: Sequence[str] = ()) -> List[str]:
     """The ``paths`` (in order) that a regular expression in ``patterns`` matches

@@ -30,9 +30,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import gin
 import tensorflow as tf
 
-from metalearn.adapters.base import Adapter, Capabilities, LossFn
+from metalearn.adapters.base import Adapter, Capabilities, LossFn, SplitLoss
 from metalearn.adapters.implicit_diff import (ConjugateGradient, LinearSolver, Neumann,
-                                             diagnostic_names, implicit_solution)
+                                             diagnostic_names, dot, implicit_solution)
 from metalearn.functional import Weights
 
 
@@ -40,6 +40,42 @@ def conjugate_gradient(apply_a, b: List[tf.Tensor], steps: int) -> List[tf.Tenso
     """``steps`` iterations of conjugate gradient for ``A x = b`` from ``x = 0``
     (:class:`~metalearn.adapters.implicit_diff.ConjugateGradient`)."""
     return ConjugateGradient(steps)(apply_a, b)
+
+
+def gauss_newton_product(loss_fn: SplitLoss, weights: Weights, x: Any, y: Any,
+                         vector: Weights) -> Weights:
+    """``J^T H_out J v``: the Gauss-Newton matrix of ``loss_fn`` at ``weights`` times
+    ``vector``, with ``J`` the Jacobian of the model's outputs in the weights and
+    ``H_out`` the Hessian of the loss in the outputs.
+
+    Positive semi-definite wherever the loss is convex in the outputs (cross-entropy on
+    logits, squared error), whatever the network; equal to the Hessian of the loss when
+    the outputs are linear in the weights, or at a point where the loss's gradient in
+    the outputs is zero. ``J v`` comes from forward-mode differentiation, ``H_out`` from
+    a Hessian-vector product on the outputs alone, ``J^T`` from one backward pass.
+    """
+    paths = list(weights)
+    values = [weights[p] for p in paths]
+    zero = tf.UnconnectedGradients.ZERO
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
+        tape.watch(values)
+        with tf.autodiff.ForwardAccumulator(values, [vector[p] for p in paths]) as acc:
+            outputs = loss_fn.outputs(dict(zip(paths, values)), x, y)
+    flat = tf.nest.flatten(outputs)
+    jv = [acc.jvp(o, unconnected_gradients=zero) for o in flat]
+    fixed = [tf.stop_gradient(o) for o in flat]
+    with tf.GradientTape(watch_accessed_variables=False) as outer:
+        outer.watch(fixed)
+        with tf.GradientTape(watch_accessed_variables=False) as inner:
+            inner.watch(fixed)
+            loss = loss_fn.loss(y, tf.nest.pack_sequence_as(outputs, fixed))
+        along = dot(inner.gradient(loss, fixed, unconnected_gradients=zero), jv)
+    h_jv = outer.gradient(along, fixed, unconnected_gradients=zero)
+    product = tape.gradient(flat, values, output_gradients=h_jv, unconnected_gradients=zero)
+    return dict(zip(paths, product))
+
+
+CURVATURES = ("hessian", "gauss_newton")
 
 
 class _Handles:
@@ -88,12 +124,24 @@ class ImplicitGradientDescent(Adapter):
       linear_solver: the solver of ``(H + lambda I) u = grad L_query``; defaults to
         ``ConjugateGradient(cg_steps)`` (give one to set its ``damping`` or
         ``tolerance``, or a ``Neumann`` series).
+      curvature: what stands for ``H`` in that system. ``"hessian"`` (default): the
+        Hessian of the support loss at ``phi``, exact at the proximal optimum, but
+        ``H + lambda I`` is indefinite wherever ``phi`` is not a minimum (a saddle, or
+        an inner loop stopped early on a non-convex net), and conjugate gradient then
+        steps along negative curvature. ``"gauss_newton"``: ``J^T H_out J``
+        (:func:`gauss_newton_product`), positive semi-definite for a loss convex in the
+        model's outputs, so ``G + lambda I`` is positive definite and CG converges;
+        equal to ``H`` for outputs linear in the weights and at a zero-residual fit, an
+        approximation elsewhere. It needs the loss in two halves
+        (:class:`~metalearn.adapters.SplitLoss`, which :class:`~metalearn.Learner`
+        gives unless ``support_loss`` is overridden).
     """
 
     def __init__(self, steps: int = 10, learning_rate: float = 0.01,
                  regularization: float = 1.0, cg_steps: int = 5,
                  clip_norm: Optional[float] = None,
-                 linear_solver: Optional[LinearSolver] = None, name: Optional[str] = None):
+                 linear_solver: Optional[LinearSolver] = None, curvature: str = "hessian",
+                 name: Optional[str] = None):
         super().__init__(name=name)
         if int(steps) < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
@@ -108,6 +156,9 @@ class ImplicitGradientDescent(Adapter):
         if linear_solver is not None and not callable(linear_solver):
             raise TypeError(f"linear_solver must be callable(apply_a, b), e.g. "
                             f"ConjugateGradient(5, damping=1.0), got {linear_solver!r}")
+        if curvature not in CURVATURES:
+            raise ValueError(f"curvature must be one of {CURVATURES}, got {curvature!r}")
+        self.curvature = curvature
         self.steps = int(steps)
         self.learning_rate = float(learning_rate)
         self.regularization = float(regularization)
@@ -157,6 +208,13 @@ class ImplicitGradientDescent(Adapter):
         steps = self.steps if steps is None else int(steps)
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
+        if self.curvature == "gauss_newton" and not isinstance(loss_fn, SplitLoss):
+            raise ValueError(
+                f"ImplicitGradientDescent(curvature='gauss_newton') needs the support loss "
+                f"as model outputs and a loss of them (metalearn.adapters.SplitLoss), got "
+                f"{loss_fn!r}: a Learner gives one unless its subclass overrides "
+                f"support_loss (override support_outputs and task_loss instead), or use "
+                f"curvature='hessian'")
         paths = list(weights)
         lam, lr = self.regularization, self.learning_rate
 
@@ -191,9 +249,17 @@ class ImplicitGradientDescent(Adapter):
         def optimality(x, th):  # F(phi, theta) = grad L_support(phi) + lambda (phi - theta)
             return [g + lam * (xi - ti) for g, xi, ti in zip(support_gradient(x), x, th)]
 
+        transpose_jacobian = None
+        if self.curvature == "gauss_newton":
+            def transpose_jacobian(x, th, u):  # (G + lambda I) u, G symmetric
+                product = gauss_newton_product(loss_fn, dict(zip(paths, x)), support_x,
+                                               support_y, dict(zip(paths, u)))
+                return [product[p] + lam * ui for p, ui in zip(paths, u)]
+
         handles = list(self._handles.variables.values()) if measure else []
         adapted = implicit_solution(optimality, phi, [weights[p] for p in paths],
-                                    self.linear_solver, report=handles)
+                                    self.linear_solver, report=handles,
+                                    transpose_jacobian=transpose_jacobian)
         adapted = dict(zip(paths, adapted))
         if not measure:
             return adapted, {}

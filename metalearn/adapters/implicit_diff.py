@@ -177,7 +177,10 @@ def diagnostic_names(linear_solver: LinearSolver) -> Tuple[str, ...]:
 
 def implicit_solution(condition: Condition, solution: Sequence[tf.Tensor],
                       theta: Sequence[tf.Tensor], linear_solver: LinearSolver,
-                      report: Sequence[tf.Tensor] = ()) -> Tensors:
+                      report: Sequence[tf.Tensor] = (),
+                      transpose_jacobian: Optional[
+                          Callable[[Tensors, Tensors, Tensors], Tensors]] = None
+                      ) -> Tensors:
     """``solution`` (a root of ``condition(x, theta)``), differentiable in ``theta`` by
     the implicit function theorem.
 
@@ -193,6 +196,11 @@ def implicit_solution(condition: Condition, solution: Sequence[tf.Tensor],
         backward pass, so this is how its figures leave it: differentiating the loss
         with respect to ``report[i]`` gives diagnostic ``i`` of that solve (the sum over
         solves, where several read the same tensor). Their values are not used.
+      transpose_jacobian: ``transpose_jacobian(x, theta, u)``, a replacement for the
+        vector-Jacobian product ``(dF/dx)^T u`` in the linear system, e.g. a
+        positive-definite curvature (Gauss-Newton) where ``dF/dx`` need not be one. The
+        gradient is then the implicit one of that system: exact where the two agree,
+        an approximation elsewhere. ``dF/dtheta`` still comes from ``condition``.
 
     Returns:
       ``x*`` as new tensors whose gradient to ``theta`` is the implicit one.
@@ -215,6 +223,8 @@ def implicit_solution(condition: Condition, solution: Sequence[tf.Tensor],
             fixed = [tf.stop_gradient(t) for t in thetas]
 
             def transpose_jacobian_x(u):  # (dF/dx)^T u, by a vector-Jacobian product
+                if transpose_jacobian is not None:
+                    return transpose_jacobian(x, fixed, u)
                 with tf.GradientTape(watch_accessed_variables=False) as tape:
                     tape.watch(x)
                     residual = condition(x, fixed)

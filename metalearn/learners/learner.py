@@ -11,7 +11,7 @@ import keras
 import tensorflow as tf
 
 from metalearn import functional
-from metalearn.adapters.base import Adapter, Capabilities, Piece
+from metalearn.adapters.base import Adapter, Capabilities, LossFn, Piece, SplitLoss
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.functional import Weights, batched, memory
 from metalearn.learners import task_batching as task_batching_lib
@@ -443,11 +443,26 @@ class Learner(tf.Module):
             return tf.cast(tf.reduce_mean(values), self.metric_dtype)
         return tf.cast(masked_mean(values, mask, what), self.metric_dtype)
 
+    def support_outputs(self, weights: Weights, x: Any, y: Any) -> Any:
+        """The model's outputs on a support batch, whose :meth:`task_loss` is
+        :meth:`support_loss` (``y`` gives the padding mask of batch statistics)."""
+        with functional.example_mask(example_mask(y)):
+            return self.forward(weights, x, training=True)
+
     def support_loss(self, weights: Weights, x: Any, y: Any) -> tf.Tensor:
         """The inner loop's objective: the task loss on a support batch."""
-        with functional.example_mask(example_mask(y)):
-            predictions = self.forward(weights, x, training=True)
-        return self.task_loss(y, predictions)
+        return self.task_loss(y, self.support_outputs(weights, x, y))
+
+    @property
+    def support_objective(self) -> LossFn:
+        """What the adapter minimises, as it receives it: :meth:`support_loss`, given in
+        its two halves (:class:`~metalearn.adapters.SplitLoss` of
+        :meth:`support_outputs` and :meth:`task_loss`) unless a subclass overrides
+        ``support_loss``, whose halves the learner cannot know (an adapter that needs
+        them then says so)."""
+        if type(self).support_loss is not Learner.support_loss:
+            return self.support_loss
+        return SplitLoss(self.support_outputs, self.task_loss)
 
     def predict_on(self, weights: Weights, x: Any, y: Any) -> Any:
         """:meth:`predict` for inputs ``x`` whose labels are ``y``: for a padded episode
@@ -475,7 +490,7 @@ class Learner(tf.Module):
         weights = self.initial_weights() if weights is None else weights
         weights = self.task_initial_weights(weights, support_x, support_y)
         return self.adapter.adapt_and_measure(weights, support_x, support_y,
-                                              self.support_loss, steps=steps)
+                                              self.support_objective, steps=steps)
 
     def adapt_trajectory(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
                          weights: Optional[Weights] = None) -> List[Weights]:
@@ -483,7 +498,7 @@ class Learner(tf.Module):
         weights = self.initial_weights() if weights is None else weights
         weights = self.task_initial_weights(weights, support_x, support_y)
         return self.adapter.adapt_trajectory(weights, support_x, support_y,
-                                             self.support_loss, steps=steps)
+                                             self.support_objective, steps=steps)
 
     def task_initial_weights(self, weights: Weights, support_x: Any,
                              support_y: Any) -> Weights:
