@@ -39,7 +39,9 @@ peak memory are its own, and prints:
 
 ``--formulation`` selects ``Learner(task_batching=...)``; ``recompute`` is ``map_fn``
 with ``GradientDescent(wrappers=[Recompute()])`` (inner steps recomputed in the backward
-pass), ``accumulate_recompute`` the same with ``accumulate``.
+pass), ``accumulate_recompute`` the same with ``accumulate``; ``accumulate_while``,
+``map_fn_while`` and ``batched_while`` run the inner steps in a ``tf.while_loop``
+(``GradientDescent(wrappers=[WhileLoop()])``).
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ flags.DEFINE_list("inner_steps", ["1", "5"], "Inner steps.")
 flags.DEFINE_list("order", ["second", "first"], "Meta-gradient order.")
 flags.DEFINE_list("formulation", ["map_fn", "unrolled", "batched"],
                   "Learner task_batching values, or 'recompute' / 'accumulate_recompute' "
-                  "(map_fn / accumulate with recomputed inner steps).")
+                  "(map_fn / accumulate with recomputed inner steps), 'accumulate_while' / "
+                  "'map_fn_while' / 'batched_while' (inner steps in a tf.while_loop).")
 flags.DEFINE_list("xla", ["false", "true"], "jit_compile the meta-step.")
 flags.DEFINE_integer("steps", 10, "Timed meta-steps (median reported).")
 flags.DEFINE_integer("warmup", 2, "Untimed meta-steps after the first (compiling) call.")
@@ -89,12 +92,13 @@ def _learner(formulation: str, steps: int, order: str, parallel_iterations: int 
     import keras
     import metalearn
     model = metalearn.models.omniglot_conv_net(outputs=WAYS)
+    wrappers = {"recompute": [metalearn.adapters.Recompute()],
+                "while": [metalearn.adapters.WhileLoop()]}.get(formulation.split("_")[-1], [])
     adapter = metalearn.adapters.GradientDescent(
-        steps=steps, learning_rate=0.4, first_order=order == "first",
-        wrappers=[metalearn.adapters.Recompute()] if formulation.endswith("recompute")
-        else [])
-    batching = {"recompute": "map_fn", "accumulate_recompute": "accumulate"}.get(
-        formulation, formulation)
+        steps=steps, learning_rate=0.4, first_order=order == "first", wrappers=wrappers)
+    batching = {"recompute": "map_fn", "accumulate_recompute": "accumulate",
+                "accumulate_while": "accumulate", "map_fn_while": "map_fn",
+                "batched_while": "batched"}.get(formulation, formulation)
     return metalearn.Learner(
         model, adapter, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         task_batching=batching, parallel_iterations=parallel_iterations,

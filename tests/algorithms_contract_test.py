@@ -16,7 +16,8 @@ from metalearn.adapters import (AnnealOrder, ClipByGlobalNorm, GradientDescent,
                                 GradientStep, Hypernetwork, ImplicitGradientDescent,
                                 InnerAdam, InnerMomentum, InnerRMSProp, Learned,
                                 LearnedRates, Mask, MetaSGD, MiniBatches,
-                                PerStepLearningRates, PerStepWeights, Recompute)
+                                PerStepLearningRates, PerStepWeights, Recompute,
+                                WhileLoop)
 from metalearn.testing import (WAYS, LearnerContract, classification_learner,
                                compiled_meta_gradient, contract_model,
                                synthetic_classification)
@@ -101,6 +102,14 @@ class TestClippedRecomputedMiniBatches(LearnerContract):
             wrappers=[Recompute(), MiniBatches(3)]))
 
 
+class TestLearnedRatesInAWhileLoop(LearnerContract):
+    """Per-step learned rates (LSLR) indexed by the while loop's tensor step."""
+    covers = (WhileLoop,)
+
+    def make_learner(self):
+        return classification_learner(PerStepLearningRates(3, 0.3, wrappers=[WhileLoop()]))
+
+
 class TestHyperMAML(LearnerContract):
     """A generated head (residual, from per-class means), then gradient steps."""
     covers = (Hypernetwork,)
@@ -176,6 +185,7 @@ THEN = {
     "per_step": lambda: GradientDescent(2, 0.1, wrappers=[PerStepWeights(("hidden0/bias",))]),
     "recompute": lambda: GradientDescent(2, 0.1, wrappers=[Recompute()]),
     "mini_batches": lambda: GradientDescent(2, 0.1, wrappers=[MiniBatches(3)]),
+    "while_loop": lambda: GradientDescent(2, 0.1, wrappers=[WhileLoop()]),
     "clip": lambda: GradientDescent(2, update=[ClipByGlobalNorm(1.0), GradientStep(0.1)]),
     "implicit": lambda: ImplicitGradientDescent(3, 0.1, regularization=2.0, cg_steps=3),
     "momentum": lambda: GradientDescent(2, update=InnerMomentum(Learned(0.1, "layer"), 0.5)),

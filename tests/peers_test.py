@@ -76,3 +76,24 @@ def test_runner_thread_suffix():
     assert peers_same_run.split_threads("metalearn accumulate") == ("metalearn accumulate", 0)
     assert peers_same_run.runners(["accumulate:1"], ["pytorch:1", "jax"]) == \
         ["metalearn accumulate:1", "pytorch:1", "jax"]
+
+
+def test_profile_op_times_sum_kernels_per_step_over_compute_threads():
+    """benchmarks.profile_step reads a profiler trace: kernels on tf_Compute lines,
+    summed per op type and divided by the steps; executor events and other threads
+    left out."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    from benchmarks.profile_step import op_times
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    for i, name in enumerate(["Conv2D", "gradients/Mul:Mul", "Process"]):
+        plane.event_metadata[i + 1].id = i + 1
+        plane.event_metadata[i + 1].name = name
+    events = {"tf_Compute/1": [(1, 4e9), (2, 1e9), (3, 9e9)],
+              "tf_Compute/2": [(1, 2e9), (2, 1e9)], "python": [(1, 50e9)]}
+    for line_name, rows in events.items():
+        line = plane.lines.add(name=line_name)
+        for metadata_id, ps in rows:
+            line.events.add(metadata_id=metadata_id, duration_ps=int(ps))
+    times = op_times(space.SerializeToString(), steps=2)
+    assert times == {"Conv2D": (3.0, 1.0), "Mul": (1.0, 1.0)}

@@ -1074,6 +1074,18 @@ CASES: List[Case] = [
          "overrides `support_loss`", ValueError,
          "needs the support loss as model outputs and a loss of them",
          lambda p: _gauss_newton_with_opaque_loss(), None, "the loss and what to do"),
+    Case("two wrappers that run the inner steps",
+         "`GradientDescent(wrappers=[WhileLoop(), WhileLoop()])`", ValueError,
+         "at most one wrapper may run the inner steps, got ['WhileLoop', 'WhileLoop']",
+         lambda p: metalearn.adapters.GradientDescent(2, 0.1, wrappers=[
+             metalearn.adapters.WhileLoop(), metalearn.adapters.WhileLoop()]), None,
+         "the wrappers"),
+    Case("recomputed steps in a while loop",
+         "`GradientDescent(wrappers=[Recompute(), WhileLoop()])`", ValueError,
+         "WhileLoop cannot run steps that hold a tf.custom_gradient (Recompute)",
+         lambda p: metalearn.adapters.GradientDescent(2, 0.1, wrappers=[
+             metalearn.adapters.Recompute(), metalearn.adapters.WhileLoop()]), None,
+         "the pieces and what to do"),
 ]
 
 

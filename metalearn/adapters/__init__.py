@@ -9,7 +9,7 @@
 * differentiable inner optimizers (:mod:`metalearn.adapters.optimizers`):
   :class:`InnerMomentum` (and Nesterov), :class:`InnerAdam`, :class:`InnerRMSProp`;
 * step wrappers (:mod:`metalearn.adapters.wrappers`): :class:`PerStepWeights`,
-  :class:`Recompute`, :class:`MiniBatches`.
+  :class:`Recompute`, :class:`MiniBatches`, :class:`WhileLoop`.
 """
 
 from metalearn.adapters.base import (Adapter, CallFn, Capabilities, LossFn, NoAdaptation,
@@ -23,11 +23,12 @@ from metalearn.adapters.optimizers import InnerAdam, InnerMomentum, InnerRMSProp
 from metalearn.adapters.updates import (AnnealOrder, Chain, ClipByGlobalNorm,
                                         FirstOrder, GradientStep, LearnedRates, Mask,
                                         StepInfo, Update)
-from metalearn.adapters.wrappers import MiniBatches, PerStepWeights, Recompute, StepWrapper
+from metalearn.adapters.wrappers import (MiniBatches, PerStepWeights, Recompute, StepWrapper,
+                                        WhileLoop)
 
 __all__ = ["Adapter", "AnnealOrder", "CallFn", "Capabilities", "Chain", "ClipByGlobalNorm",
            "FirstOrder", "GradientDescent", "GradientStep", "Hypernetwork",
            "ImplicitGradientDescent", "InnerAdam", "InnerMomentum", "InnerRMSProp",
            "Learned", "LearnedRates", "LossFn", "Mask", "MetaSGD", "MiniBatches",
            "NoAdaptation", "PerStepLearningRates", "PerStepWeights", "Piece", "Recompute",
-           "SplitLoss", "StepInfo", "StepWrapper", "Update"]
+           "SplitLoss", "StepInfo", "StepWrapper", "Update", "WhileLoop"]

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import gin
 import keras
+import numpy as np
 import tensorflow as tf
 
 from metalearn.functional import Weights
@@ -72,6 +73,14 @@ def select_paths(paths: Sequence[str], patterns: Sequence[str], what: str,
         raise ValueError(f"{what}={tuple(patterns)!r} matches none of the weights "
                          f"{list(paths)}{note}")
     return selected
+
+
+def clamp_step(step: Any, last: int) -> Any:
+    """``min(step, last)`` for an inner-step index that is a Python int (steps unrolled)
+    or a scalar integer tensor (steps in a ``tf.while_loop``: :class:`~metalearn.adapters.wrappers.WhileLoop`)."""
+    if isinstance(step, (int, np.integer)):
+        return min(int(step), last)
+    return tf.minimum(step, last)
 
 
 def check_patterns(patterns: Any, what: str) -> tuple:

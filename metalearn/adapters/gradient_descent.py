@@ -3,7 +3,8 @@
 What each step does with the gradients is an update transform
 (:mod:`metalearn.adapters.updates`: plain steps, first order, learned rates, masks,
 order annealing, chains of them); how the steps run is a list of wrappers
-(:mod:`metalearn.adapters.wrappers`: per-step weights, recomputation, mini-batches).
+(:mod:`metalearn.adapters.wrappers`: per-step weights, recomputation, mini-batches, the
+steps in a ``tf.while_loop``).
 The loop asks them which weights to adapt, what they need and what they learn.
 """
 
@@ -53,6 +54,7 @@ class GradientDescent(Adapter):
         GradientDescent(5, update=[AnnealOrder(1000), LearnedRates("layer_step", 0.1)],
                         wrappers=[PerStepWeights(("bn",))])                # MAML++
         GradientDescent(5, 0.1, wrappers=[Recompute(), MiniBatches(10)])
+        GradientDescent(20, 0.1, wrappers=[WhileLoop()])     # graph flat in the steps
 
     Args:
       steps: inner steps during meta-training.
@@ -88,6 +90,18 @@ class GradientDescent(Adapter):
             if not isinstance(wrapper, StepWrapper):
                 raise TypeError(f"wrappers must be metalearn.adapters.wrappers.StepWrapper "
                                 f"pieces, got {wrapper!r}")
+        loops = [w for w in wrappers if w.runs_steps]
+        if len(loops) > 1:
+            raise ValueError(f"at most one wrapper may run the inner steps, got "
+                             f"{[type(w).__name__ for w in loops]}")
+        custom = [type(p).__name__ for p in [update, *wrappers]
+                  if p.capabilities.custom_gradient]
+        if loops and custom:
+            raise ValueError(
+                f"{type(loops[0]).__name__} cannot run steps that hold a tf.custom_gradient "
+                f"({', '.join(custom)}): TensorFlow 2.21's while-loop gradient fails on a "
+                f"custom gradient that reads variables; drop {type(loops[0]).__name__} or "
+                f"{', '.join(custom)}")
         self.steps = int(steps)
         self.first_order = bool(first_order)
         self.update = update
@@ -123,6 +137,16 @@ class GradientDescent(Adapter):
 
     def adapt_trajectory(self, weights: Weights, support_x: Any, support_y: Any,
                          loss_fn: LossFn, steps: Optional[int] = None) -> List[Weights]:
+        return self._run(weights, support_x, support_y, loss_fn, steps, keep_all=True)
+
+    def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
+              steps: Optional[int] = None) -> Weights:
+        return self._run(weights, support_x, support_y, loss_fn, steps, keep_all=False)[-1]
+
+    def _run(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
+             steps: Optional[int], keep_all: bool) -> List[Weights]:
+        """The weights before the first step and after each (after the last only, beside
+        the first, when not ``keep_all`` and a wrapper runs the steps)."""
         steps = self.steps if steps is None else int(steps)
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
@@ -148,15 +172,18 @@ class GradientDescent(Adapter):
 
         for wrapper in self.wrappers:
             step_fn = wrapper.wrap(step_fn)
-        trajectory = [weights]
-        for step in range(steps):
+
+        def one_step(weights, state, step):
             x, y = support_x, support_y
             for wrapper in self.wrappers:
                 x, y = wrapper.batch(x, y, step)
-            weights, state = step_fn(weights, state, step, x, y)
+            return step_fn(weights, state, step, x, y)
+
+        for wrapper in self.wrappers:
+            if wrapper.runs_steps:
+                return wrapper.iterate(one_step, weights, state, steps, keep_all)
+        trajectory = [weights]
+        for step in range(steps):
+            weights, state = one_step(weights, state, step)
             trajectory.append(weights)
         return trajectory
-
-    def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
-              steps: Optional[int] = None) -> Weights:
-        return self.adapt_trajectory(weights, support_x, support_y, loss_fn, steps)[-1]

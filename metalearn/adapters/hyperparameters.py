@@ -11,13 +11,14 @@ MAML++'s LSLR ``GradientStep(Learned(0.01, "layer_step"))``.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import gin
 import keras
 import numpy as np
 import tensorflow as tf
 
+from metalearn.adapters.base import clamp_step
 from metalearn.functional import Weights
 
 PER = ("scalar", "layer", "step", "layer_step", "element")
@@ -123,8 +124,9 @@ class HyperparameterSet(tf.Module):
         """A per-weight learned hyperparameter's variables by weight path."""
         return dict(zip(self._paths, self._variables.get(name, [])))
 
-    def value(self, name: str, path: str, step: int, dtype: tf.DType) -> tf.Tensor:
-        """Hyperparameter ``name`` for weight ``path`` at inner step ``step``."""
+    def value(self, name: str, path: str, step: Any, dtype: tf.DType) -> tf.Tensor:
+        """Hyperparameter ``name`` for weight ``path`` at inner step ``step`` (an int, or a
+        scalar integer tensor when the steps run in a ``tf.while_loop``)."""
         value = self.values[name]
         if not isinstance(value, Learned):
             return tf.constant(value, dtype)
@@ -141,7 +143,7 @@ class HyperparameterSet(tf.Module):
             variable = variables[self._paths.index(path)]
         result = tf.cast(variable, dtype)
         if value.per in ("step", "layer_step"):
-            result = result[min(step, self._steps - 1)]
+            result = result[clamp_step(step, self._steps - 1)]
         if value.low is not None or value.high is not None:
             result = tf.clip_by_value(result, -np.inf if value.low is None else value.low,
                                       np.inf if value.high is None else value.high)

@@ -102,7 +102,7 @@ class InnerAdam(Update):
         for p, g in grads.items():
             lr, b1, b2, eps = (self.hp(n, p, info, g.dtype) for n in
                                ("learning_rate", "beta_1", "beta_2", "epsilon"))
-            t = tf.constant(info.step + 1, g.dtype)
+            t = tf.cast(info.step + 1, g.dtype)
             alpha = lr * tf.sqrt(1 - tf.pow(b2, t)) / (1 - tf.pow(b1, t))
             m = ms[p] + (g - ms[p]) * (1 - b1)
             v = vs[p] + (tf.square(g) - vs[p]) * (1 - b2)

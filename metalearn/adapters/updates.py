@@ -44,11 +44,14 @@ class StepInfo(NamedTuple):
     """Where the loop is, for transforms that depend on it.
 
     Attributes:
-      step: the inner step, from 0 (a Python int: the inner loop is unrolled).
+      step: the inner step, from 0: a Python int where the inner loop is unrolled (the
+        default), a scalar int32 tensor where its steps run in a ``tf.while_loop``
+        (:class:`~metalearn.adapters.wrappers.WhileLoop`); index with
+        :func:`~metalearn.adapters.base.clamp_step` to take both.
       steps: the number of inner steps the transform was built for.
     """
 
-    step: int
+    step: Any
     steps: int
 
 

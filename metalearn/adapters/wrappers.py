@@ -1,5 +1,5 @@
 """Wrappers around the inner loop's steps: per-step weights, recomputed steps,
-mini-batches.
+mini-batches, steps in a ``tf.while_loop``.
 
 A step of :class:`~metalearn.adapters.GradientDescent` is a function
 ``step_fn(weights, state, step, x, y) -> (weights, state)``. A wrapper may
@@ -7,6 +7,8 @@ A step of :class:`~metalearn.adapters.GradientDescent` is a function
 * change the weights the loop starts from (:meth:`StepWrapper.start`),
 * choose the support examples a step sees (:meth:`StepWrapper.batch`),
 * wrap the step function itself (:meth:`StepWrapper.wrap`),
+* run the steps itself (:meth:`StepWrapper.iterate`; at most one wrapper of a loop does,
+  :class:`WhileLoop`),
 
 and says, like every piece, what it needs (its capabilities), which weights it sets per
 task and what it meta-learns. ``GradientDescent(wrappers=[a, b])`` wraps the step in
@@ -22,12 +24,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from metalearn.adapters.base import Capabilities, Piece, check_patterns, select_paths
+from metalearn.adapters.base import (Capabilities, Piece, check_patterns, clamp_step,
+                                     select_paths)
 from metalearn.adapters.hyperparameters import variable_name
 from metalearn.adapters.updates import State
 from metalearn.functional import Weights
 
 StepFn = Callable[[Weights, State, int, Any, Any], Tuple[Weights, State]]
+OneStep = Callable[[Weights, State, Any], Tuple[Weights, State]]
+"""``one_step(weights, state, step)``: one whole inner step (its support examples chosen by
+every wrapper's :meth:`StepWrapper.batch`, then the wrapped step function)."""
 
 
 class StepWrapper(Piece):
@@ -47,6 +53,17 @@ class StepWrapper(Piece):
     def wrap(self, step_fn: StepFn) -> StepFn:
         """The step function, wrapped."""
         return step_fn
+
+    #: Whether this wrapper runs the loop's steps (:meth:`iterate`).
+    runs_steps: bool = False
+
+    def iterate(self, one_step: OneStep, weights: Weights, state: State, steps: int,
+                keep_all: bool) -> List[Weights]:
+        """Runs ``steps`` inner steps from ``weights`` and ``state`` and returns the
+        weights before the first step and after each (only the first and the last where
+        ``keep_all`` is false). Called only on a wrapper whose :attr:`runs_steps` is
+        true; the loop runs the steps in Python otherwise."""
+        raise NotImplementedError(f"{type(self).__name__} does not run the inner steps")
 
 
 @gin.configurable
@@ -89,10 +106,10 @@ class PerStepWeights(StepWrapper):
     def own_meta_variables(self):
         return list(self._copies)
 
-    def at_step(self, weights: Weights, step: int) -> Weights:
+    def at_step(self, weights: Weights, step: Any) -> Weights:
         """``weights`` with the copies of inner step ``step`` put in."""
         weights = dict(weights)
-        index = min(step, self._steps)
+        index = clamp_step(step, self._steps)
         for path, copies in zip(self._paths, self._copies):
             weights[path] = tf.convert_to_tensor(copies)[index]
         return weights
@@ -187,3 +204,53 @@ class MiniBatches(StepWrapper):
         index = tf.range(step % stride, n, stride)
         take = lambda t: tf.gather(t, index)
         return tf.nest.map_structure(take, x), tf.nest.map_structure(take, y)
+
+
+@gin.configurable
+class WhileLoop(StepWrapper):
+    """Runs the inner steps in one ``tf.while_loop`` instead of tracing one copy of the
+    step (and of its second-order backward pass) per inner step.
+
+    The traced graph, its compile time and the memory it holds no longer grow with the
+    number of inner steps; TensorFlow's while-loop gradient keeps each step's
+    intermediates in stacks, so the meta-gradient is the same, to every order. Memory
+    and time against the unrolled steps: benchmarks/README.md. Inside the loop the step
+    index is a scalar int32 tensor (:class:`~metalearn.adapters.updates.StepInfo`), which
+    every piece of metalearn takes (per-step rates and copies are indexed by it).
+
+    Args:
+      parallel_iterations: iterations TensorFlow may run at once (``tf.while_loop``'s
+        argument). The steps depend on each other; more lets the independent parts of
+        neighbouring steps (the backward pass's stacks) overlap, at some memory.
+    """
+
+    runs_steps = True
+
+    def __init__(self, parallel_iterations: int = 1, name: Optional[str] = None):
+        super().__init__(name=name)
+        if int(parallel_iterations) < 1:
+            raise ValueError(f"parallel_iterations must be >= 1, got {parallel_iterations!r}")
+        self.parallel_iterations = int(parallel_iterations)
+
+    def iterate(self, one_step, weights, state, steps, keep_all):
+        if steps == 0:
+            return [weights]
+        keys = list(weights)
+        start = [tf.convert_to_tensor(weights[k]) for k in keys]
+        stacks = ([tf.TensorArray(w.dtype, size=steps, element_shape=w.shape) for w in start]
+                  if keep_all else [])
+
+        def body(step, values, state, stacks):
+            after, state = one_step(dict(zip(keys, values)), state, step)
+            values = [tf.convert_to_tensor(after[k]) for k in keys]
+            stacks = [s.write(step, v) for s, v in zip(stacks, values)]
+            return step + 1, values, state, stacks
+
+        _, values, _, stacks = tf.while_loop(
+            lambda step, *_: step < steps, body, (tf.constant(0), start, state, stacks),
+            parallel_iterations=self.parallel_iterations, maximum_iterations=steps)
+        if not keep_all:
+            return [weights, dict(zip(keys, values))]
+        stacked = [s.stack() for s in stacks]
+        return ([weights] + [{k: t[i] for k, t in zip(keys, stacked)} for i in range(steps - 1)]
+                + [dict(zip(keys, values))])
