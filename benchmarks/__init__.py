@@ -1,5 +1,6 @@
 """Benchmark scripts (see benchmarks/README.md) and what they share."""
 
+import collections
 import resource
 import time
 from typing import Any, Callable, Dict, Sequence
@@ -70,3 +71,27 @@ def time_steps(step: Callable[[Any], float], batches: Sequence[Any], steps: int,
         import_rss_mib=round(imported_mib), before_step_rss_mib=round(before),
         first_call_peak_mib=round(first_peak), after_first_call_rss_mib=round(after_first),
         steady_peak_mib=round(peak_rss_mib()) if reset else None, loss=round(loss, 5))
+
+
+# Events of the executor itself (and of whole functions), not kernels.
+_NOT_KERNELS = ("Process", "ParallelFor", "EagerExecute", "EagerKernelExecute", "Run")
+
+
+def op_times(xspace_bytes: bytes, steps: int) -> dict:
+    """Per op type, the kernels' time (ms) and count per step over TensorFlow's compute
+    threads (``tf_Compute`` lines of the host plane), from a serialised ``XSpace``."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(xspace_bytes)
+    ms, count = collections.Counter(), collections.Counter()
+    for plane in space.planes:
+        for line in plane.lines:
+            if not line.name.startswith("tf_Compute"):
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name.split(":")[-1]
+                if name in _NOT_KERNELS:
+                    continue
+                ms[name] += event.duration_ps / 1e9 / steps
+                count[name] += 1 / steps
+    return {name: (ms[name], count[name]) for name in ms}

@@ -1,10 +1,12 @@
 r"""Where the meta-step's time goes: TensorFlow's profiler over a few steps, by op type.
 
-    python -m benchmarks.profile_step --meta_batch=32 --inner_steps=1 --formulation=accumulate
+    python -m benchmarks.profile_step --meta_batch=32 --inner_steps=1 --order=second \
+        --formulation=accumulate --warmup=3
 
 The workload of :mod:`benchmarks.meta_step` (the MAML paper's Omniglot net, 5-way 1-shot,
-15 queries, second order unless ``--order=first``), traced and warmed up, then
-``--steps`` steps under ``tf.profiler.experimental``; the trace (``.xplane.pb``) is read
+15 queries; its flags, the first value of each list), traced and warmed up
+(``--warmup`` steps after the first), then ``--profiled_steps`` steps under
+``tf.profiler.experimental``; the trace (``.xplane.pb``) is read
 back and the kernels' wall time summed per op type over TensorFlow's compute threads.
 Prints one JSON line: the step's wall time, the threads' busy time per step, and each op
 type's time per step (summed over threads), count per step and share of the busy time,
@@ -13,7 +15,6 @@ largest first. The profiler adds a little overhead; the shares are what to read.
 
 from __future__ import annotations
 
-import collections
 import glob
 import json
 import os
@@ -22,38 +23,13 @@ import time
 
 from absl import app, flags
 
-flags.DEFINE_integer("meta_batch", 32, "Tasks per meta-step.")
-flags.DEFINE_integer("inner_steps", 1, "Inner steps.")
-flags.DEFINE_enum("order", "second", ["second", "first"], "Meta-gradient order.")
-flags.DEFINE_string("formulation", "accumulate", "As benchmarks.meta_step's --formulation.")
-flags.DEFINE_integer("steps", 2, "Profiled meta-steps.")
-flags.DEFINE_integer("warmup", 3, "Meta-steps before profiling (the first compiles).")
+# meta_step's flags: --meta_batch, --inner_steps, --order, --formulation (the first value
+# of each), --warmup
+from benchmarks import meta_step, op_times
+
+flags.DEFINE_integer("profiled_steps", 2, "Meta-steps under the profiler.")
 flags.DEFINE_integer("top", 25, "Op types listed.")
 FLAGS = flags.FLAGS
-
-# Events of the executor itself (and of whole functions), not kernels.
-_NOT_KERNELS = ("Process", "ParallelFor", "EagerExecute", "EagerKernelExecute", "Run")
-
-
-def op_times(xspace_bytes: bytes, steps: int) -> dict:
-    """Per op type, the kernels' time (ms) and count per step over TensorFlow's compute
-    threads (``tf_Compute`` lines of the host plane), from a serialised ``XSpace``."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-    space = xplane_pb2.XSpace()
-    space.ParseFromString(xspace_bytes)
-    ms, count = collections.Counter(), collections.Counter()
-    for plane in space.planes:
-        for line in plane.lines:
-            if not line.name.startswith("tf_Compute"):
-                continue
-            for event in line.events:
-                name = plane.event_metadata[event.metadata_id].name.split(":")[-1]
-                if name in _NOT_KERNELS:
-                    continue
-                ms[name] += event.duration_ps / 1e9 / steps
-                count[name] += 1 / steps
-    return {name: (ms[name], count[name]) for name in ms}
-
 
 def main(argv):
     del argv
@@ -61,28 +37,30 @@ def main(argv):
     import keras
     import metalearn
     from metalearn.training.step import make_meta_step
-    from benchmarks.meta_step import _episodes, _learner
     keras.utils.set_random_seed(0)
-    learner = _learner(FLAGS.formulation, FLAGS.inner_steps, FLAGS.order)
+    batch_size, inner_steps = int(FLAGS.meta_batch[0]), int(FLAGS.inner_steps[0])
+    order, formulation = FLAGS.order[0], FLAGS.formulation[0]
+    learner = meta_step._learner(formulation, inner_steps, order)
     step = make_meta_step(learner, metalearn.MetaOptimizer())
-    batch = _episodes(FLAGS.meta_batch)
-    for _ in range(FLAGS.warmup):
+    batch = meta_step._episodes(batch_size)
+    for _ in range(1 + FLAGS.warmup):
         float(step(batch)["loss"])
+    steps = FLAGS.profiled_steps
     with tempfile.TemporaryDirectory() as logdir:
         tf.profiler.experimental.start(logdir)
         start = time.perf_counter()
-        for _ in range(FLAGS.steps):
+        for _ in range(steps):
             float(step(batch)["loss"])
-        wall = (time.perf_counter() - start) / FLAGS.steps * 1000
+        wall = (time.perf_counter() - start) / steps * 1000
         tf.profiler.experimental.stop()
         path = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)[0]
         with open(path, "rb") as f:
-            times = op_times(f.read(), FLAGS.steps)
+            times = op_times(f.read(), steps)
     busy = sum(ms for ms, _ in times.values())
     ranked = sorted(times.items(), key=lambda item: -item[1][0])[:FLAGS.top]
     print(json.dumps(dict(
-        meta_batch=FLAGS.meta_batch, inner_steps=FLAGS.inner_steps, order=FLAGS.order,
-        formulation=FLAGS.formulation, wall_ms_per_step=round(wall, 1),
+        meta_batch=batch_size, inner_steps=inner_steps, order=order,
+        formulation=formulation, wall_ms_per_step=round(wall, 1),
         kernel_ms_per_step=round(busy, 1),
         ops=[dict(op=name, ms=round(ms, 1), per_step=round(n), share=round(ms / busy, 3))
              for name, (ms, n) in ranked])))

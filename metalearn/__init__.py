@@ -60,6 +60,16 @@ from metalearn.learners import (ClassifierBaseline, EmbeddingLearner, Learner,  
 from metalearn.outer import MetaOptimizer, Reptile, SerialReptile  # noqa: E402
 from metalearn import outer, runs, training  # noqa: E402
 from metalearn.training import Experiment, restore  # noqa: E402
+from metalearn import _compat  # noqa: E402
+
+# AutoGraph leaves metalearn's functions as written, as it does Keras': they build graph
+# control flow with tf.while_loop / tf.cond, and converting them cost ~8 s of every
+# process's first trace. Code metalearn calls inside a compiled step (a loss, a Learner
+# subclass's override, a piece) then runs as written too, as under Keras 3.
+try:
+    _compat.autograph_leaves_as_written(__name__)
+except _compat.PrivateAPIMoved as _error:  # only the first trace is slower then
+    _logging.getLogger(__name__).warning("%s", _error)
 
 __version__ = "0.2.0"
 

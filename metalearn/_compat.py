@@ -155,13 +155,40 @@ def trackable_object_graph() -> Any:
                      "tensorflow", tf.__version__) from error
 
 
+def autograph_leaves_as_written(package: str) -> None:
+    """Has AutoGraph call the functions of ``package`` (and its modules) as written,
+    unconverted, as TensorFlow already does for Keras, NumPy and itself: a
+    ``DoNotConvert`` rule put first in
+    ``tensorflow.python.autograph.core.config.CONVERSION_RULES``. Idempotent.
+
+    metalearn writes its graph control flow with ``tf.while_loop`` / ``tf.cond`` and
+    never needs conversion; converting its modules costs ~8 s of the first trace in
+    every process (benchmarks/README.md)."""
+    try:
+        from tensorflow.python.autograph.core import config
+    except ImportError as error:
+        raise _moved("tensorflow.python.autograph.core.config", "tensorflow",
+                     tf.__version__) from error
+    rules, rule = getattr(config, "CONVERSION_RULES", None), getattr(config, "DoNotConvert",
+                                                                     None)
+    if not isinstance(rules, tuple) or rule is None or not all(
+            callable(getattr(r, "get_action", None)) for r in rules):
+        raise _moved("tensorflow.python.autograph.core.config.CONVERSION_RULES",
+                     "tensorflow", tf.__version__)
+    if any(isinstance(r, rule) and r.matches(package) and r.matches(package + ".x")
+           for r in rules):
+        return
+    config.CONVERSION_RULES = (rule(package),) + rules
+
+
 def every_reach() -> List[Callable[[], Any]]:
     """Each guarded reach as a function of no arguments (what the tests call)."""
     return [keras_tf_backend_nn,
             lambda: optimizer_learning_rate(keras.optimizers.SGD(0.1)),
             gin_file_readers, gin_location_prefixes, gin_parser, system_path_file_exists,
             strategy_supports_no_merge_call, trackable_object_graph,
-            lambda: _check_augment(), _check_functional_graph]
+            lambda: _check_augment(), _check_functional_graph,
+            lambda: autograph_leaves_as_written("metalearn")]
 
 
 def _check_augment() -> None:

@@ -4,9 +4,12 @@ An upgrade that moves one of these APIs fails here, loudly, instead of silently 
 a result (e.g. second-order MAML through BatchNorm becoming a few percent wrong)."""
 
 import ast
+import importlib.util
 import os
+import sys
 
 import pytest
+import tensorflow as tf
 
 from metalearn import _compat
 
@@ -52,3 +55,30 @@ def test_no_module_but_compat_reaches_into_a_private_api():
                 if reaches:
                     offenders[os.path.relpath(path, PACKAGE)] = reaches
     assert not offenders, offenders
+
+
+def test_autograph_leaves_metalearn_as_written_and_still_converts_other_code(tmp_path):
+    """metalearn's modules are called unconverted (a Python ``if`` on a tensor fails in
+    them, as in Keras'); a module of the user's is still converted."""
+    import metalearn  # noqa: F401  (its import puts the rule in)
+    source = ("def magnitude(x):\n"
+              "    if x > 0:\n"
+              "        return x\n"
+              "    return -x\n")
+    modules = {}
+    for name in ("metalearn._autograph_probe", "autograph_probe_of_the_user"):
+        path = tmp_path / f"{name.replace('.', '_')}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        modules[name] = importlib.util.module_from_spec(spec)
+        sys.modules[name] = modules[name]
+        spec.loader.exec_module(modules[name])
+    try:
+        user = tf.function(lambda x: modules["autograph_probe_of_the_user"].magnitude(x))
+        assert float(user(tf.constant(-2.0))) == 2.0  # converted: the if is a tf.cond
+        ours = tf.function(lambda x: modules["metalearn._autograph_probe"].magnitude(x))
+        with pytest.raises(tf.errors.OperatorNotAllowedInGraphError):
+            ours(tf.constant(-2.0))
+    finally:
+        for name in modules:
+            del sys.modules[name]

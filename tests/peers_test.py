@@ -79,11 +79,11 @@ def test_runner_thread_suffix():
 
 
 def test_profile_op_times_sum_kernels_per_step_over_compute_threads():
-    """benchmarks.profile_step reads a profiler trace: kernels on tf_Compute lines,
+    """benchmarks.profile_step's reading of a profiler trace: kernels on tf_Compute lines,
     summed per op type and divided by the steps; executor events and other threads
     left out."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
-    from benchmarks.profile_step import op_times
+    from benchmarks import op_times  # not profile_step: its flags are global
     space = xplane_pb2.XSpace()
     plane = space.planes.add(name="/host:CPU")
     for i, name in enumerate(["Conv2D", "gradients/Mul:Mul", "Process"]):
