@@ -149,3 +149,12 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match=r"WhileLoop cannot run steps that hold a "
                                          r"tf.custom_gradient \(Recompute\)"):
         GradientDescent(2, 0.1, wrappers=[Recompute(), WhileLoop()])
+
+
+def test_while_loop_under_xla_equals_the_python_loop():
+    from tests.accumulate_test import _gradients
+    make = lambda w: _learner(ADAPTERS["maml_plus_plus"](w))
+    reference, _ = _gradients(make([]), _episodes())
+    grads, _ = _gradients(make([WhileLoop()]), _episodes(), jit_compile=True)
+    for got, want in zip(grads, reference):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-13)
