@@ -92,13 +92,14 @@ def _learner(formulation: str, steps: int, order: str, parallel_iterations: int 
     import keras
     import metalearn
     model = metalearn.models.omniglot_conv_net(outputs=WAYS)
-    wrappers = {"recompute": [metalearn.adapters.Recompute()],
-                "while": [metalearn.adapters.WhileLoop()]}.get(formulation.split("_")[-1], [])
+    batching, wrappers = formulation, []
+    for suffix, wrapper in (("recompute", metalearn.adapters.Recompute),
+                            ("while", metalearn.adapters.WhileLoop)):
+        if formulation == suffix or formulation.endswith("_" + suffix):
+            batching = formulation[:-len(suffix)].rstrip("_") or "map_fn"
+            wrappers = [wrapper()]
     adapter = metalearn.adapters.GradientDescent(
         steps=steps, learning_rate=0.4, first_order=order == "first", wrappers=wrappers)
-    batching = {"recompute": "map_fn", "accumulate_recompute": "accumulate",
-                "accumulate_while": "accumulate", "map_fn_while": "map_fn",
-                "batched_while": "batched"}.get(formulation, formulation)
     return metalearn.Learner(
         model, adapter, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         task_batching=batching, parallel_iterations=parallel_iterations,

@@ -175,8 +175,7 @@ def autograph_leaves_as_written(package: str) -> None:
             callable(getattr(r, "get_action", None)) for r in rules):
         raise _moved("tensorflow.python.autograph.core.config.CONVERSION_RULES",
                      "tensorflow", tf.__version__)
-    if any(isinstance(r, rule) and r.matches(package) and r.matches(package + ".x")
-           for r in rules):
+    if any(isinstance(r, rule) and r.matches(package) for r in rules):
         return
     config.CONVERSION_RULES = (rule(package),) + rules
 

@@ -77,7 +77,8 @@ def select_paths(paths: Sequence[str], patterns: Sequence[str], what: str,
 
 def clamp_step(step: Any, last: int) -> Any:
     """``min(step, last)`` for an inner-step index that is a Python int (steps unrolled)
-    or a scalar integer tensor (steps in a ``tf.while_loop``: :class:`~metalearn.adapters.wrappers.WhileLoop`)."""
+    or a scalar integer tensor (steps in a ``tf.while_loop``:
+    :class:`~metalearn.adapters.wrappers.WhileLoop`)."""
     if isinstance(step, (int, np.integer)):
         return min(int(step), last)
     return tf.minimum(step, last)
