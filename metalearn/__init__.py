@@ -11,7 +11,10 @@ The public surface (folders by role; docs/architecture.md has the whole picture)
     metalearn.heads              closed-form task solvers on embeddings (PrototypeHead)
     metalearn.Learner            model + adapter + loss (MultiStepLossLearner: MAML++;
                                  EmbeddingLearner, PrototypicalNetworks, ProtoMAML)
-    metalearn.MetaOptimizer      outer rules (Reptile, SerialReptile: no outer gradient)
+    metalearn.execution          how a meta-batch runs: formulations (MapFn, Unrolled,
+                                 Batched, Accumulate, Auto) and the Runtime
+    metalearn.outer              outer rules: MetaGradient, Reptile, SerialReptile; guards
+                                 (ClipByGlobalNorm, SkipNonFinite)
     metalearn.training           the one meta-step builder, the loop, evaluation
     metalearn.runs               experiments, workdir files, sweeps, results
     metalearn.tasks              episodes and task samplers
@@ -57,8 +60,8 @@ from metalearn import learners  # noqa: E402
 from metalearn.learners import (ClassifierBaseline, EmbeddingLearner, Learner,  # noqa: E402
                                 MultiStepLossLearner, PrototypicalNetworks, ProtoMAML,
                                 accuracy)
-from metalearn.outer import MetaOptimizer, Reptile, SerialReptile  # noqa: E402
-from metalearn import outer, runs, training  # noqa: E402
+from metalearn.outer import MetaGradient, MetaOptimizer, Reptile, SerialReptile  # noqa: E402
+from metalearn import execution, outer, runs, training  # noqa: E402
 from metalearn.training import Experiment, restore  # noqa: E402
 from metalearn import _compat  # noqa: E402
 
@@ -73,7 +76,8 @@ except _compat.PrivateAPIMoved as _error:  # only the first trace is slower then
 
 __version__ = "0.2.0"
 
-__all__ = ["ClassifierBaseline", "EmbeddingLearner", "Experiment", "Learner", "MetaOptimizer",
+__all__ = ["ClassifierBaseline", "EmbeddingLearner", "Experiment", "Learner", "MetaGradient",
+           "MetaOptimizer", "execution",
            "MultiStepLossLearner", "PrototypicalNetworks", "ProtoMAML", "Reptile",
            "SerialReptile", "accuracy", "adapters", "functional", "heads", "learners",
            "models", "outer", "restore", "runs", "tasks", "training"]

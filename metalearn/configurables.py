@@ -54,3 +54,31 @@ _READERS = _compat.gin_file_readers()
 for _i, (_reader, _exists) in enumerate(_READERS):
     if _exists is _SYSTEM_PATH_FILE_EXISTS:
         _READERS[_i] = (_reader, _package_file_exists)
+
+
+def inherited(instance: object, owner: type, name: str, value):
+    """``value``, or, where it is ``None`` and ``instance`` is of a subclass of
+    ``owner``, what the gin configuration binds to ``name`` on the nearest class
+    between them (``owner`` included) that has a binding.
+
+    Gin binds parameters per configurable name, so a research subclass of a shipped
+    configurable (``class Lookahead(MetaGradient)``) would silently take its default
+    where a shipped config binds ``MetaGradient.optimizer``: this hands it the parent's
+    binding instead. A reference such as ``@outer/keras.optimizers.Adam()`` is called
+    (a new object).
+    """
+    if value is not None or type(instance) is owner:
+        return value
+    for cls in type(instance).__mro__[1:]:
+        try:
+            bound = gin.query_parameter(f"{cls.__name__}.{name}")
+        except ValueError:  # not configurable, or nothing bound
+            bound = None
+        if bound is not None:
+            if isinstance(bound, gin.config.ConfigurableReference):
+                return bound.scoped_configurable_fn() if bound.evaluate else \
+                    bound.scoped_configurable_fn
+            return bound
+        if cls is owner:
+            break
+    return value

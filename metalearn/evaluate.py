@@ -42,7 +42,8 @@ def run(workdir: str, output: str = "eval.json", gin_files: Sequence[str] = (),
     path = check_writable(os.path.join(workdir, output))  # before any work
     params = [f"include '{p}'" for p in resolve_gin_files(gin_files)]
     experiment = restore(workdir, gin_params=params + list(gin_params))
-    report = evaluate(experiment.learner, experiment.sampler)
+    report = evaluate(experiment.learner, experiment.sampler,
+                      formulation=experiment.formulation)
     report["checkpoint_step"] = experiment.restored_step
     write_json(path, report)
     return report

@@ -15,20 +15,20 @@ def define_gin_flags() -> None:
     flags.DEFINE_multi_string("gin_file", [], "Gin config files, parsed in order. A path "
                               "not found as given is looked up under experiments/.")
     flags.DEFINE_multi_string("gin_param", [], "Gin bindings applied after the files, "
-                              "e.g. --gin_param='Experiment.num_steps=100'.")
+                              "e.g. --gin_param='Loop.num_steps=100'.")
 
 
 def define_determinism_flag() -> None:
     flags.DEFINE_bool("deterministic", False, "Turn on TensorFlow's op determinism and "
-                      "seed every generator from Experiment.seed (the binding "
-                      "Experiment.deterministic=True, recorded in config.gin): the same "
+                      "seed every generator from Runtime.seed (the binding "
+                      "Runtime.deterministic=True, recorded in config.gin): the same "
                       "config and seed then give the same weights and metrics on the "
                       "same machine.")
 
 
 def determinism_params(deterministic: bool) -> List[str]:
     """The gin binding the ``--deterministic`` flag adds (none when it is off)."""
-    return ["Experiment.deterministic = True"] if deterministic else []
+    return ["Runtime.deterministic = True"] if deterministic else []
 
 
 def resolve_gin_files(paths: Sequence[str]) -> List[str]:

@@ -2,9 +2,9 @@ r"""Runs a sweep over gin bindings: one ``metalearn.train`` process per run.
 
     # inner learning rate x 2 seeds, 2 runs at once, each evaluated after training
     python -m metalearn.sweep --gin_file=experiments/sinusoid/maml.gin \
-        --gin_param='Experiment.num_steps=2000' \
+        --gin_param='Loop.num_steps=2000' \
         --axis='GradientDescent.learning_rate=[0.001, 0.01, 0.1]' \
-        --axis='Experiment.seed=[0, 1]' --root=runs/sweep_lr --parallel=2 --evaluate
+        --axis='Runtime.seed=[0, 1]' --root=runs/sweep_lr --parallel=2 --evaluate
 
     # the same from a sweep file (see experiments/sweeps/)
     python -m metalearn.sweep --sweep_file=experiments/sweeps/sinusoid_inner_lr.gin \

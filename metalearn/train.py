@@ -1,13 +1,13 @@
 r"""Meta-trains an experiment described by gin.
 
     python -m metalearn.train --gin_file=experiments/sinusoid/maml.gin \
-        --gin_param='Experiment.num_steps=1000' --workdir=runs/sinusoid_maml
+        --gin_param='Loop.num_steps=1000' --workdir=runs/sinusoid_maml
 
 Several GPUs: add --strategy=mirrored. Several machines: run the same command on each
 with --strategy=multi_worker and TF_CONFIG set (see BUILD.md). Rerunning the same command resumes from the workdir's latest checkpoint. The workdir
 receives config.gin (the operative config), checkpoints/, TensorBoard summaries in
 train/ and metrics.json. --deterministic turns on TensorFlow's op determinism (the
-binding Experiment.deterministic=True): a run killed at any moment then resumes to the
+binding Runtime.deterministic=True): a run killed at any moment then resumes to the
 same weights as an uninterrupted one, and the same config and seed repeat exactly.
 
 SIGTERM (what schedulers and `timeout` send) or Ctrl-C: the step under way finishes, a

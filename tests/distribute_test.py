@@ -99,9 +99,9 @@ def test_multi_worker_equals_single_device(tmp_path):
 
 def _train_args(workdir, steps):
     return ["-m", "metalearn.train", "--strategy=multi_worker", f"--gin_file={SINUSOID}",
-            f"--workdir={workdir}", f"--gin_param=Experiment.num_steps={steps}",
-            "--gin_param=Experiment.checkpoint_every=20",
-            "--gin_param=Experiment.log_every=20",
+            f"--workdir={workdir}", f"--gin_param=Loop.num_steps={steps}",
+            "--gin_param=Loop.checkpoint_every=20",
+            "--gin_param=Loop.log_every=20",
             "--gin_param=Experiment.meta_batch_size=4", "--gin_param=mlp.hidden=(8,)"]
 
 

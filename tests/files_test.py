@@ -24,7 +24,7 @@ def test_write_replaces_the_whole_file(tmp_path):
 @pytest.mark.parametrize("fail_in", ["write", "replace"])
 def test_a_write_cut_short_keeps_the_previous_file(tmp_path, monkeypatch, fail_in):
     path = str(tmp_path / "config.gin")
-    files.write_text(path, "Experiment.num_steps = 10\n")
+    files.write_text(path, "Loop.num_steps = 10\n")
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt  # stands for the process dying at this point
@@ -34,8 +34,8 @@ def test_a_write_cut_short_keeps_the_previous_file(tmp_path, monkeypatch, fail_i
     else:
         monkeypatch.setattr(os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        files.write_text(path, "Experiment.num_steps = 20\n" * 1000)
+        files.write_text(path, "Loop.num_steps = 20\n" * 1000)
     monkeypatch.undo()
     with open(path) as f:
-        assert f.read() == "Experiment.num_steps = 10\n"
+        assert f.read() == "Loop.num_steps = 10\n"
     assert os.listdir(tmp_path) == ["config.gin"]

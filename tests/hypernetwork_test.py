@@ -350,9 +350,9 @@ def test_mnist_experiment_logs_the_running_mean(tmp_path, shared_data, monkeypat
     monkeypatch.chdir(ROOT)  # the gin file names ../shared/data/mnist
     runs = {}
     for average, log_every in (("window", 1), ("running", 10)):
-        parse_config([MNIST_GIN], ["Experiment.num_steps = 30",
-                                   f"Experiment.log_every = {log_every}",
-                                   f"Experiment.log_average = '{average}'",
+        parse_config([MNIST_GIN], ["Loop.num_steps = 30",
+                                   f"Loop.log_every = {log_every}",
+                                   f"Loop.log_average = '{average}'",
                                    f"load_mnist.path = '{shared_data}/mnist'"])
         experiment = build_experiment()
         assert [v.path for v in experiment.learner.meta_variables] == [

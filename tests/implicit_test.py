@@ -166,7 +166,7 @@ def test_training_reports_the_inner_fit_and_the_solve(tmp_path):
     from metalearn.training import build_experiment, evaluate, parse_config, train
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     parse_config([os.path.join(root, "experiments", "sinusoid", "imaml.gin")],
-                 ["Experiment.num_steps = 4", "Experiment.log_every = 2",
+                 ["Loop.num_steps = 4", "Loop.log_every = 2",
                   "Experiment.meta_batch_size = 3", "mlp.hidden = (8,)",
                   "ImplicitGradientDescent.steps = 3", "evaluate.num_tasks = 4",
                   "evaluate.batch_size = 2"])

@@ -45,7 +45,7 @@ def test_importing_metalearn_train_adds_only_gin_and_metalearn():
 _THREADS = """
 import tensorflow as tf
 from metalearn.training import build_experiment, parse_config
-parse_config(["experiments/sinusoid/maml.gin"], ["Experiment.threads = (1, 1)"])
+parse_config(["experiments/sinusoid/maml.gin"], ["Runtime.threads = (1, 1)"])
 build_experiment()
 print("THREADS", tf.config.threading.get_intra_op_parallelism_threads(),
       tf.config.threading.get_inter_op_parallelism_threads())

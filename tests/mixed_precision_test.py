@@ -72,7 +72,7 @@ def test_experiment_dtype_policy_builds_a_mixed_model_that_trains():
     from metalearn.training import build_experiment, make_meta_step, parse_config
     try:
         parse_config(["experiments/sinusoid/maml.gin"],
-                     ["Experiment.dtype_policy = 'mixed_bfloat16'",
+                     ["Runtime.dtype_policy = 'mixed_bfloat16'",
                       "Experiment.meta_batch_size = 4"])
         experiment = build_experiment()
         layer = experiment.learner.model.layers[0]
@@ -86,8 +86,8 @@ def test_experiment_dtype_policy_builds_a_mixed_model_that_trains():
         assert all(v.dtype == "float32" for v in after)
         assert any(not np.array_equal(b, a.numpy()) for b, a in zip(before, after))
         parse_config(["experiments/sinusoid/maml.gin"],
-                     ["Experiment.dtype_policy = 'float8_nonsense'"])
-        with pytest.raises(ValueError, match="Experiment.dtype_policy"):
+                     ["Runtime.dtype_policy = 'float8_nonsense'"])
+        with pytest.raises(ValueError, match="Runtime.dtype_policy"):
             build_experiment()
     finally:
         keras.mixed_precision.set_global_policy("float32")

@@ -156,11 +156,11 @@ def test_minimal_experiment_trains_evaluates_and_restores(omniglot_dir, tmp_path
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     workdir = str(tmp_path / "run")
     parse_config([os.path.join(root, "experiments/omniglot/minimal/maml_5way_1shot.gin")],
-                 ["Experiment.num_steps = 3", "Experiment.meta_batch_size = 2",
-                  "Experiment.log_every = 3", f"load_omniglot.path = '{omniglot_dir}'",
+                 ["Loop.num_steps = 3", "Experiment.meta_batch_size = 2",
+                  "Loop.log_every = 3", f"load_omniglot.path = '{omniglot_dir}'",
                   "Learner.model = @conv_net()", "conv_net.outputs = 5",
                   "conv_net.filters = 4", "conv_net.blocks = 2",
-                  "Learner.task_batching = 'unrolled'",
+                  "Experiment.formulation = @Unrolled()",
                   "evaluate.num_tasks = 4", "evaluate.batch_size = 2",
                   "evaluate.inner_steps = (1, 2)"])
     metrics = train(build_experiment(), workdir)

@@ -31,8 +31,8 @@ from metalearn.training.checkpoint import (DamagedCheckpointError, UnmatchedChec
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAML = os.path.join(ROOT, "experiments", "sinusoid", "maml.gin")
 METASGD = os.path.join(ROOT, "experiments", "sinusoid", "metasgd.gin")
-SMALL = ["Experiment.num_steps = 30", "Experiment.log_every = 10",
-         "Experiment.checkpoint_every = 10", "Experiment.meta_batch_size = 2",
+SMALL = ["Loop.num_steps = 30", "Loop.log_every = 10",
+         "Loop.checkpoint_every = 10", "Experiment.meta_batch_size = 2",
          "mlp.hidden = (4,)", "evaluate.num_tasks = 4", "evaluate.batch_size = 2",
          "evaluate.inner_steps = (1,)"]
 
@@ -148,7 +148,7 @@ def test_config_travels_in_the_checkpoint(finished, tmp_path):
         _train(workdir, params=["GradientDescent.learning_rate = 0.5"])
     assert "GradientDescent.learning_rate: 0.01 in the workdir, 0.5 now" in str(info.value)
     assert not (workdir / "config.gin").exists()  # not rewritten
-    _train(workdir, params=["Experiment.num_steps = 40"])  # resumable change: goes ahead
+    _train(workdir, params=["Loop.num_steps = 40"])  # resumable change: goes ahead
     assert (workdir / "config.gin").exists()
 
 
@@ -169,7 +169,7 @@ def test_a_second_process_on_a_workdir_stops_naming_the_holder(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(WorkdirLockedError) as info:
-            _train(workdir, params=["Experiment.num_steps = 2"])
+            _train(workdir, params=["Loop.num_steps = 2"])
         assert f"process {holder.pid} on host {socket.gethostname()!r}" in str(info.value)
         assert not (workdir / "checkpoints").exists()
     finally:
@@ -177,7 +177,7 @@ def test_a_second_process_on_a_workdir_stops_naming_the_holder(tmp_path):
         holder.wait()
     # the holder died without releasing: its stale lock is taken over
     assert str(holder.pid) in (workdir / LOCK_FILE).read_text()
-    assert _train(workdir, params=["Experiment.num_steps = 2"])["step"] == 2
+    assert _train(workdir, params=["Loop.num_steps = 2"])["step"] == 2
     assert (workdir / LOCK_FILE).read_text() == ""  # released
 
 
@@ -203,8 +203,8 @@ def test_evaluate_output_is_checked_before_the_work(finished, tmp_path, monkeypa
 
 def test_restore_names_the_objects_of_other_pieces(tmp_path):
     maml, metasgd = tmp_path / "maml", tmp_path / "metasgd"
-    _train(maml, params=["Experiment.num_steps = 2"])
-    _train(metasgd, METASGD, params=["Experiment.num_steps = 2"])
+    _train(maml, params=["Loop.num_steps = 2"])
+    _train(metasgd, METASGD, params=["Loop.num_steps = 2"])
     with pytest.raises(UnmatchedCheckpointError,
                        match=r"the checkpoint holds \d+ variable\(s\) the config does not "
                        r"build \(learner/adapter.*restoring would drop them"):
@@ -233,7 +233,7 @@ def _nan_experiment(**kwargs):
 
 def test_too_many_skipped_steps_fail_the_run(tmp_path):
     with pytest.raises(FloatingPointError, match=r"3 of 8 steps skipped .*more than "
-                       r"Experiment.max_skipped_fraction = 0.25"):
+                       r"Loop.max_skipped_fraction = 0.25"):
         train(_nan_experiment(), str(tmp_path / "a"))
     assert not (tmp_path / "a" / "metrics.json").exists()
     metrics = train(_nan_experiment(max_skipped_fraction=1.0), str(tmp_path / "b"))
@@ -252,18 +252,18 @@ def test_evaluate_rejects_inner_steps_that_are_not_whole(steps):
 
 
 def test_a_sweep_axis_given_twice_is_an_error():
-    with pytest.raises(sweeps.SweepError, match="--axis key 'Experiment.seed' is given twice"):
-        sweeps.add_axes({}, ["Experiment.seed=[0, 1]", "Experiment.seed=[2]"])
+    with pytest.raises(sweeps.SweepError, match="--axis key 'Runtime.seed' is given twice"):
+        sweeps.add_axes({}, ["Runtime.seed=[0, 1]", "Runtime.seed=[2]"])
     with pytest.raises(sweeps.SweepError, match="given twice"):
-        sweeps.add_axes({}, ["Experiment.seed=[2]"], "--zip", taken=["Experiment.seed"])
-    assert sweeps.add_axes({}, ["Experiment.seed=[0, 1]", "mlp.hidden=[(4,)]"]) == {
-        "Experiment.seed": ["0", "1"], "mlp.hidden": ["(4,)"]}
+        sweeps.add_axes({}, ["Runtime.seed=[2]"], "--zip", taken=["Runtime.seed"])
+    assert sweeps.add_axes({}, ["Runtime.seed=[0, 1]", "mlp.hidden=[(4,)]"]) == {
+        "Runtime.seed": ["0", "1"], "mlp.hidden": ["(4,)"]}
 
 
 def test_log_line_has_elapsed_time_and_eta(tmp_path, caplog):
     import logging
     caplog.set_level(logging.INFO)
-    _train(tmp_path / "run", params=["Experiment.num_steps = 4", "Experiment.log_every = 2"])
+    _train(tmp_path / "run", params=["Loop.num_steps = 4", "Loop.log_every = 2"])
     lines = [r.getMessage() for r in caplog.records if "meta-loss" in r.getMessage()]
     assert len(lines) == 2, lines
     assert all(re.search(r"elapsed \d+:\d\d:\d\d  ETA \d+:\d\d:\d\d$", line)

@@ -23,7 +23,7 @@ def _fake_run(root, lr, seed, train_loss, eval_losses):
     os.makedirs(workdir)
     with open(os.path.join(workdir, "sweep_run.json"), "w") as f:
         json.dump({"name": name, "bindings": {"GradientDescent.learning_rate": lr,
-                                              "Experiment.seed": seed}}, f)
+                                              "Runtime.seed": seed}}, f)
     with open(os.path.join(workdir, "metrics.json"), "w") as f:
         json.dump({"loss": train_loss, "step": 100, "replicas": 1}, f)
     with open(os.path.join(workdir, "eval.json"), "w") as f:
@@ -78,8 +78,8 @@ def test_plots_need_matplotlib_with_a_clear_error(monkeypatch):
 
 
 def test_report_of_real_runs_writes_tables_and_plots(tmp_path):
-    small = ["Experiment.num_steps = 6", "Experiment.log_every = 2",
-             "Experiment.checkpoint_every = 6", "Experiment.meta_batch_size = 2",
+    small = ["Loop.num_steps = 6", "Loop.log_every = 2",
+             "Loop.checkpoint_every = 6", "Experiment.meta_batch_size = 2",
              "mlp.hidden = (8,)", "evaluate.num_tasks = 4", "evaluate.batch_size = 2",
              "evaluate.inner_steps = (1, 3)"]
     root = str(tmp_path / "runs")
@@ -87,7 +87,7 @@ def test_report_of_real_runs_writes_tables_and_plots(tmp_path):
         for seed in ("0", "1"):
             workdir = os.path.join(root, f"lr{lr}_seed{seed}")  # plain runs, not a sweep
             parse_config([SINUSOID], small + [f"GradientDescent.learning_rate = {lr}",
-                                              f"Experiment.seed = {seed}"])
+                                              f"Runtime.seed = {seed}"])
             experiment = build_experiment()
             train(experiment, workdir)
             result = evaluate(experiment.learner, experiment.sampler)

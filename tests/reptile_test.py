@@ -90,12 +90,12 @@ class TestReptile(LearnerContract):
     def make_learner(self):
         return classification_learner(GradientDescent(steps=3, learning_rate=0.1))
 
-    def make_meta_optimizer(self):
+    def make_outer_rule(self):
         return metalearn.Reptile(keras.optimizers.SGD(learning_rate=0.5))
 
 
 class TestSerialReptile(TestReptile):
     covers = (metalearn.SerialReptile,)
 
-    def make_meta_optimizer(self):
+    def make_outer_rule(self):
         return metalearn.SerialReptile(keras.optimizers.SGD(learning_rate=0.3))

@@ -16,8 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SINUSOID = os.path.join(ROOT, "experiments", "sinusoid", "maml.gin")
 # 40 steps; log windows of 8 and checkpoints every 5 do not line up, so resumed runs
 # start mid-window (the window's sums must come back from the checkpoint).
-PARAMS = ["Experiment.num_steps = 40", "Experiment.log_every = 8",
-          "Experiment.checkpoint_every = 5", "Experiment.meta_batch_size = 4",
+PARAMS = ["Loop.num_steps = 40", "Loop.log_every = 8",
+          "Loop.checkpoint_every = 5", "Experiment.meta_batch_size = 4",
           "mlp.hidden = (8,)"]
 KILLED = -9  # returncode of a process ended by SIGKILL
 TERMINATED = 128 + 15  # metalearn.train's exit status after a SIGTERM (checkpoint saved)
@@ -153,7 +153,7 @@ def test_same_config_and_seed_give_identical_runs(runs):
     workdirs, _, _ = runs
     for name in ("a", "killed"):
         with open(os.path.join(workdirs[name], "operative_config.gin")) as f:
-            assert "Experiment.deterministic = True" in f.read()
+            assert "Runtime.deterministic = True" in f.read()
     a, b = _tensors(workdirs["a"]), _tensors(workdirs["killed"])
     for name, value in a.items():
         assert np.array_equal(value, b[name]), name

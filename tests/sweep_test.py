@@ -12,11 +12,11 @@ import pytest
 from metalearn.runs import sweeps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["Experiment.num_steps = 30", "Experiment.log_every = 3",
-        "Experiment.checkpoint_every = 3", "Experiment.meta_batch_size = 2",
+TINY = ["Loop.num_steps = 30", "Loop.log_every = 3",
+        "Loop.checkpoint_every = 3", "Experiment.meta_batch_size = 2",
         "mlp.hidden = (4,)", "evaluate.num_tasks = 4", "evaluate.batch_size = 2",
         "evaluate.inner_steps = (1, 2)"]
-AXES = ["--axis=GradientDescent.learning_rate=[0.01, 0.1]", "--axis=Experiment.seed=[0, 1]"]
+AXES = ["--axis=GradientDescent.learning_rate=[0.01, 0.1]", "--axis=Runtime.seed=[0, 1]"]
 
 
 def test_parse_axis_splits_at_top_level_commas():
@@ -123,7 +123,7 @@ def killed_and_resumed_sweep(tmp_path_factory):
                                                                         "metrics.json")))
     time.sleep(0.5)  # let the killed processes release their locks
     spec = sweeps.SweepSpec(["sinusoid/maml.gin"], list(TINY), {
-        "GradientDescent.learning_rate": ["0.01", "0.1"], "Experiment.seed": ["0", "1"]})
+        "GradientDescent.learning_rate": ["0.01", "0.1"], "Runtime.seed": ["0", "1"]})
     results = sweeps.run_sweep(spec, root, parallel=2, evaluate=True, log=lambda _: None)
     return root, before, interrupted, results
 
@@ -133,7 +133,7 @@ def test_killed_sweep_resumes_without_rerunning_finished_runs(killed_and_resumed
     assert len(results) == 4 and all(r["status"] in ("done", "ran") for r in results)
     names = sorted(os.listdir(root))
     assert len([n for n in names if os.path.isdir(os.path.join(root, n))]) == 4
-    assert "GradientDescent.learning_rate=0.1,Experiment.seed=1" in names
+    assert "GradientDescent.learning_rate=0.1,Runtime.seed=1" in names
     for name in names:
         workdir = os.path.join(root, name)
         if not os.path.isdir(workdir):
@@ -179,11 +179,11 @@ def test_a_locked_run_is_not_started_twice(tmp_path):
 def test_runs_as_ray_tasks_on_a_local_ray_instance(tmp_path):
     # Ray is the optional extra metalearn[ray], part of the test extra
     spec = sweeps.SweepSpec(["sinusoid/maml.gin"], TINY[:1] + [
-        "Experiment.num_steps = 4", "Experiment.meta_batch_size = 2", "mlp.hidden = (4,)"],
-        {"Experiment.seed": ["1"]})
+        "Loop.num_steps = 4", "Experiment.meta_batch_size = 2", "mlp.hidden = (4,)"],
+        {"Runtime.seed": ["1"]})
     root = str(tmp_path / "root")
     results = sweeps.run_sweep(spec, root, ray_address="local", log=lambda _: None)
     assert [r["status"] for r in results] == ["ran"]
     assert results[0]["pid"] != os.getpid()  # ran in a Ray worker process
-    with open(os.path.join(root, "Experiment.seed=1", "metrics.json")) as f:
+    with open(os.path.join(root, "Runtime.seed=1", "metrics.json")) as f:
         assert json.load(f)["step"] == 4

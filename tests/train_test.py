@@ -16,8 +16,8 @@ from metalearn.training import build_experiment, evaluate, parse_config, restore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SINUSOID = os.path.join(ROOT, "experiments", "sinusoid", "maml.gin")
-SMALL = ["Experiment.num_steps = 20", "Experiment.log_every = 5",
-         "Experiment.checkpoint_every = 5", "Experiment.meta_batch_size = 4",
+SMALL = ["Loop.num_steps = 20", "Loop.log_every = 5",
+         "Loop.checkpoint_every = 5", "Experiment.meta_batch_size = 4",
          "mlp.hidden = (8,)", "evaluate.num_tasks = 10", "evaluate.batch_size = 5"]
 
 
@@ -48,7 +48,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
     uninterrupted, interrupted = str(tmp_path / "a"), str(tmp_path / "b")
     parse_config([SINUSOID], SMALL)
     train(build_experiment(), uninterrupted)
-    parse_config([SINUSOID], SMALL + ["Experiment.num_steps = 10"])  # "dies" at step 10
+    parse_config([SINUSOID], SMALL + ["Loop.num_steps = 10"])  # "dies" at step 10
     train(build_experiment(), interrupted)
     parse_config([SINUSOID], SMALL)
     train(build_experiment(), interrupted)                            # restarted
@@ -128,7 +128,7 @@ def test_every_experiment_config_builds(path):
         return
     assert "python -m metalearn.train" in header, \
         "the header gives the command that runs the file (python -m metalearn.train ...)"
-    parse_config([path], ["Experiment.num_steps = 1"])
+    parse_config([path], ["Loop.num_steps = 1"])
     experiment = build_experiment()
     assert isinstance(experiment.learner, metalearn.Learner)
     gin.clear_config()

@@ -39,16 +39,16 @@ from metalearn.training.evaluation import evaluate
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS_TABLE = os.path.join(ROOT, "docs", "errors.md")
 
-SINUSOID = ["include 'experiments/sinusoid/maml.gin'", "Experiment.num_steps = 2",
-            "Experiment.log_every = 1"]
+SINUSOID = ["include 'experiments/sinusoid/maml.gin'", "Loop.num_steps = 2",
+            "Loop.log_every = 1"]
 
 CLASSES = [f"c{i}" for i in range(10)]
 CLASSIFICATION = [
     "Experiment.learner = @Learner()",
     "Experiment.sampler = @FewShotClassification()",
     "Experiment.meta_batch_size = 2",
-    "Experiment.num_steps = 2",
-    "Experiment.log_every = 1",
+    "Loop.num_steps = 2",
+    "Loop.log_every = 1",
     "FewShotClassification.dataset = @validation_test_images()",
     "FewShotClassification.ways = 3",
     "FewShotClassification.shots = 1",
@@ -57,7 +57,7 @@ CLASSIFICATION = [
     f"FewShotClassification.test = {CLASSES[6:]}",
     "Learner.model = @conv_net()",
     "Learner.loss = @keras.losses.SparseCategoricalCrossentropy()",
-    "Learner.task_batching = 'unrolled'",
+    "Experiment.formulation = @Unrolled()",
     "keras.losses.SparseCategoricalCrossentropy.from_logits = True",
     "conv_net.input_shape = (4, 4, 1)",
     "conv_net.filters = 4",
@@ -182,7 +182,7 @@ def workdir_of_another_config(tmp_path) -> None:
     saved = build_experiment().config
     (workdir / "config.gin").write_text(saved)
     parse_config(["experiments/sinusoid/maml.gin"], ["GradientDescent.learning_rate = 0.1",
-                                                     "Experiment.num_steps = 2"])
+                                                     "Loop.num_steps = 2"])
     try:
         train(build_experiment(), str(workdir))
     finally:
@@ -359,8 +359,8 @@ with gin.unlock_config():
     gin.configurable("short_loss")(short_loss)
 
 
-IMAML = ["include 'experiments/sinusoid/imaml.gin'", "Experiment.num_steps = 2",
-         "Experiment.log_every = 1"]
+IMAML = ["include 'experiments/sinusoid/imaml.gin'", "Loop.num_steps = 2",
+         "Loop.log_every = 1"]
 
 
 def _gauss_newton_with_opaque_loss():
@@ -431,7 +431,7 @@ def damaged_given_checkpoint(tmp_path) -> None:
 def workdir_in_use(tmp_path) -> None:
     from metalearn.runs.lock import WorkdirLock
     with WorkdirLock(str(tmp_path / "run")):
-        parse_config(["experiments/sinusoid/maml.gin"], ["Experiment.num_steps = 1"])
+        parse_config(["experiments/sinusoid/maml.gin"], ["Loop.num_steps = 1"])
         train(build_experiment(), str(tmp_path / "run"))
 
 
@@ -577,11 +577,11 @@ def port_taken(tmp_path) -> None:
 
 def finished_run_garbled_metrics(tmp_path) -> None:
     parse_config(["experiments/sinusoid/maml.gin"], ["mlp.hidden = (4,)",
-                                                     "Experiment.num_steps = 1"])
+                                                     "Loop.num_steps = 1"])
     train(build_experiment(), str(tmp_path / "run"))
     (tmp_path / "run" / "metrics.json").write_text('{"loss": 0.')
     parse_config(["experiments/sinusoid/maml.gin"], ["mlp.hidden = (4,)",
-                                                     "Experiment.num_steps = 1"])
+                                                     "Loop.num_steps = 1"])
     train(build_experiment(), str(tmp_path / "run"))
 
 
@@ -622,8 +622,8 @@ PRETRAINING = [
     "WholeClassBatches.episodes = @FewShotClassification()",
     "WholeClassBatches.batch_size = 4",
     "Experiment.meta_batch_size = 1",
-    "Experiment.num_steps = 2",
-    "Experiment.log_every = 1",
+    "Loop.num_steps = 2",
+    "Loop.log_every = 1",
 ] + [line for line in CLASSIFICATION if line.startswith(("FewShotClassification", "conv_net"))] + [
     "ClassifierBaseline.model = @conv_net()",
     "ClassifierBaseline.drop_head = 'head'",
@@ -672,22 +672,22 @@ CASES: List[Case] = [
              "No configurable matching 'GradientDescnet'"),
     gin_case("unknown parameter", "Experiment.num_stepz = 5", ValueError,
              "doesn't have a parameter named 'num_stepz'"),
-    gin_case("mistyped value", "Experiment.num_steps = '1000'", TypeError,
-             "Experiment.num_steps must be an integer, got '1000' (str)"),
+    gin_case("mistyped value", "Loop.num_steps = '1000'", TypeError,
+             "Loop.num_steps must be an integer, got '1000' (str)"),
     gin_case("mistyped value, no type check of its own", "GradientDescent.steps = 'two'",
              ValueError, "invalid literal for int() with base 10: 'two'"),
-    gin_case("fractional steps", "Experiment.num_steps = 2.5", TypeError,
-             "Experiment.num_steps must be an integer, got 2.5 (float)"),
-    gin_case("zero meta-steps", "Experiment.num_steps = 0", ValueError,
-             "Experiment.num_steps must be >= 1, got 0"),
+    gin_case("fractional steps", "Loop.num_steps = 2.5", TypeError,
+             "Loop.num_steps must be an integer, got 2.5 (float)"),
+    gin_case("zero meta-steps", "Loop.num_steps = 0", ValueError,
+             "Loop.num_steps must be >= 1, got 0"),
     gin_case("zero meta-batch", "Experiment.meta_batch_size = 0", ValueError,
              "Experiment.meta_batch_size must be >= 1, got 0"),
-    gin_case("zero log interval", "Experiment.log_every = 0", ValueError,
-             "Experiment.log_every must be >= 1, got 0"),
-    gin_case("negative checkpoint interval", "Experiment.checkpoint_every = -5", ValueError,
-             "Experiment.checkpoint_every must be >= 1, got -5"),
-    gin_case("zero checkpoints kept", "Experiment.keep_checkpoints = 0", ValueError,
-             "Experiment.keep_checkpoints must be >= 1, got 0"),
+    gin_case("zero log interval", "Loop.log_every = 0", ValueError,
+             "Loop.log_every must be >= 1, got 0"),
+    gin_case("negative checkpoint interval", "Loop.checkpoint_every = -5", ValueError,
+             "Loop.checkpoint_every must be >= 1, got -5"),
+    gin_case("zero checkpoints kept", "Loop.keep_checkpoints = 0", ValueError,
+             "Loop.keep_checkpoints must be >= 1, got 0"),
     gin_case("negative inner steps", "GradientDescent.steps = -1", ValueError,
              "steps must be >= 0, got -1"),
     gin_case("zero inner learning rate", "GradientDescent.learning_rate = 0.0", ValueError,
@@ -847,16 +847,16 @@ CASES: List[Case] = [
              "examples"),
     gin_case("custom loss of the wrong length", "Learner.loss = @short_loss()", ValueError,
              "loss first_five gives values of shape [5] for 10 examples"),
-    gin_case("unknown log average", "Experiment.log_average = 'mean'", ValueError,
-             "Experiment.log_average must be one of ('window', 'running'), got 'mean'"),
-    gin_case("unknown non-finite policy", "Experiment.on_non_finite = 'ignore'", ValueError,
-             "Experiment.on_non_finite must be one of ('raise', 'skip'), got 'ignore'"),
-    gin_case("skipped fraction above 1", "Experiment.max_skipped_fraction = 1.5", ValueError,
-             "Experiment.max_skipped_fraction must be a number in [0, 1], got 1.5"),
-    gin_case("unknown task batching", "Learner.task_batching = 'loop'", ValueError,
+    gin_case("unknown log average", "Loop.log_average = 'mean'", ValueError,
+             "Loop.log_average must be one of ('window', 'running'), got 'mean'"),
+    gin_case("unknown non-finite policy", "Loop.on_non_finite = 'ignore'", ValueError,
+             "Loop.on_non_finite must be one of ('raise', 'skip'), got 'ignore'"),
+    gin_case("skipped fraction above 1", "Loop.max_skipped_fraction = 1.5", ValueError,
+             "Loop.max_skipped_fraction must be a number in [0, 1], got 1.5"),
+    gin_case("unknown task batching", "Experiment.formulation = @loop()", ValueError,
              "task_batching must be one of"),
-    gin_case("thread pools that are not two counts", "Experiment.threads = (2,)",
-             ValueError, "Experiment.threads must be (intra_op, inter_op), two whole numbers"),
+    gin_case("thread pools that are not two counts", "Runtime.threads = (2,)",
+             ValueError, "Runtime.threads must be (intra_op, inter_op), two whole numbers"),
     gin_case("memory budget that is not a size", "Learner.memory_budget = '2 gigs'",
              ValueError, "memory_budget must be bytes or a size like '2GiB'"),
     gin_case("unknown loss name", "Learner.loss = 'msee'", ValueError,
@@ -876,8 +876,8 @@ CASES: List[Case] = [
                  "Experiment.learner = @EmbeddingLearner()",
                  "EmbeddingLearner.model = @conv_net()", "EmbeddingLearner.ways = 3",
                  "EmbeddingLearner.drop_head = 'head'", "EmbeddingLearner.head = @SVMHead()"]),
-    gin_only("unknown dtype policy", "Experiment.dtype_policy = 'float17'", ValueError,
-             "Experiment.dtype_policy:"),
+    gin_only("unknown dtype policy", "Runtime.dtype_policy = 'float17'", ValueError,
+             "Runtime.dtype_policy:"),
     Case("fractional evaluation inner steps", "`evaluate.inner_steps = (1.9, 2.5)`",
          TypeError, "evaluate.inner_steps must be whole numbers of inner steps, got "
          "(1.9, 2.5)", sinusoid_evaluate(inner_steps=(1.9, 2.5)), None, "the argument"),
@@ -917,15 +917,15 @@ CASES: List[Case] = [
          "5` on 2 replicas", ValueError, "meta_batch_size=5 does not divide among 2 "
          "replicas", lambda p: _distribute().tasks_per_replica(
              5, tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])), None, "the multiple"),
-    Case("sweep axis given twice", "`--axis='Experiment.seed=[0, 1]' "
-         "--axis='Experiment.seed=[2]'`", sweeps_error(), "--axis key 'Experiment.seed' is "
+    Case("sweep axis given twice", "`--axis='Runtime.seed=[0, 1]' "
+         "--axis='Runtime.seed=[2]'`", sweeps_error(), "--axis key 'Runtime.seed' is "
          "given twice", lambda p: sweeps_module().add_axes(
-             {}, ["Experiment.seed=[0, 1]", "Experiment.seed=[2]"]), None, "the key"),
-    Case("sweep axis without brackets", "`--axis='Experiment.seed=0,1'`", sweeps_error(),
+             {}, ["Runtime.seed=[0, 1]", "Runtime.seed=[2]"]), None, "the key"),
+    Case("sweep axis without brackets", "`--axis='Runtime.seed=0,1'`", sweeps_error(),
          "must look like 'Configurable.parameter=[v1, v2]'",
-         lambda p: sweeps_module().parse_axis("Experiment.seed=0,1"), None, "the axis"),
-    Case("sweep axis without values", "`--axis='Experiment.seed=[]'`", sweeps_error(),
-         "has no values", lambda p: sweeps_module().parse_axis("Experiment.seed=[]"), None,
+         lambda p: sweeps_module().parse_axis("Runtime.seed=0,1"), None, "the axis"),
+    Case("sweep axis without values", "`--axis='Runtime.seed=[]'`", sweeps_error(),
+         "has no values", lambda p: sweeps_module().parse_axis("Runtime.seed=[]"), None,
          "the axis"),
     Case("gin file not found", "`--gin_file=nowhere.gin`", FileNotFoundError,
          "gin file 'nowhere.gin' not found", lambda p: resolve_gin_files(["nowhere.gin"]),
@@ -960,9 +960,9 @@ CASES: List[Case] = [
     Case("evaluation output under a file", "`evaluate --output=config.gin/eval.json`",
          FileExistsError, "cannot write the output", evaluate_output("config.gin/eval.json"),
          lambda p: "nothing was run", "the path, before any work"),
-    Case("every step skipped", "`Experiment.on_non_finite = 'skip'`, a NaN at every step",
+    Case("every step skipped", "`Loop.on_non_finite = 'skip'`, a NaN at every step",
          FloatingPointError, "3 of 8 steps skipped", all_steps_skipped,
-         lambda p: "Experiment.max_skipped_fraction = 0.25", "the limit's binding"),
+         lambda p: "Loop.max_skipped_fraction = 0.25", "the limit's binding"),
     Case("metrics.json that is not JSON", "a truncated `metrics.json`", ValueError,
          "is not valid JSON", run_json("metrics.json", '{"loss": 0.'),
          lambda p: str(p / "run" / "metrics.json"), "the file"),
@@ -991,7 +991,7 @@ CASES: List[Case] = [
          "from a run whose model has no `head`", UnmatchedCheckpointError,
          "no saved weights for 2 variable(s) of model 'conv_net': conv_net/head/kernel",
          warm_start_without_head, None, "each variable, and the saved ones"),
-    gin_case("bad gin syntax", "Experiment.num_steps = = 5", SyntaxError,
+    gin_case("bad gin syntax", "Loop.num_steps = = 5", SyntaxError,
              "bad gin syntax in gin file"),
     Case("bad gin syntax in an included file", "`include 'bad.gin'`, whose line 1 is "
          "`Sinusoid.shots = (5`", SyntaxError, "a bracket or quote opened on this line or "
@@ -999,10 +999,10 @@ CASES: List[Case] = [
          lambda p: (p / "bad.gin").write_text("Sinusoid.shots = (5\n") and gin_text(
              "top.gin", "include '<tmp>/bad.gin'\n")(p),
          lambda p: f'"{p / "bad.gin"}", line 1', "both files and lines"),
-    Case("bad gin syntax in a binding", "`--gin_param='Experiment.num_steps = = 2'`",
-         SyntaxError, "bad gin syntax in --gin_param 'Experiment.num_steps = = 2'",
+    Case("bad gin syntax in a binding", "`--gin_param='Loop.num_steps = = 2'`",
+         SyntaxError, "bad gin syntax in --gin_param 'Loop.num_steps = = 2'",
          gin_text("ok.gin", "include 'experiments/sinusoid/maml.gin'\n",
-                  ["Experiment.num_steps = = 2"]), None, "the binding"),
+                  ["Loop.num_steps = = 2"]), None, "the binding"),
     Case("gin include cycle", "`a.gin` includes `b.gin`, which includes `a.gin`",
          validation.GinIncludeError, "a.gin' includes itself", include_cycle,
          lambda p: f'"{p / "b.gin"}", line 2', "each include's file and line"),
@@ -1127,9 +1127,9 @@ def _config(params: List[str]) -> str:
 
 def test_run_length_and_logging_may_change_on_resume(tmp_path):
     (tmp_path / "config.gin").write_text(_config([]))
-    changed = _config(["Experiment.num_steps = 90000", "Experiment.log_every = 10",
-                       "Experiment.checkpoint_every = 7", "Experiment.keep_checkpoints = 9",
-                       "Experiment.on_non_finite = 'skip'", "Experiment.deterministic = True",
+    changed = _config(["Loop.num_steps = 90000", "Loop.log_every = 10",
+                       "Loop.checkpoint_every = 7", "Loop.keep_checkpoints = 9",
+                       "Loop.on_non_finite = 'skip'", "Runtime.deterministic = True",
                        "evaluate.num_tasks = 100"])
     validation.check_workdir_config(str(tmp_path), changed)  # no error
 
@@ -1159,7 +1159,7 @@ def test_binding_sources_follow_includes(tmp_path):
 def test_a_sweep_checks_every_run_s_outputs_before_any_run_starts(tmp_path):
     from metalearn.runs import sweeps
     spec = sweeps.SweepSpec(gin_files=["sinusoid/maml.gin"],
-                            gin_params=["Experiment.num_steps = 2"],
+                            gin_params=["Loop.num_steps = 2"],
                             axes={"mlp.outputs": ["1", "3"]})
     root = tmp_path / "root"
     with pytest.raises(sweeps.SweepError) as info:

@@ -10,16 +10,37 @@ import gin
 import keras
 import tensorflow as tf
 
-from metalearn import functional
+from metalearn import execution, functional
 from metalearn.adapters.base import Adapter, Capabilities, LossFn, Piece, SplitLoss
 from metalearn.adapters.gradient_descent import GradientDescent
-from metalearn.functional import Weights, batched, memory
-from metalearn.learners import task_batching as task_batching_lib
-from metalearn.learners.task_init import TaskInit, ZeroInit
+from metalearn.functional import Weights
+from metalearn.learners.task_init import TaskInit
 from metalearn.tasks.episode import Episode, example_mask, restrict_to_classes, unmask
 
 MetricFn = Callable[[Any, Any], tf.Tensor]
-TASK_BATCHING = task_batching_lib.MODES
+
+_MOVED = {
+    "task_batching": "the formulation, an object of metalearn.execution: "
+                     "Experiment.formulation = @MapFn() (or Unrolled, Batched, Accumulate, "
+                     "Auto), make_meta_step(..., formulation=MapFn()), "
+                     "learner.meta_metrics(episodes, formulation=MapFn())",
+    "memory_budget": "Auto(memory_budget=...) (metalearn.execution; gin: "
+                     "Auto.memory_budget = '2GiB')",
+    "parallel_iterations": "MapFn(parallel_iterations=...) or Accumulate(parallel_iterations=...)"
+                           " (metalearn.execution)",
+    "zero_init": "task_init=[ZeroInit(patterns)] (metalearn.learners.ZeroInit; gin: "
+                 "Learner.task_init = [@ZeroInit()], ZeroInit.patterns = ('head',))",
+}
+
+
+def check_moved(owner: str, moved: Mapping[str, Any], table: Mapping[str, str]) -> None:
+    """Raises ``TypeError`` for keywords that moved elsewhere (naming the new
+    spelling from ``table``) or never existed."""
+    for name in moved:
+        if name in table:
+            raise TypeError(f"{owner}({name}=...) moved in metalearn 0.3: use {table[name]} "
+                            "(BUILD.md, 'Migration')")
+        raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
 
 
 @gin.configurable
@@ -215,65 +236,34 @@ class Learner(tf.Module):
       query_training: run the query forward pass in training mode, so BatchNorm uses the
         query batch's statistics (the MAML paper's transductive setting). With ``False``
         it uses the moving statistics, which adaptation never updates.
-      task_batching: how a batch of tasks is run: ``"auto"`` (the default: chosen when
-        the meta-step is traced, by :func:`metalearn.learners.task_batching.choose`
-        from the meta-batch, inner steps, order, device and ``memory_budget``: on a CPU
-        ``"accumulate"``; on a GPU ``"batched"`` where it is available, then
-        ``"map_fn"``, while the estimated activations fit the budget, else
-        ``"accumulate"``),
-        ``"map_fn"`` (a compiled loop whose
-        graph size, so compile time, does not grow with the number of tasks;
-        fastest on CPUs), ``"unrolled"`` (one copy of the inner loop per task in
-        the graph) or ``"batched"`` (every layer runs once for all tasks, with a leading
-        task axis on inputs and adapted weights, see :mod:`metalearn.functional.batched`; needs a
-        Sequential model whose weighted layers have batched rules, pieces whose
-        capabilities allow a task axis, and none of :meth:`forward`, :meth:`predict`,
-        :meth:`task_initial_weights`, :meth:`episode_metrics` overridden), or
-        ``"accumulate"`` (the meta-gradient of each task computed and summed inside a
-        compiled loop over tasks: only ``parallel_iterations`` tasks' activations are
-        alive at once, so memory is flat in the number of tasks; custom gradients are
-        honoured inside it; see :func:`metalearn.learners.task_batching.accumulate`).
-        All give the same values and meta-gradients; ``benchmarks/meta_step.py``
-        measures their speed and memory.
-      memory_budget: what the meta-step's activations may take, for ``"auto"``: bytes,
-        or a size such as ``"2GiB"`` (gin: ``Learner.memory_budget = '2GiB'``).
-        Read on a GPU only (a CPU always runs ``"accumulate"``, the leanest); ``None``:
-        no memory check (TensorFlow reports no GPU's total memory), so give one there.
-      parallel_iterations: tasks run concurrently with ``"map_fn"`` and
-        ``"accumulate"``.
-      zero_init: regular expressions over weight paths (``re.search``) of weights that
-        start every task at zero instead of at a meta-learned value, e.g. ``("head",)``
-        for the linear head: the "zeroing trick" of Kao et al. (2022, "MAML is a noisy
-        contrastive learner in classification"). With a zero head the initial
-        predictions are equal for every class, so the meta-learned model cannot depend
-        on how a task's labels are numbered, and after one inner step the head holds
-        each class's mean support feature minus the mean over all classes (a
-        prototype classifier). Shorthand for ``task_init=[ZeroInit(zero_init)]``.
       task_init: :class:`~metalearn.learners.task_init.TaskInit` pieces that set some
         weights per task before the inner loop (``ZeroInit``, Proto-MAML's
         ``PrototypeInit``, a CAVIA context), applied in order. Their weights are not
         meta-learned: they are left out of :attr:`meta_variables` (see
-        :meth:`task_paths`).
+        :meth:`task_paths`). ``[ZeroInit(("head",))]`` starts every task's linear head at
+        zero (the "zeroing trick" of Kao et al., 2022): the meta-learned model then
+        cannot depend on how a task's labels are numbered.
+      name: the ``tf.Module`` name.
+
+    How a batch of tasks runs is not the learner's: it is a formulation of
+    :mod:`metalearn.execution` (``MapFn``, ``Unrolled``, ``Batched``, ``Accumulate``,
+    ``Auto``), given to :meth:`meta_metrics`, the outer rule's step and evaluation.
     """
 
     def __init__(self, model: keras.Model, adapter: Optional[Adapter] = None,
                  loss: Optional[Union[str, MetricFn]] = None,
                  metrics: Optional[Mapping[str, Union[str, MetricFn]]] = None,
-                 query_training: bool = True, task_batching: str = "auto",
-                 memory_budget: Optional[Union[int, str]] = None,
-                 parallel_iterations: int = 2, zero_init: Optional[Sequence[str]] = None,
-                 task_init: Sequence[TaskInit] = (), name: Optional[str] = None):
+                 query_training: bool = True, task_init: Sequence[TaskInit] = (),
+                 name: Optional[str] = None, **moved: Any):
+        check_moved(type(self).__name__, moved, _MOVED)
         super().__init__(name=name)
         functional.check_built(model)
         model_weights = functional.weights(model)
-        task_init = list(task_init) + ([ZeroInit(zero_init)] if zero_init else [])
+        task_init = list(task_init)
         for piece in task_init:
             if not isinstance(piece, TaskInit):
                 raise TypeError(f"task_init must hold metalearn TaskInit pieces, got "
                                 f"{piece!r}")
-        if task_batching not in TASK_BATCHING:
-            raise ValueError(f"task_batching must be one of {TASK_BATCHING}, "
-                             f"got {task_batching!r}")
         if loss is None:
             raise ValueError("Learner needs a loss, e.g. keras.losses.MeanSquaredError()")
         self.model = model
@@ -287,7 +277,6 @@ class Learner(tf.Module):
             raise ValueError("'loss' is reserved for the query loss; rename that metric")
         self.query_training = bool(query_training)
         self.task_init = task_init
-        self.parallel_iterations = int(parallel_iterations)
         dtype = tf.as_dtype(model.trainable_variables[0].dtype)
         self.metric_dtype = tf.float64 if dtype == tf.float64 else tf.float32
         self.loss = in_precision(self.loss, dtype)
@@ -309,11 +298,6 @@ class Learner(tf.Module):
                 raise ValueError(f"task_init {type(piece).__name__} sets weights that the "
                                  f"adapter {type(self.adapter).__name__} sets per task: "
                                  f"{sorted(clash)}")
-        if task_batching == "batched":
-            self._check_batched()
-        self.task_batching = task_batching
-        self.memory_budget = task_batching_lib.parse_memory(memory_budget)
-        self._activation_bytes: Dict[Any, Optional[int]] = {}
 
     # The loss and metrics were once private; subclasses may still use the old names.
     _loss = property(lambda self: self.loss,
@@ -334,48 +318,13 @@ class Learner(tf.Module):
             result = result & piece.capabilities
         return result
 
-    def _batched_reasons(self) -> List[str]:
-        reasons = []
-        for piece in self.pieces:
-            if not piece.capabilities.task_axis:
-                blocking = [type(p).__name__ for p in [piece, *piece.parts()]
-                            if not p.own_capabilities().task_axis]
-                reasons.append(f"{type(piece).__name__} cannot run on a task axis "
-                               f"(capabilities.task_axis is False for {blocking})")
-        reason = batched.supports(self.model)
-        if reason:
-            reasons.append(reason)
-        for method in ("forward", "predict", "task_initial_weights", "episode_metrics"):
-            if getattr(type(self), method) is not getattr(Learner, method):
-                reasons.append(f"{type(self).__name__} overrides {method}()")
-        return reasons
-
-    @property
-    def batched_available(self) -> bool:
-        """Whether ``task_batching="batched"`` works for this learner."""
-        return not self._batched_reasons()
-
-    def activation_bytes(self, example_shape: Optional[Sequence[int]] = None
-                         ) -> Optional[int]:
-        """One example's forward activations in bytes (from the model's shapes; see
-        :func:`metalearn.functional.memory.activation_bytes`), cached."""
-        key = None if example_shape is None else tuple(example_shape)
-        if key not in self._activation_bytes:
-            self._activation_bytes[key] = memory.activation_bytes(self.model, key)
-        return self._activation_bytes[key]
-
-    def task_batching_for(self, episodes: Episode, steps: Optional[int] = None) -> str:
-        """The formulation a batch of ``episodes`` runs with: :attr:`task_batching`, or
-        for ``"auto"`` what :func:`metalearn.learners.task_batching.resolve` chooses."""
-        if self.task_batching != "auto":
-            return self.task_batching
-        return task_batching_lib.resolve(self, episodes, steps).mode
-
-    def _check_batched(self) -> None:
-        reasons = self._batched_reasons()
-        if reasons:
-            raise ValueError("task_batching='batched' is not available: "
-                             + "; ".join(reasons) + ". Use task_batching='map_fn'.")
+    def overridden_task_methods(self) -> List[str]:
+        """The per-task methods this learner's class overrides (what the
+        :class:`~metalearn.execution.Batched` formulation, which runs every task at
+        once through the model's layers, cannot follow)."""
+        return [m for m in ("forward", "predict", "task_initial_weights", "episode_metrics",
+                            "query_data")
+                if getattr(type(self), m) is not getattr(Learner, m)]
 
     # --- what the outer step trains ----------------------------------------------
 
@@ -421,9 +370,7 @@ class Learner(tf.Module):
     def _full_precision(self, outputs: Any) -> Any:
         """Outputs of a mixed-precision model (float16/bfloat16) cast to the metric dtype,
         so losses, metrics and meta-gradients are computed in float32."""
-        low = (tf.float16, tf.bfloat16)
-        return tf.nest.map_structure(
-            lambda t: tf.cast(t, self.metric_dtype) if t.dtype in low else t, outputs)
+        return execution.full_precision(outputs, self.metric_dtype)
 
     def task_loss(self, y_true: Any, y_pred: Any) -> tf.Tensor:
         """Scalar loss of one task's predictions (override for a custom loss): the mean
@@ -513,6 +460,15 @@ class Learner(tf.Module):
         """Predictions of the model with (adapted) ``weights`` on query inputs."""
         return self.forward(weights, x, training=self.query_training)
 
+    def query_data(self, weights: Any, query_x: Any, query_y: Any) -> Tuple[Any, Any]:
+        """The query set the adapted ``weights`` are measured on: the episode's
+        ``(query_x, query_y)`` as sampled (the default). Override it for data produced
+        by the adapted model inside the step (a rollout of the adapted policy, queries
+        chosen from the adapted model's predictions): a function of ``weights`` in
+        TensorFlow, through which the meta-gradient flows to every order.
+        ``tests/adapted_data_test.py`` checks such a task against finite differences."""
+        return query_x, query_y
+
     def split(self, episode: Episode) -> Tuple[Any, Any, Any, Any]:
         """``(support_x, support_y, query_x, query_y)`` of one episode (override to
         change what the inner loop sees, e.g. to add context inputs)."""
@@ -529,6 +485,7 @@ class Learner(tf.Module):
         """
         support_x, support_y, query_x, query_y = self.split(episode)
         adapted, inner = self.adapt_and_measure(support_x, support_y, steps, weights)
+        query_x, query_y = self.query_data(adapted, query_x, query_y)
         results = self.query_metrics(query_y, self.predict_on(adapted, query_x, query_y))
         results.update({k: tf.cast(v, self.metric_dtype) for k, v in inner.items()})
         return results
@@ -572,51 +529,58 @@ class Learner(tf.Module):
         return found
 
     def meta_metrics(self, episodes: Episode, steps: Optional[int] = None,
-                     weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
+                     weights: Optional[Weights] = None,
+                     formulation: Optional["execution.Formulation"] = None
+                     ) -> Dict[str, tf.Tensor]:
         """Per-task metrics of a batch of episodes (leading task axis), each ``[tasks]``.
 
         Args:
           episodes: a batch of episodes with a leading task axis.
           steps: inner steps, overriding the adapter's default.
           weights: initial weights to adapt from; defaults to the model's variables.
+          formulation: how the tasks run (:mod:`metalearn.execution`); defaults to
+            :class:`~metalearn.execution.Auto`, resolved as the meta-step resolves it.
         """
         if isinstance(episodes, Episode):
             episodes.check_tasks()  # static shapes: at trace time
         if weights is None:
             weights = self.initial_weights()  # read once: one tape record for all tasks
-        if self.task_batching_for(episodes, steps) == "batched":
-            return self._batched_meta_metrics(episodes, steps, weights)
-        signature = {k: tf.TensorSpec([], self.metric_dtype) for k in self.metric_names}
-        return task_batching_lib.per_task(
-            self, lambda episode: self.episode_metrics(episode, steps, weights),
-            episodes, signature)
-
-    def _batched_meta_metrics(self, episodes: Episode, steps: Optional[int],
-                              weights: Weights) -> Dict[str, tf.Tensor]:
-        """:meth:`meta_metrics` with every layer run once for all tasks (task axis)."""
-        support_x, support_y, query_x, query_y = self.split(episodes)
-        tasks = tf.shape(tf.nest.flatten(support_x)[0])[:1]
-        per_task = {path: tf.broadcast_to(value, tf.concat([tasks, tf.shape(value)], 0))
-                    for path, value in weights.items()}
-        per_task = self.task_initial_weights(per_task, support_x, support_y)
-
-        def support_losses(task_weights: Weights, x: Any, y: Any) -> tf.Tensor:
-            with functional.example_mask(example_mask(y)):  # [tasks, examples]
-                predictions = self._full_precision(
-                    batched.call(self.model, task_weights, x, training=True))
-            return tf.vectorized_map(lambda args: self.task_loss(*args), (y, predictions))
-
-        adapted, inner = self.adapter.adapt_and_measure(per_task, support_x, support_y,
-                                                        support_losses, steps=steps)
-        with functional.example_mask(example_mask(query_y)):
-            predictions = self._full_precision(
-                batched.call(self.model, adapted, query_x, training=self.query_training))
-        results = tf.vectorized_map(lambda args: self.query_metrics(*args),
-                                    (query_y, predictions))
-        results.update({k: tf.cast(v, self.metric_dtype) for k, v in inner.items()})
-        return results
+        return execution.formulation(formulation).metrics(self, episodes, steps, weights)
 
     def meta_loss(self, episodes: Episode, steps: Optional[int] = None,
-                  weights: Optional[Weights] = None) -> tf.Tensor:
+                  weights: Optional[Weights] = None,
+                  formulation: Optional["execution.Formulation"] = None) -> tf.Tensor:
         """Mean query loss after adaptation over a batch of episodes (leading task axis)."""
-        return tf.reduce_mean(self.meta_metrics(episodes, steps, weights)["loss"])
+        return tf.reduce_mean(self.meta_metrics(episodes, steps, weights, formulation)["loss"])
+
+    def objective(self, values: Sequence[Any], episodes: Episode,
+                  steps: Optional[int] = None,
+                  formulation: Optional["execution.Formulation"] = None
+                  ) -> Dict[str, tf.Tensor]:
+        """Per-task metrics with every meta-variable at the given value, nothing assigned:
+        the meta-loss as a function of the values of *all* :attr:`meta_variables` (model
+        weights, learned hyperparameters, head and piece variables), what a black-box
+        outer rule (evolution strategies) perturbs and finite differences check.
+
+        Args:
+          values: one tensor per :attr:`meta_variables`, in order.
+          episodes: a batch of episodes with a leading task axis.
+
+        Raises:
+          ValueError: not one value per meta-variable, or a value of another shape.
+        """
+        variables = self.meta_variables
+        values = list(values)
+        if len(values) != len(variables):
+            raise ValueError(f"objective needs one value per meta-variable "
+                             f"({len(variables)}), got {len(values)}")
+        mapping = []
+        for variable, value in zip(variables, values):
+            value = tf.convert_to_tensor(value, dtype=variable.dtype)
+            if not value.shape.is_compatible_with(variable.shape):
+                raise ValueError(f"objective: the value for {variable.path} has shape "
+                                 f"{value.shape.as_list()}, the variable "
+                                 f"{list(variable.shape)}")
+            mapping.append((variable, value))
+        with keras.StatelessScope(state_mapping=mapping):
+            return self.meta_metrics(episodes, steps, formulation=formulation)

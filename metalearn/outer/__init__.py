@@ -1,6 +1,15 @@
-"""Outer update rules: how a meta-batch's result changes the meta-variables."""
+"""Outer rules: how a meta-batch's result moves the meta-variables.
 
-from metalearn.outer.meta_optimizer import MetaOptimizer
+:class:`OuterRule` is the interface (``build``, ``directions``, ``apply``, ``step``);
+:class:`MetaGradient` (gradient descent on the meta-loss with any Keras optimizer),
+:class:`Reptile` and :class:`SerialReptile` are rules; :class:`ClipByGlobalNorm` and
+:class:`SkipNonFinite` are guards that wrap any rule; :mod:`metalearn.outer.replicas`
+holds the cross-replica apply.
+"""
+
+from metalearn.outer.guards import NON_FINITE, ClipByGlobalNorm, Guard, SkipNonFinite
 from metalearn.outer.reptile import Reptile, SerialReptile
+from metalearn.outer.rule import MetaGradient, MetaOptimizer, OptimizerRule, OuterRule
 
-__all__ = ["MetaOptimizer", "Reptile", "SerialReptile"]
+__all__ = ["ClipByGlobalNorm", "Guard", "MetaGradient", "MetaOptimizer", "NON_FINITE",
+           "OptimizerRule", "OuterRule", "Reptile", "SerialReptile", "SkipNonFinite"]

@@ -22,7 +22,7 @@ import numpy as np
 
 from metalearn.runs.files import read_json, write_text
 
-SEED_KEY = "Experiment.seed"
+SEED_KEY = "Runtime.seed"
 
 # Two-sided 95% quantiles of Student's t with 1..30 degrees of freedom.
 _T_975 = (12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836, 2.446911851,

@@ -3,10 +3,10 @@
 A sweep is a set of base gin files and bindings plus *axes*: each axis is a gin binding
 key with a list of values. Plain axes combine as a cartesian product; a *zipped group*
 of axes (equal lengths) advances together, contributing one factor to the product.
-Seeds are an axis like any other (``Experiment.seed = [0, 1, 2]``).
+Seeds are an axis like any other (``Runtime.seed = [0, 1, 2]``).
 
 Every run trains in its own workdir ``ROOT/<name>``, the name made of its bindings
-(``GradientDescent.learning_rate=0.01,Experiment.seed=0``), as a separate
+(``GradientDescent.learning_rate=0.01,Runtime.seed=0``), as a separate
 process (``python -m metalearn.sweep --execute=WORKDIR``: ``metalearn.train``'s calls,
 then ``metalearn.evaluate``'s if asked); the workdir holds ``config.gin``,
 ``operative_config.gin``, ``sweep_run.json`` (the run's bindings and config files),
@@ -16,11 +16,11 @@ run is started again with the same command, which resumes from its latest checkp
 A sweep file is a gin file binding the configurable ``sweep``::
 
     sweep.gin_files = ['sinusoid/maml.gin']
-    sweep.gin_params = ['Experiment.num_steps = 5000']
+    sweep.gin_params = ['Loop.num_steps = 5000']
     sweep.axes = {'GradientDescent.learning_rate': [0.001, 0.01, 0.1],
-                  'Experiment.seed': [0, 1]}
+                  'Runtime.seed': [0, 1]}
     sweep.zipped = [{'GradientDescent.steps': [1, 5], 'evaluate.inner_steps': [(1,), (5,)]}]
-    sweep.eval_params = ["Learner.task_batching = 'map_fn'"]   # with --evaluate
+    sweep.eval_params = ["Experiment.formulation = @MapFn()"]   # with --evaluate
 
 Axis values in a sweep file are gin literals; a string starting with ``@`` or ``%`` is
 written into the binding as is (a configurable reference or a macro), e.g.
@@ -72,7 +72,7 @@ class Run:
       name: the workdir's name, made of the bindings.
       bindings: the swept bindings, ``(key, gin value text)`` in axis order.
       workdir: where it trains.
-      num_steps: its ``Experiment.num_steps`` (a run is finished at that step).
+      num_steps: its ``Loop.num_steps`` (a run is finished at that step).
     """
     name: str
     bindings: Tuple[Binding, ...]
@@ -170,7 +170,7 @@ class SweepSpec:
       zipped: groups of axes ``{key: [value text, ...]}`` of equal length; each group
         advances together and is one factor of the product.
       eval_params: bindings for the evaluations only (e.g. more shots, or
-        ``Learner.task_batching = 'map_fn'`` for a smaller evaluation graph).
+        ``Experiment.formulation = @MapFn()`` for a smaller evaluation graph).
     """
     gin_files: List[str] = dataclasses.field(default_factory=list)
     gin_params: List[str] = dataclasses.field(default_factory=list)

@@ -39,18 +39,15 @@ from metalearn.learners.learner import name_of
 from metalearn.runs.results import config_bindings, config_text_bindings
 from metalearn.tasks.episode import unmask
 
-RESUMABLE_BINDINGS = ("Experiment.num_steps", "Experiment.log_every",
-                      "Experiment.checkpoint_every", "Experiment.keep_checkpoints",
-                      "Experiment.log_average", "Experiment.on_non_finite",
-                      "Experiment.deterministic", "Experiment.max_skipped_fraction",
-                      "make_strategy.peer_timeout")
-"""Bindings that may change when a run resumes: how long it runs, how it logs, what a
-non-finite step does (resume a run stopped by a NaN with ``'skip'``), op
+RESUMABLE_BINDINGS = ("Runtime.deterministic", "make_strategy.peer_timeout")
+"""Bindings beside :data:`RESUMABLE_CONFIGURABLES` that may change when a run resumes: op
 determinism (``--deterministic``) and how long a multi-worker task waits for its peers."""
 
-RESUMABLE_CONFIGURABLES = ("evaluate",)
-"""Configurables whose bindings may change when a run resumes (they do not affect
-meta-training)."""
+RESUMABLE_CONFIGURABLES = ("evaluate", "Loop")
+"""Configurables whose bindings may change when a run resumes: evaluation settings (they
+do not affect meta-training) and every field of the training loop's settings
+(:class:`~metalearn.runs.experiment.Loop`: how long it runs, how it logs and
+checkpoints, what a non-finite step does)."""
 
 
 OUTPUT_PARAMS = ("outputs", "units", "ways")
@@ -312,9 +309,8 @@ def check_workdir_config(workdir: str, config: str, allow_config_change: bool = 
         return
     raise ConfigChangeError(
         f"workdir {workdir!r} holds a run of another config: {path} differs in\n{lines}\n"
-        f"Only {', '.join(RESUMABLE_BINDINGS)} and evaluation settings "
-        f"({', '.join(c + '.*' for c in RESUMABLE_CONFIGURABLES)}) may change when a run "
-        "resumes. Use another --workdir, or pass --allow_config_change "
+        f"Only the loop's settings (Loop.*), evaluation settings (evaluate.*) and "
+        f"{', '.join(RESUMABLE_BINDINGS)} may change when a run resumes. Use another --workdir, or pass --allow_config_change "
         "(train(..., allow_config_change=True)) to resume this run with the new config.")
 
 

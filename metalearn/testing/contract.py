@@ -97,8 +97,8 @@ class LearnerContract(abc.ABC):
     def make_learner(self) -> metalearn.Learner:
         """A fresh learner for the synthetic ``WAYS``-way tasks."""
 
-    def make_meta_optimizer(self) -> metalearn.MetaOptimizer:
-        return metalearn.MetaOptimizer(keras.optimizers.Adam(learning_rate=0.01))
+    def make_outer_rule(self) -> metalearn.outer.OuterRule:
+        return metalearn.MetaGradient(keras.optimizers.Adam(learning_rate=0.01))
 
     def chance_metrics(self, learner: metalearn.Learner, episodes: Episode
                        ) -> Dict[str, tf.Tensor]:
@@ -136,14 +136,14 @@ class LearnerContract(abc.ABC):
         learner = self.make_learner()
         episodes = synthetic_classification(2, tasks=4)
         before = float(learner.meta_loss(episodes))
-        metalearn.training.make_meta_step(learner, self.make_meta_optimizer())(episodes)
+        metalearn.training.make_meta_step(learner, self.make_outer_rule())(episodes)
         after = float(learner.meta_loss(episodes))
         assert after < before, (before, after)
 
     def test_overfits_one_episode(self):
         learner = self.make_learner()
         episode = synthetic_classification(3, tasks=1)
-        meta_step = metalearn.training.make_meta_step(learner, self.make_meta_optimizer())
+        meta_step = metalearn.training.make_meta_step(learner, self.make_outer_rule())
         first = float(learner.meta_loss(episode))
         for _ in range(self.overfit_steps):
             meta_step(episode)
@@ -168,7 +168,7 @@ class LearnerContract(abc.ABC):
         compiled = tf.function(learner.meta_metrics)(episodes)
         for name in eager:
             np.testing.assert_allclose(eager[name], compiled[name], rtol=1e-5, atol=1e-6)
-        meta_step = metalearn.training.make_meta_step(learner, self.make_meta_optimizer())
+        meta_step = metalearn.training.make_meta_step(learner, self.make_outer_rule())
         for seed in (6, 7, 8):
             meta_step(synthetic_classification(seed, tasks=3))
         assert meta_step.experimental_get_tracing_count() == 1

@@ -260,8 +260,14 @@ def checkpoint_for(experiment: Experiment, step: tf.Variable,
     with tf.device("/cpu:0"):
         config = tf.Variable(experiment.config, dtype=tf.string, trainable=False,
                              name="config")
-    found = dict(step=step, learner=experiment.learner,
-                 optimizer=experiment.meta_optimizer.optimizer, config=config)
+    found = dict(step=step, learner=experiment.learner, config=config)
+    # A rule with a Keras optimizer checkpoints it as "optimizer" (as metalearn 0.2
+    # did); a rule without one (its own state, if any) as "outer_rule".
+    optimizer = getattr(experiment.outer_rule, "optimizer", None)
+    if optimizer is not None:
+        found["optimizer"] = optimizer
+    else:
+        found["outer_rule"] = experiment.outer_rule
     if progress is not None:
         found["progress"] = progress.state
     if parts is not None:
@@ -300,7 +306,7 @@ def _paths(path: str, root: str) -> set:
     return found
 
 
-PARTS = ("step", "learner", "optimizer", "config", "progress")
+PARTS = ("step", "learner", "optimizer", "outer_rule", "config", "progress")
 
 
 def load(experiment: Experiment, step: tf.Variable, path: str,

@@ -10,6 +10,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from metalearn.execution import Formulation
 from metalearn.learners.learner import Learner
 from metalearn.runs import validation
 from metalearn.tasks.base import TaskSampler
@@ -31,7 +32,8 @@ def mean_and_interval(values: Sequence[float]) -> Dict[str, float]:
 @gin.configurable(denylist=["learner", "sampler"])
 def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
              inner_steps: Optional[Sequence[int]] = None, batch_size: int = 25,
-             seed: int = 0, split: str = "test") -> Dict[str, object]:
+             seed: int = 0, split: str = "test",
+             formulation: Optional[Formulation] = None) -> Dict[str, object]:
     """Adapts to ``num_tasks`` held-out tasks and measures every metric on their queries.
 
     Args:
@@ -42,6 +44,9 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
         adapter's own.
       batch_size: tasks run at once.
       seed, split: the task stream (``"test"`` tasks never appear in meta-training).
+      formulation: how a batch of tasks runs (:mod:`metalearn.execution`): the run's
+        (``Experiment.formulation``) at the entry points; ``None``: ``Auto()``, resolved
+        as the meta-step resolves it.
 
     Returns:
       ``{"num_tasks", "split", "seed", "episodes" (a digest of the episodes), "results":
@@ -73,7 +78,8 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     results: Dict[str, Dict[str, Dict[str, float]]] = {}
     per_episode: Dict[str, Dict[str, list]] = {}
     for steps in inner_steps:
-        run = tf.function(lambda batch, steps=steps: learner.meta_metrics(batch, steps=steps))
+        run = tf.function(lambda batch, steps=steps: learner.meta_metrics(
+            batch, steps=steps, formulation=formulation))
         per_task: Dict[str, list] = {}
         for batch in episodes:
             for name, values in run(batch).items():

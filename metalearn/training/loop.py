@@ -23,7 +23,8 @@ from metalearn.runs.lock import WorkdirLock
 from metalearn.training.checkpoint import (CHECKPOINT_DIR, Progress, checkpoint_for,
                                            find_checkpoint, load, record_checkpoints,
                                            saved_config)
-from metalearn.training.step import NON_FINITE, make_meta_step
+from metalearn.outer.guards import NON_FINITE
+from metalearn.training.step import make_meta_step
 
 OPERATIVE_CONFIG_FILE = "operative_config.gin"
 METRICS_FILE = "metrics.json"
@@ -42,7 +43,7 @@ def _non_finite_error(flags, step: int, learner: Learner, checkpoint_dir: str
             "from there)") if latest else "there is no checkpoint yet"
     return FloatingPointError(
         f"non-finite (NaN or infinite) {' and '.join(culprits)} at step {step}; its "
-        f"update was not applied and {kept}. Experiment.on_non_finite = 'skip' "
+        f"update was not applied and {kept}. Loop.on_non_finite = 'skip' "
         "would skip such steps instead")
 
 
@@ -63,7 +64,7 @@ def train(experiment: Experiment, workdir: str,
     latest complete checkpoint to the same result as an uninterrupted run.
 
     Every step checks that the meta-loss and every meta-gradient are finite (inside the
-    compiled step: a step that is not applies no update); ``experiment.on_non_finite``
+    compiled step: a step that is not applies no update); ``experiment.loop.on_non_finite``
     says whether such a step stops the run or is skipped (counted as
     ``skipped_steps`` in the summaries and results).
 
@@ -74,7 +75,7 @@ def train(experiment: Experiment, workdir: str,
 
     Returns:
       The final metrics: mean over the last logging window (or, with
-      ``Experiment.log_average="running"``, over all steps of the run) of each per-task
+      ``Loop.log_average="running"``, over all steps of the run) of each per-task
       metric over the finite steps, plus ``step``, ``tasks_per_second`` (of the last
       window) and, when skipping, ``skipped_steps``.
 
@@ -157,11 +158,12 @@ def _duration(seconds: float) -> str:
 
 def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strategy,
            chief: bool, checkpoint_dir: str, stop: _StopSignals) -> Dict[str, float]:
-    learner, meta_optimizer = experiment.learner, experiment.meta_optimizer
-    skip = experiment.on_non_finite == "skip"
+    learner = experiment.learner
+    skip = experiment.loop.on_non_finite == "skip"
     distribute.tasks_per_replica(experiment.meta_batch_size, strategy)  # fail early
-    meta_step = make_meta_step(learner, meta_optimizer, experiment.jit_compile,
-                               skip_non_finite=True, strategy=strategy)
+    meta_step = make_meta_step(learner, experiment.outer_rule, experiment.formulation,
+                               experiment.runtime.jit_compile, skip_non_finite=True,
+                               strategy=strategy)
     step = learner.meta_step  # advanced by meta_step(); saved as "step"
     progress = Progress()
     checkpoint = checkpoint_for(experiment, step, progress)
@@ -185,7 +187,7 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
     # The manager writes a checkpoint's files, then records it in the `checkpoint`
     # state file (itself replaced atomically): a save cut short is never the latest.
     manager = tf.train.CheckpointManager(checkpoint, write_dir,
-                                         max_to_keep=experiment.keep_checkpoints)
+                                         max_to_keep=experiment.loop.keep_checkpoints)
     start = int(step.numpy())
     if chief:
         os.makedirs(workdir, exist_ok=True)
@@ -199,13 +201,13 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
         tf.summary.create_noop_writer()
     episodes = distribute.episode_stream(
         strategy, experiment.sampler, experiment.meta_batch_size, seed=experiment.seed,
-        split="train", start_step=start, num_steps=max(experiment.num_steps - start, 0))
-    running = experiment.log_average == "running"
+        split="train", start_step=start, num_steps=max(experiment.loop.num_steps - start, 0))
+    running = experiment.loop.log_average == "running"
     final: Dict[str, float] = {}
     timed_steps, window_start = 0, time.perf_counter()
     run_start, current = time.perf_counter(), start
     # More skipped steps than this and the run fails: its numbers would not mean much.
-    max_skipped = experiment.max_skipped_fraction * experiment.num_steps
+    max_skipped = experiment.loop.max_skipped_fraction * experiment.loop.num_steps
     for batch in episodes:
         metrics = meta_step(batch)
         flags = metrics.pop(NON_FINITE).numpy()
@@ -217,22 +219,22 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
             progress.skipped_steps += 1
             logging.warning("skipped step %d (its update was not applied; %d of %d steps "
                             "skipped so far, at most %.0f%% allowed by "
-                            "Experiment.max_skipped_fraction): %s", current,
-                            progress.skipped_steps, experiment.num_steps,
-                            100 * experiment.max_skipped_fraction,
+                            "Loop.max_skipped_fraction): %s", current,
+                            progress.skipped_steps, experiment.loop.num_steps,
+                            100 * experiment.loop.max_skipped_fraction,
                             _non_finite_error(flags, current, learner, checkpoint_dir))
             if progress.skipped_steps > max_skipped:
                 raise FloatingPointError(
-                    f"{progress.skipped_steps} of {experiment.num_steps} steps skipped "
+                    f"{progress.skipped_steps} of {experiment.loop.num_steps} steps skipped "
                     f"(non-finite meta-loss or meta-gradient; the latest at step "
-                    f"{current}): more than Experiment.max_skipped_fraction = "
-                    f"{experiment.max_skipped_fraction} of the run, whose metrics would "
+                    f"{current}): more than Loop.max_skipped_fraction = "
+                    f"{experiment.loop.max_skipped_fraction} of the run, whose metrics would "
                     "not mean much. Lower the learning rates, or raise "
-                    "Experiment.max_skipped_fraction to carry on.")
+                    "Loop.max_skipped_fraction to carry on.")
         else:
             progress.add({name: float(value) for name, value in metrics.items()})
-        done = current >= experiment.num_steps
-        if current % experiment.log_every == 0 or done:
+        done = current >= experiment.loop.num_steps
+        if current % experiment.loop.log_every == 0 or done:
             elapsed = time.perf_counter() - window_start
             final = progress.means(running)
             final["tasks_per_second"] = timed_steps * experiment.meta_batch_size / elapsed
@@ -241,19 +243,19 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
             so_far = time.perf_counter() - run_start
             per_step = so_far / max(current - start, 1)
             logging.info("step %d/%d  meta-loss %.5f%s  %s  %.0f tasks/s  elapsed %s  "
-                         "ETA %s", current, experiment.num_steps,
+                         "ETA %s", current, experiment.loop.num_steps,
                          final.get("loss", math.nan), " (running mean)" if running else "",
                          "  ".join(f"{k} {v:.4f}" for k, v in final.items()
                                    if k not in ("loss", "tasks_per_second")),
                          final["tasks_per_second"], _duration(so_far),
-                         _duration(per_step * (experiment.num_steps - current)))
+                         _duration(per_step * (experiment.loop.num_steps - current)))
             with writer.as_default(step=current):
                 for name, value in final.items():
                     tf.summary.scalar(name if name in ("tasks_per_second", "skipped_steps")
                                       else f"meta_{name}", value)
             progress.end_window()
             timed_steps, window_start = 0, time.perf_counter()
-        if current % experiment.checkpoint_every == 0 or done or stop.received:
+        if current % experiment.loop.checkpoint_every == 0 or done or stop.received:
             progress.store()
             saved = manager.save(checkpoint_number=current)
             if stop.received and not done:
@@ -272,7 +274,7 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
         final["step"] = int(step.numpy())
         return final
     metrics_path = os.path.join(workdir, METRICS_FILE)
-    if start < experiment.num_steps or not os.path.exists(metrics_path):
+    if start < experiment.loop.num_steps or not os.path.exists(metrics_path):
         final["step"] = int(step.numpy())
         final["replicas"] = strategy.num_replicas_in_sync
         files.write_json(metrics_path, final)  # never a half-written file
