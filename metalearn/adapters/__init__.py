@@ -9,7 +9,8 @@
 * differentiable inner optimizers (:mod:`metalearn.adapters.optimizers`):
   :class:`InnerMomentum` (and Nesterov), :class:`InnerAdam`, :class:`InnerRMSProp`;
 * step wrappers (:mod:`metalearn.adapters.wrappers`): :class:`PerStepWeights`,
-  :class:`Recompute`, :class:`MiniBatches`, :class:`WhileLoop`.
+  :class:`Recompute`, :class:`MiniBatches`, :class:`WhileLoop`,
+  :class:`SupportFromWeights`.
 """
 
 from metalearn.adapters.base import (Adapter, CallFn, Capabilities, LossFn, NoAdaptation,
@@ -24,11 +25,12 @@ from metalearn.adapters.updates import (AnnealOrder, Chain, ClipByGlobalNorm,
                                         FirstOrder, GradientStep, LearnedRates, Mask,
                                         StepInfo, Update)
 from metalearn.adapters.wrappers import (MiniBatches, PerStepWeights, Recompute, StepWrapper,
-                                        WhileLoop)
+                                        SupportFromWeights, WhileLoop)
 
 __all__ = ["Adapter", "AnnealOrder", "CallFn", "Capabilities", "Chain", "ClipByGlobalNorm",
            "FirstOrder", "GradientDescent", "GradientStep", "Hypernetwork",
            "ImplicitGradientDescent", "InnerAdam", "InnerMomentum", "InnerRMSProp",
            "Learned", "LearnedRates", "LossFn", "Mask", "MetaSGD", "MiniBatches",
            "NoAdaptation", "PerStepLearningRates", "PerStepWeights", "Piece", "Recompute",
-           "SplitLoss", "StepInfo", "StepWrapper", "Update", "WhileLoop"]
+           "SplitLoss", "StepInfo", "StepWrapper", "SupportFromWeights", "Update",
+           "WhileLoop"]

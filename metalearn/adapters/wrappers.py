@@ -5,7 +5,8 @@ A step of :class:`~metalearn.adapters.GradientDescent` is a function
 ``step_fn(weights, state, step, x, y) -> (weights, state)``. A wrapper may
 
 * change the weights the loop starts from (:meth:`StepWrapper.start`),
-* choose the support examples a step sees (:meth:`StepWrapper.batch`),
+* choose the support examples a step sees (:meth:`StepWrapper.batch`; from the current
+  weights: :class:`SupportFromWeights`),
 * wrap the step function itself (:meth:`StepWrapper.wrap`),
 * run the steps itself (:meth:`StepWrapper.iterate`; at most one wrapper of a loop does,
   :class:`WhileLoop`),
@@ -204,6 +205,40 @@ class MiniBatches(StepWrapper):
         index = tf.range(step % stride, n, stride)
         take = lambda t: tf.gather(t, index)
         return tf.nest.map_structure(take, x), tf.nest.map_structure(take, y)
+
+
+SupportFn = Callable[[Weights, Any, Any, Any], Tuple[Any, Any]]
+
+
+@gin.configurable
+class SupportFromWeights(StepWrapper):
+    """The support set each inner step sees, made from the weights that step starts
+    from: ``x, y = fn(weights, x, y, step)`` before every step (``x, y``: the support
+    set as the episode and the other wrappers give it). Data that depend on the current
+    model inside the inner loop: a rollout of the current policy in meta-RL, an active
+    learner choosing its next support inputs. ``fn`` is TensorFlow, run inside the
+    compiled step; the meta-gradient flows through it (for data *sampled* from the
+    weights, an unbiased estimator is the loss's business, e.g. DiCE).
+
+    Args:
+      fn: ``fn(weights, x, y, step) -> (x, y)``, one task's weights (no task axis).
+    """
+
+    def __init__(self, fn: SupportFn = gin.REQUIRED, name: Optional[str] = None):
+        super().__init__(name=name)
+        if not callable(fn):
+            raise TypeError(f"SupportFromWeights.fn must be callable(weights, x, y, step)"
+                            f" -> (x, y), got {fn!r}")
+        self.fn = fn
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(task_axis=False)  # fn sees one task's weights
+
+    def wrap(self, step_fn: StepFn) -> StepFn:
+        def step(weights, state, k, x, y):
+            x, y = self.fn(weights, x, y, k)
+            return step_fn(weights, state, k, x, y)
+        return step
 
 
 @gin.configurable

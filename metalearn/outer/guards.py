@@ -64,9 +64,11 @@ class Guard(OuterRule):
 
 
 @gin.configurable
-class ClipByGlobalNorm(Guard):
-    """The update's directions clipped to a global norm, after their mean over replicas
-    (the whole meta-batch's directions are clipped, not a replica's).
+class ClipDirections(Guard):
+    """The update's directions clipped by their global norm (``tf.clip_by_global_norm``),
+    after their mean over replicas (the whole meta-batch's directions are clipped, not a
+    replica's): what ``clipnorm`` was. (The inner loop's gradients are clipped by the
+    update transform :class:`metalearn.adapters.ClipByGlobalNorm`.)
 
     Args:
       rule: the outer rule whose directions are clipped.
@@ -76,7 +78,7 @@ class ClipByGlobalNorm(Guard):
     def __init__(self, rule: OuterRule = gin.REQUIRED, max_norm: float = gin.REQUIRED):
         super().__init__(rule)
         if isinstance(max_norm, bool) or not float(max_norm) > 0:
-            raise ValueError(f"ClipByGlobalNorm.max_norm must be > 0, got {max_norm!r}")
+            raise ValueError(f"ClipDirections.max_norm must be > 0, got {max_norm!r}")
         self.max_norm = float(max_norm)
 
     def apply(self, learner, directions, metrics):

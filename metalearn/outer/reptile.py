@@ -37,7 +37,7 @@ class Reptile(OptimizerRule):
     def __init__(self, optimizer: Optional[keras.optimizers.Optimizer] = None,
                  inner_steps: Optional[int] = None, serial: bool = False, **moved: Any):
         check_moved(type(self).__name__, moved, {
-            "clipnorm": "a guard: ClipByGlobalNorm(Reptile(optimizer), max_norm) "
+            "clipnorm": "a guard: ClipDirections(Reptile(optimizer), max_norm) "
                         "(metalearn.outer)"})
         if serial and not isinstance(self, SerialReptile):
             raise TypeError("Reptile(serial=True) is its own outer rule since metalearn "

@@ -179,10 +179,10 @@ class MetaGradient(OptimizerRule):
     def __init__(self, optimizer: Optional[keras.optimizers.Optimizer] = None,
                  **moved: Any):
         check_moved(type(self).__name__, moved, {
-            "clipnorm": "a guard: ClipByGlobalNorm(MetaGradient(optimizer), max_norm) "
+            "clipnorm": "a guard: ClipDirections(MetaGradient(optimizer), max_norm) "
                         "(metalearn.outer; gin: Experiment.outer_rule = "
-                        "@ClipByGlobalNorm(), ClipByGlobalNorm.rule = @MetaGradient(), "
-                        "ClipByGlobalNorm.max_norm = ...)"})
+                        "@ClipDirections(), ClipDirections.rule = @MetaGradient(), "
+                        "ClipDirections.max_norm = ...)"})
         super().__init__(optimizer)
 
     @classmethod
@@ -199,5 +199,5 @@ def MetaOptimizer(*args: Any, **kwargs: Any) -> OuterRule:  # noqa: N802  (the o
     raise TypeError("MetaOptimizer is MetaGradient since metalearn 0.3: "
                     "MetaGradient(optimizer) (gin: Experiment.outer_rule = @MetaGradient(), "
                     "MetaGradient.optimizer = ...); clipnorm is the guard "
-                    "ClipByGlobalNorm(MetaGradient(optimizer), max_norm) (BUILD.md, "
+                    "ClipDirections(MetaGradient(optimizer), max_norm) (BUILD.md, "
                     "'Migration')")

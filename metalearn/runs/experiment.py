@@ -22,7 +22,7 @@ ON_NON_FINITE = ("raise", "skip")
 
 _MOVED = {
     "meta_optimizer": "Experiment.outer_rule (an outer rule of metalearn.outer: "
-                      "@MetaGradient(), @Reptile(), guards such as @ClipByGlobalNorm())",
+                      "@MetaGradient(), @Reptile(), guards such as @ClipDirections())",
     "seed": "Runtime.seed (metalearn.execution.Runtime: how the process runs)",
     "jit_compile": "Runtime.jit_compile",
     "dtype_policy": "Runtime.dtype_policy",
