@@ -44,6 +44,10 @@ class Guard(OuterRule):
         return self.wrapped.rule
 
     @property
+    def interleaves_updates(self) -> bool:  # type: ignore[override]
+        return self.wrapped.interleaves_updates
+
+    @property
     def optimizer(self) -> Any:
         """The wrapped rule's Keras optimizer, if it has one (checkpointed with it)."""
         return getattr(self.wrapped, "optimizer", None)
@@ -118,8 +122,11 @@ class SkipNonFinite(Guard):
         if NON_FINITE in metrics:  # an earlier update of the same step
             flags = flags + metrics[NON_FINITE]
         passed = {k: v for k, v in metrics.items() if k != NON_FINITE}
-        replicas.run_if(tf.reduce_all(flags == 0),
-                        lambda d: self.wrapped.apply(learner, d, passed), directions)
+        done = replicas.run_if(tf.reduce_all(flags == 0),
+                               lambda d: self.wrapped.apply(learner, d, passed), directions)
+        if done is not None:  # the flags leave after the update: what follows waits
+            with tf.control_dependencies([done]):
+                flags = tf.identity(flags)
         return {**metrics, NON_FINITE: flags}
 
 

@@ -91,6 +91,8 @@ class SerialReptile(Reptile):
     :class:`Reptile`.
     """
 
+    interleaves_updates = True
+
     def __init__(self, optimizer: Optional[keras.optimizers.Optimizer] = None,
                  inner_steps: Optional[int] = None, **moved: Any):
         super().__init__(optimizer, inner_steps=inner_steps, serial=True, **moved)

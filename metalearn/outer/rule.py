@@ -47,6 +47,12 @@ class OuterRule(tf.Module):
     (docs/tutorials/outer_rule.md).
     """
 
+    #: Whether :meth:`step` applies several updates in turn (serial Reptile): the step
+    #: builder then compiles each :meth:`directions` with XLA rather than the whole step
+    #: (a guarded update's ``tf.cond`` inside one XLA cluster was seen not to order the
+    #: next task's variable reads after it in the batched formulation).
+    interleaves_updates: bool = False
+
     def __init__(self, name: Optional[str] = None):
         super().__init__(name=name)
         self._compiled: Optional[Callable[..., Tuple[Directions, Metrics]]] = None

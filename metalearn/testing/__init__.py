@@ -14,13 +14,18 @@ and checks its meta-gradient against finite differences in float64 with
 :func:`analytic_meta_gradient`, :func:`finite_difference_variables` and
 :func:`relative_error`; :func:`finite_difference_gradient` for a function of weights);
 models too large for that along random directions with
-:func:`finite_difference_directions`. Nothing here imports pytest.
+:func:`finite_difference_directions`. An outer rule gets its contract the same way
+(:class:`OuterRuleContract`: one step under every formulation, one device and a
+strategy, XLA or not, equal to the rule's per-task reference in float64). Nothing here
+imports pytest.
 """
 
 from metalearn.testing.contract import (DIM, QUERIES, SHOTS, WAYS, LearnerContract,
                                         classification_learner, contract_model,
                                         softmax_cross_entropy, synthetic_classification,
                                         uninformative_support)
+from metalearn.testing.outer import (OuterRuleContract, task_adapted, task_meta_gradient,
+                                     values)
 from metalearn.testing.reference import (analytic_meta_gradient,
                                          assert_meta_gradient_matches_finite_differences,
                                          compiled_meta_gradient,
@@ -30,7 +35,8 @@ from metalearn.testing.reference import (analytic_meta_gradient,
 from metalearn.testing.tasks import (image_episodes, mse, regression_episodes, small_learner,
                                      softmax_xent)
 
-__all__ = ["DIM", "LearnerContract", "QUERIES", "SHOTS", "WAYS", "analytic_meta_gradient",
+__all__ = ["DIM", "LearnerContract", "OuterRuleContract", "task_adapted",
+           "task_meta_gradient", "values", "QUERIES", "SHOTS", "WAYS", "analytic_meta_gradient",
            "assert_meta_gradient_matches_finite_differences", "classification_learner",
            "compiled_meta_gradient", "contract_model", "finite_difference_directions",
            "finite_difference_gradient", "finite_difference_variables", "flat",

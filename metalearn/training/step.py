@@ -39,8 +39,10 @@ def make_meta_step(learner: Learner, outer_rule: OuterRule,
       formulation: how the tasks of a batch run (:mod:`metalearn.execution`);
         ``None``: :class:`~metalearn.execution.Auto`.
       jit_compile: compile with XLA. On one replica the whole step is compiled; under a
-        strategy with several replicas each replica's inner loops and meta-gradient are
-        (the all-reduce and the update run outside XLA).
+        strategy with several replicas, or for a rule that applies several updates in
+        turn (:attr:`~metalearn.outer.OuterRule.interleaves_updates`: serial Reptile),
+        each computation of the directions is (the all-reduce and the updates run
+        outside XLA).
       skip_non_finite: wrap the rule in :class:`~metalearn.outer.SkipNonFinite` (unless
         it holds one): an update is applied only if the meta-loss and every direction
         are finite on every replica. The result then has one more entry,
@@ -65,8 +67,10 @@ def make_meta_step(learner: Learner, outer_rule: OuterRule,
     with strategy.scope():
         outer_rule.build(learner)
     replicas = strategy.num_replicas_in_sync
-    # One replica: XLA compiles the whole step. Several: each replica's computation.
-    inner_jit = jit_compile and replicas > 1
+    # One replica: XLA compiles the whole step. Several, or a rule that applies several
+    # updates in turn: each computation of directions.
+    whole_jit = jit_compile and replicas == 1 and not outer_rule.interleaves_updates
+    inner_jit = jit_compile and not whole_jit
 
     def replica_step(episodes):
         return outer_rule.step(learner, episodes, formulation, jit_compile=inner_jit)
@@ -82,7 +86,7 @@ def make_meta_step(learner: Learner, outer_rule: OuterRule,
             learner.meta_step.assign_add(1)  # what meta-training schedules read
         return metrics
 
-    return tf.function(step, jit_compile=jit_compile and replicas == 1)
+    return tf.function(step, jit_compile=whole_jit)
 
 
 def make_distributed_meta_step(strategy: tf.distribute.Strategy, learner: Learner,

@@ -1,0 +1,128 @@
+"""The contract every outer rule meets: one step under every formulation, on one device
+and under a strategy, with and without XLA, equal in float64 to the rule's reference
+computed one task at a time.
+
+A new outer rule gets the whole contract by writing one small test class::
+
+    from metalearn.testing import OuterRuleContract, task_meta_gradient
+
+    class TestMyRule(OuterRuleContract):
+        covers = (MyRule,)
+        def make_rule(self):
+            return MyRule(keras.optimizers.SGD(0.5))
+        def reference_step(self, learner, episodes):
+            ...   # the meta-variables after one step, by path, one task at a time
+
+Nothing here imports pytest.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Dict, List, Optional, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import metalearn
+from metalearn import execution
+from metalearn.adapters import GradientDescent
+from metalearn.tasks.episode import Episode
+from metalearn.testing.tasks import mse, regression_episodes
+
+FORMULATIONS = ("map_fn", "unrolled", "batched", "accumulate", "auto")
+
+
+def task_meta_gradient(learner: metalearn.Learner, episode: Episode) -> List[np.ndarray]:
+    """One task's meta-gradient (of its query loss after adaptation), eagerly, with one
+    tape around :meth:`Learner.episode_metrics`: no formulation involved."""
+    with tf.GradientTape() as tape:
+        loss = learner.episode_metrics(episode)["loss"]
+    return [g.numpy() for g in tape.gradient(loss, learner.meta_variables)]
+
+
+def task_adapted(learner: metalearn.Learner, episode: Episode,
+                 weights: Optional[Dict[str, tf.Tensor]] = None) -> Dict[str, np.ndarray]:
+    """One task's adapted weights by path, eagerly (from ``weights`` or the model's)."""
+    adapted = learner.adapt(episode.support_x, episode.support_y, weights=weights)
+    return {p: np.asarray(w) for p, w in adapted.items()}
+
+
+def values(learner: metalearn.Learner) -> Dict[str, np.ndarray]:
+    """The learner's meta-variables' values by path."""
+    return {v.path: v.numpy() for v in learner.meta_variables}
+
+
+class OuterRuleContract(abc.ABC):
+    """Abstract test class: subclass it and implement :meth:`make_rule` and
+    :meth:`reference_step`; override :meth:`make_learner` / :meth:`make_episodes`
+    where the rule needs another learner (the default: a float64 MLP 2-4-1 with two
+    second-order inner steps, four regression tasks)."""
+
+    covers: tuple = ()
+    """The classes this case exercises."""
+    formulations: Sequence[str] = FORMULATIONS
+    tolerance: float = 1e-10
+
+    @abc.abstractmethod
+    def make_rule(self) -> metalearn.outer.OuterRule:
+        """A fresh outer rule."""
+
+    @abc.abstractmethod
+    def reference_step(self, learner: metalearn.Learner, episodes: Episode
+                       ) -> Dict[str, np.ndarray]:
+        """The meta-variables after one step of the rule on ``episodes``, by path,
+        computed without the library's formulations (one task at a time, eagerly;
+        :func:`task_meta_gradient`, :func:`task_adapted`)."""
+
+    def make_learner(self) -> metalearn.Learner:
+        keras.utils.set_random_seed(5)
+        model = metalearn.models.mlp((2,), hidden=(4,), outputs=1, activation="tanh",
+                                     dtype="float64")
+        return metalearn.Learner(model, GradientDescent(2, 0.1), loss=mse)
+
+    def make_episodes(self) -> Episode:
+        return regression_episodes(tasks=4, shots=4)
+
+    def after_step(self, formulation: str, jit_compile: bool = False,
+                   strategy: Optional[tf.distribute.Strategy] = None
+                   ) -> Dict[str, np.ndarray]:
+        """The meta-variables after one compiled step of :meth:`make_rule`."""
+        given, strategy = strategy is not None, strategy or tf.distribute.get_strategy()
+        with strategy.scope():
+            learner = self.make_learner()
+        step = metalearn.training.make_meta_step(
+            learner, self.make_rule(), execution.formulation(formulation),
+            jit_compile=jit_compile, skip_non_finite=True, strategy=strategy)
+        episodes = self.make_episodes()
+        if given:  # per-replica episodes, as the training loop's stream gives them
+            episodes = metalearn.training.distribute.split_episodes(strategy, episodes)
+        metrics = step(episodes)
+        assert not np.any(metrics["non_finite"].numpy()), metrics["non_finite"]
+        return values(learner)
+
+    def _check(self, jit_compile: bool, strategy=None) -> None:
+        expected = self.reference_step(self.make_learner(), self.make_episodes())
+        start = values(self.make_learner())
+        assert any(not np.allclose(start[p], expected[p]) for p in start), \
+            "the reference step moves nothing"
+        for formulation in self.formulations:
+            found = self.after_step(formulation, jit_compile, strategy)
+            for path, value in expected.items():
+                np.testing.assert_allclose(
+                    found[path], value, rtol=self.tolerance, atol=self.tolerance,
+                    err_msg=f"{type(self.make_rule()).__name__} under {formulation} "
+                            f"(jit_compile={jit_compile}, strategy={strategy}): {path}")
+
+    # --- the contract -------------------------------------------------------------
+
+    def test_every_formulation(self):
+        self._check(jit_compile=False)
+
+    def test_every_formulation_under_xla(self):
+        self._check(jit_compile=True)
+
+    def test_every_formulation_under_a_strategy(self):
+        self._check(jit_compile=False,
+                    strategy=tf.distribute.MirroredStrategy(["/cpu:0"]))

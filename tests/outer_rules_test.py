@@ -1,0 +1,180 @@
+"""Outer rules as pieces: every rule under every formulation, one device and a strategy,
+XLA or not, equal to its per-task reference in float64 (the shipped contract); guards as
+wrappers; a research subclass gets its parent's gin bindings; moved keywords name their
+new spelling."""
+
+import gin
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import metalearn
+from metalearn import execution
+from metalearn.outer import ClipDirections, MetaGradient, Reptile, SerialReptile, SkipNonFinite
+from metalearn.testing import OuterRuleContract, task_adapted, task_meta_gradient, values
+
+LR, EPSILON, MAX_NORM = 0.5, 0.5, 0.05
+
+
+def _mean_meta_gradient(learner, episodes):
+    grads = [task_meta_gradient(learner, episodes.task(i)) for i in range(episodes.num_tasks)]
+    return [np.mean(g, axis=0) for g in zip(*grads)]
+
+
+class TestMetaGradient(OuterRuleContract):
+    covers = (MetaGradient,)
+
+    def make_rule(self):
+        return MetaGradient(keras.optimizers.SGD(LR))
+
+    def reference_step(self, learner, episodes):
+        grads = _mean_meta_gradient(learner, episodes)
+        return {v.path: v.numpy() - LR * g for v, g in zip(learner.meta_variables, grads)}
+
+
+class TestClipDirections(OuterRuleContract):
+    covers = (ClipDirections,)
+
+    def make_rule(self):
+        return ClipDirections(MetaGradient(keras.optimizers.SGD(LR)), MAX_NORM)
+
+    def reference_step(self, learner, episodes):
+        grads = _mean_meta_gradient(learner, episodes)
+        norm = np.sqrt(sum(np.sum(g ** 2) for g in grads))
+        assert norm > MAX_NORM  # the guard clips here
+        return {v.path: v.numpy() - LR * g * MAX_NORM / norm
+                for v, g in zip(learner.meta_variables, grads)}
+
+
+class TestReptile(OuterRuleContract):
+    covers = (Reptile,)
+
+    def make_rule(self):
+        return Reptile(keras.optimizers.SGD(EPSILON))
+
+    def reference_step(self, learner, episodes):
+        adapted = [task_adapted(learner, episodes.task(i)) for i in range(episodes.num_tasks)]
+        return {p: w + EPSILON * (np.mean([a[p] for a in adapted], axis=0) - w)
+                for p, w in values(learner).items()}
+
+
+class TestSerialReptile(OuterRuleContract):
+    covers = (SerialReptile,)
+
+    def make_rule(self):
+        return SerialReptile(keras.optimizers.SGD(EPSILON))
+
+    def reference_step(self, learner, episodes):
+        weights = values(learner)
+        for i in range(episodes.num_tasks):
+            start = {p: tf.constant(w) for p, w in weights.items()}
+            adapted = task_adapted(learner, episodes.task(i), start)
+            weights = {p: w + EPSILON * (adapted[p] - w) for p, w in weights.items()}
+        return weights
+
+
+# --- guards -----------------------------------------------------------------------
+
+def test_skip_non_finite_withholds_the_update_and_reports_flags():
+    contract = TestMetaGradient()
+    learner = contract.make_learner()
+    episodes = contract.make_episodes()
+    query_y = episodes.query_y.numpy()
+    query_y[2] = np.nan
+    poisoned = episodes._replace(query_y=tf.constant(query_y))
+    rule = SkipNonFinite(MetaGradient(keras.optimizers.SGD(LR)))
+    before = values(learner)
+    metrics = metalearn.training.make_meta_step(learner, rule, "map_fn")(poisoned)
+    flags = metrics[metalearn.outer.NON_FINITE].numpy()
+    assert flags[0] == 1 and flags[1:].all()
+    for path, value in values(learner).items():
+        np.testing.assert_array_equal(value, before[path])
+    assert int(rule.optimizer.iterations.numpy()) == 0
+
+
+def test_a_guard_is_not_added_twice():
+    rule = SkipNonFinite(MetaGradient())
+    learner = TestMetaGradient().make_learner()
+    step = metalearn.training.make_meta_step(learner, rule, skip_non_finite=True)
+    metrics = step(TestMetaGradient().make_episodes())
+    assert metrics[metalearn.outer.NON_FINITE].shape == (1 + len(learner.meta_variables),)
+
+
+def test_a_guard_needs_a_rule():
+    with pytest.raises(TypeError, match="must be a metalearn outer rule"):
+        SkipNonFinite(keras.optimizers.SGD(0.1))
+    with pytest.raises(ValueError, match="max_norm must be > 0, got 0"):
+        ClipDirections(MetaGradient(), 0)
+
+
+# --- a research subclass gets the shipped bindings ------------------------------------
+
+@gin.configurable
+class Lookahead(MetaGradient):
+    """A research rule written as a subclass of the shipped gradient rule."""
+
+
+def test_a_subclass_trains_with_the_optimizer_the_shipped_config_binds(tmp_path):
+    metalearn.training.parse_config(
+        ["experiments/sinusoid/maml.gin"],
+        ["Experiment.outer_rule = @Lookahead()", "keras.optimizers.Adam.learning_rate = 0.02",
+         "Loop.num_steps = 2", "Experiment.meta_batch_size = 2"])
+    try:
+        experiment = metalearn.training.build_experiment()
+        optimizer = experiment.outer_rule.optimizer
+        assert isinstance(experiment.outer_rule, Lookahead)
+        assert isinstance(optimizer, keras.optimizers.Adam)
+        assert float(optimizer.learning_rate.numpy()) == pytest.approx(0.02)
+        metalearn.training.train(experiment, str(tmp_path))
+        assert int(optimizer.iterations.numpy()) == 2
+    finally:
+        gin.clear_config()
+
+
+def test_a_subclass_given_an_optimizer_keeps_it():
+    with gin.unlock_config():
+        gin.parse_config("MetaGradient.optimizer = @keras.optimizers.SGD()")
+    try:
+        optimizer = keras.optimizers.RMSprop(0.1)
+        assert Lookahead(optimizer).optimizer is optimizer
+        assert isinstance(Lookahead().optimizer, keras.optimizers.SGD)
+    finally:
+        gin.clear_config()
+
+
+# --- moved names --------------------------------------------------------------------
+
+@pytest.mark.parametrize("keyword, new", [
+    ("task_batching", "Experiment.formulation"), ("memory_budget", r"Auto\(memory_budget"),
+    ("parallel_iterations", r"MapFn\(parallel_iterations"), ("zero_init", "ZeroInit")])
+def test_learner_moved_keywords_name_the_new_spelling(keyword, new):
+    model = metalearn.models.mlp((1,), hidden=(), outputs=1)
+    with pytest.raises(TypeError, match=f"Learner\\({keyword}=...\\) moved.*{new}"):
+        metalearn.Learner(model, loss="mse", **{keyword: "map_fn"})
+
+
+@pytest.mark.parametrize("keyword, new", [
+    ("meta_optimizer", "Experiment.outer_rule"), ("seed", "Runtime.seed"),
+    ("jit_compile", "Runtime.jit_compile"), ("num_steps", "Loop.num_steps"),
+    ("on_non_finite", "Loop.on_non_finite")])
+def test_experiment_moved_keywords_name_the_new_spelling(keyword, new):
+    learner = metalearn.Learner(metalearn.models.mlp((1,), hidden=(), outputs=1), loss="mse")
+    with pytest.raises(TypeError, match=f"Experiment\\({keyword}=...\\) moved.*{new}"):
+        metalearn.Experiment(learner=learner, sampler=metalearn.tasks.Sinusoid(),
+                             **{keyword: 1})
+
+
+def test_old_outer_rule_spellings_name_the_new_ones():
+    with pytest.raises(TypeError, match="MetaOptimizer is MetaGradient"):
+        metalearn.MetaOptimizer(keras.optimizers.Adam())
+    with pytest.raises(TypeError, match=r"ClipDirections\(MetaGradient"):
+        MetaGradient(keras.optimizers.Adam(), clipnorm=1.0)
+    with pytest.raises(TypeError, match=r"ClipDirections\(Reptile"):
+        Reptile(clipnorm=1.0)
+
+
+def test_make_meta_step_refuses_a_keras_optimizer():
+    learner = TestMetaGradient().make_learner()
+    with pytest.raises(TypeError, match="needs a metalearn outer rule"):
+        metalearn.training.make_meta_step(learner, keras.optimizers.Adam())
