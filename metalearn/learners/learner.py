@@ -567,7 +567,8 @@ class Learner(tf.Module):
           episodes: a batch of episodes with a leading task axis.
 
         Raises:
-          ValueError: not one value per meta-variable, or a value of another shape.
+          ValueError: not one value per meta-variable, or a value of another shape or
+            dtype.
         """
         variables = self.meta_variables
         values = list(values)
@@ -576,6 +577,9 @@ class Learner(tf.Module):
                              f"({len(variables)}), got {len(values)}")
         mapping = []
         for variable, value in zip(variables, values):
+            if tf.is_tensor(value) and value.dtype != variable.dtype:
+                raise ValueError(f"objective: the value for {variable.path} is "
+                                 f"{value.dtype.name}, the variable {variable.dtype}")
             value = tf.convert_to_tensor(value, dtype=variable.dtype)
             if not value.shape.is_compatible_with(variable.shape):
                 raise ValueError(f"objective: the value for {variable.path} has shape "
