@@ -3,6 +3,10 @@ XLA or not, equal to its per-task reference in float64 (the shipped contract); g
 wrappers; a research subclass gets its parent's gin bindings; moved keywords name their
 new spelling."""
 
+import functools
+import os
+import re
+
 import gin
 import keras
 import numpy as np
@@ -74,6 +78,31 @@ class TestSerialReptile(OuterRuleContract):
         return weights
 
 
+@functools.lru_cache(maxsize=None)  # once per process: the class registers with gin once
+def _tutorial_rule():
+    """The rule of docs/tutorials/outer_rule.md, as the page defines it."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "docs", "tutorials", "outer_rule.md")
+    with open(path) as f:
+        block = re.findall(r"^```python\n(.*?)^```", f.read(), re.MULTILINE | re.DOTALL)[0]
+    namespace = {"__name__": "tutorial_outer_rule"}
+    with gin.unlock_config():
+        exec(compile(block, path, "exec"), namespace)
+    return namespace["Lookahead"]
+
+
+class TestTutorialLookahead(OuterRuleContract):
+    """The tutorial's rule, with its own state (slow weights), under the contract."""
+
+    def make_rule(self):
+        return _tutorial_rule()(keras.optimizers.SGD(LR), alpha=0.5, sync_every=1)
+
+    def reference_step(self, learner, episodes):
+        grads = _mean_meta_gradient(learner, episodes)
+        return {v.path: v.numpy() - 0.5 * LR * g
+                for v, g in zip(learner.meta_variables, grads)}
+
+
 # --- guards -----------------------------------------------------------------------
 
 def test_skip_non_finite_withholds_the_update_and_reports_flags():
@@ -111,19 +140,19 @@ def test_a_guard_needs_a_rule():
 # --- a research subclass gets the shipped bindings ------------------------------------
 
 @gin.configurable
-class Lookahead(MetaGradient):
+class ResearchRule(MetaGradient):
     """A research rule written as a subclass of the shipped gradient rule."""
 
 
 def test_a_subclass_trains_with_the_optimizer_the_shipped_config_binds(tmp_path):
     metalearn.training.parse_config(
         ["experiments/sinusoid/maml.gin"],
-        ["Experiment.outer_rule = @Lookahead()", "keras.optimizers.Adam.learning_rate = 0.02",
+        ["Experiment.outer_rule = @ResearchRule()", "keras.optimizers.Adam.learning_rate = 0.02",
          "Loop.num_steps = 2", "Experiment.meta_batch_size = 2"])
     try:
         experiment = metalearn.training.build_experiment()
         optimizer = experiment.outer_rule.optimizer
-        assert isinstance(experiment.outer_rule, Lookahead)
+        assert isinstance(experiment.outer_rule, ResearchRule)
         assert isinstance(optimizer, keras.optimizers.Adam)
         assert float(optimizer.learning_rate.numpy()) == pytest.approx(0.02)
         metalearn.training.train(experiment, str(tmp_path))
@@ -137,8 +166,8 @@ def test_a_subclass_given_an_optimizer_keeps_it():
         gin.parse_config("MetaGradient.optimizer = @keras.optimizers.SGD()")
     try:
         optimizer = keras.optimizers.RMSprop(0.1)
-        assert Lookahead(optimizer).optimizer is optimizer
-        assert isinstance(Lookahead().optimizer, keras.optimizers.SGD)
+        assert ResearchRule(optimizer).optimizer is optimizer
+        assert isinstance(ResearchRule().optimizer, keras.optimizers.SGD)
     finally:
         gin.clear_config()
 

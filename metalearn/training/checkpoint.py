@@ -261,13 +261,14 @@ def checkpoint_for(experiment: Experiment, step: tf.Variable,
         config = tf.Variable(experiment.config, dtype=tf.string, trainable=False,
                              name="config")
     found = dict(step=step, learner=experiment.learner, config=config)
-    # A rule with a Keras optimizer checkpoints it as "optimizer" (as metalearn 0.2
-    # did); a rule without one (its own state, if any) as "outer_rule".
-    optimizer = getattr(experiment.outer_rule, "optimizer", None)
+    # A rule's Keras optimizer is checkpointed as "optimizer" (as in metalearn 0.2); a
+    # rule's own state (variables of the rule or its guards) as "outer_rule".
+    rule = experiment.outer_rule
+    optimizer = getattr(rule, "optimizer", None)
     if optimizer is not None:
         found["optimizer"] = optimizer
-    else:
-        found["outer_rule"] = experiment.outer_rule
+    if optimizer is None or rule.variables:
+        found["outer_rule"] = rule
     if progress is not None:
         found["progress"] = progress.state
     if parts is not None:
