@@ -213,3 +213,12 @@ def test_the_architecture_table_gives_the_same_floors():
             [path + "/", path + ".py"]
         found = [documented[s] for s in spellings if s in documented]
         assert found == [floor], (module, floor, found)
+
+
+def test_the_modules_moved_above_training_name_their_new_path():
+    import pytest
+    for name in ("sweeps", "results"):
+        with pytest.raises(ImportError, match=f"metalearn.studies.{name}"):
+            exec(f"from metalearn.runs import {name}", {})
+    from metalearn.runs import cluster  # the others import as before
+    assert callable(cluster.wait_for_peers)
