@@ -16,7 +16,9 @@ The public surface (folders by role; docs/architecture.md has the whole picture)
     metalearn.outer              outer rules: MetaGradient, Reptile, SerialReptile; guards
                                  (ClipByGlobalNorm, SkipNonFinite)
     metalearn.training           the one meta-step builder, the loop, evaluation
-    metalearn.runs               experiments, workdir files, sweeps, results
+    metalearn.runs               experiments, the workdir and its files, checks
+    metalearn.studies            sweeps and results over runs (above training)
+    metalearn.statistics         95% intervals and the paired t-test
     metalearn.tasks              episodes and task samplers
     metalearn.models             plain Keras model builders (conv nets, ResNet-12, WRN)
     metalearn.layers             Keras layers they need (DropBlock)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import gin
 import keras
 
-from metalearn import _compat
+from metalearn import _compat, repository
 
 _OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Lion")
 _LOSSES = ("MeanSquaredError", "MeanAbsoluteError", "SparseCategoricalCrossentropy",
@@ -32,8 +30,8 @@ _register(keras.optimizers.schedules, _SCHEDULES, "keras.optimizers.schedules")
 # Gin files include each other by their path from the repository root
 # (`include 'experiments/omniglot/base.gin'`): found from the root as working directory,
 # and from anywhere else through this search path.
-REPOSITORY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if os.path.isdir(os.path.join(REPOSITORY_ROOT, "experiments")):
+REPOSITORY_ROOT = repository.ROOT  # (the name kept importable)
+if repository.has_experiments():
     gin.add_config_file_search_path(REPOSITORY_ROOT)
 
 

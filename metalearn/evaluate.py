@@ -12,7 +12,6 @@ restores the newest intact checkpoint and writes the results as JSON into the wo
 from __future__ import annotations
 
 import json
-import os
 from typing import Dict, Sequence
 
 from absl import app, flags, logging
@@ -21,16 +20,17 @@ import metalearn  # noqa: F401
 from metalearn.flags import define_gin_flags, resolve_gin_files
 from metalearn.training import evaluate, restore
 from metalearn.runs.files import check_writable, write_json
+from metalearn.runs.workdir import Workdir
 
 define_gin_flags()
 flags.DEFINE_string("workdir", None, "A run directory written by metalearn.train.")
-flags.DEFINE_string("output", "eval.json", "Results file, relative to the workdir (or "
+flags.DEFINE_string("output", Workdir.EVALUATION, "Results file, relative to the workdir (or "
                     "absolute); its folder is created, and checked writable first.")
 flags.mark_flag_as_required("workdir")
 FLAGS = flags.FLAGS
 
 
-def run(workdir: str, output: str = "eval.json", gin_files: Sequence[str] = (),
+def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str] = (),
         gin_params: Sequence[str] = ()) -> Dict[str, object]:
     """What ``python -m metalearn.evaluate`` does: restores the run, evaluates it and
     writes the report to ``output`` (relative to ``workdir``; its folder is created).
@@ -39,7 +39,7 @@ def run(workdir: str, output: str = "eval.json", gin_files: Sequence[str] = (),
     Returns:
       The report (``evaluate``'s, plus ``checkpoint_step``).
     """
-    path = check_writable(os.path.join(workdir, output))  # before any work
+    path = check_writable(Workdir(workdir).evaluation(output))  # before any work
     params = [f"include '{p}'" for p in resolve_gin_files(gin_files)]
     experiment = restore(workdir, gin_params=params + list(gin_params))
     report = evaluate(experiment.learner, experiment.sampler,

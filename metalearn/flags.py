@@ -7,8 +7,7 @@ from typing import List, Sequence
 
 from absl import flags
 
-EXPERIMENTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                               "experiments")
+from metalearn.repository import EXPERIMENTS_DIR
 
 
 def define_gin_flags() -> None:

@@ -38,8 +38,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from metalearn.runs import results
 from metalearn.runs.files import write_text
+from metalearn.runs.workdir import Workdir
+from metalearn.studies import results
 
 flags.DEFINE_string("output_dir", None, "Where to write; default: report/ inside the "
                     "first directory given.")
@@ -56,7 +57,7 @@ flags.DEFINE_bool("paired", False, "Compare two runs episode by episode on the s
 flags.DEFINE_string("paired_metric", "accuracy", "The per-episode metric compared.")
 flags.DEFINE_string("paired_steps", None, "Inner steps of the compared values (default: "
                     "the last each run evaluated).")
-flags.DEFINE_string("eval_file", "eval.json", "The evaluation file inside each run.")
+flags.DEFINE_string("eval_file", Workdir.EVALUATION, "The evaluation file inside each run.")
 FLAGS = flags.FLAGS
 
 
@@ -108,7 +109,7 @@ def plot_learning_curves(plt, runs, keys, seed_key, path, tag="meta_loss") -> bo
     figure, axis = plt.subplots(figsize=(5, 3.5))
     colours, drawn = {}, False
     for run in runs:
-        scalars = read_scalars(os.path.join(run.workdir, "train"))
+        scalars = read_scalars(Workdir(run.workdir).summaries)
         if tag not in scalars:
             continue
         group = _label(run.bindings, keys)
@@ -246,7 +247,7 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
       ``{"table": markdown, "files": [written paths], "rows": summary rows}``.
     """
     runs = results.load_runs(paths)
-    output_dir = output_dir or os.path.join(paths[0], "report")
+    output_dir = output_dir or Workdir(paths[0]).report
     os.makedirs(output_dir, exist_ok=True)
     columns = results.metric_columns(runs, metrics) if metrics else default_columns(runs)
     if not columns:
@@ -276,7 +277,7 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
                        default=None)
             chosen = next((run for run in runs if best is not None and all(
                 run.bindings.get(k) == best[k] for k in keys)), runs[0])
-            config = os.path.join(chosen.workdir, "config.gin")
+            config = Workdir(chosen.workdir).config
             if os.path.isfile(config) and "Sinusoid" in open(config).read():
                 path = os.path.join(output_dir, "sinusoid_adaptation.png")
                 if plot_sinusoid_adaptation(plt, chosen.workdir, path):
@@ -286,9 +287,9 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
 
 def paired_report(workdir_a: str, workdir_b: str, output_dir: Optional[str] = None,
                   metric: str = "accuracy", steps: Optional[str] = None,
-                  eval_file: str = "eval.json") -> Dict[str, object]:
+                  eval_file: str = Workdir.EVALUATION) -> Dict[str, object]:
     """Writes ``paired.json`` and ``paired.md`` comparing two runs on the same test
-    episodes (:func:`metalearn.runs.results.compare_runs`: ``a`` minus ``b``).
+    episodes (:func:`metalearn.studies.results.compare_runs`: ``a`` minus ``b``).
 
     Returns:
       ``{"table": markdown, "files": [written paths], "result": the comparison}``.
@@ -297,7 +298,7 @@ def paired_report(workdir_a: str, workdir_b: str, output_dir: Optional[str] = No
     result = results.compare_runs(workdir_a, workdir_b, metric, steps, eval_file)
     names = [os.path.basename(os.path.normpath(w)) for w in (workdir_a, workdir_b)]
     table = results.paired_markdown(result, *names)
-    output_dir = output_dir or os.path.join(workdir_a, "report")
+    output_dir = output_dir or Workdir(workdir_a).report
     os.makedirs(output_dir, exist_ok=True)
     files = [os.path.join(output_dir, "paired.json"), os.path.join(output_dir, "paired.md")]
     write_text(files[0], json.dumps({"a": workdir_a, "b": workdir_b, **result},

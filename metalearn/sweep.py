@@ -28,7 +28,7 @@ from absl import app, flags
 
 import metalearn  # noqa: F401  (registers the configurables)
 from metalearn.flags import define_gin_flags
-from metalearn.runs import sweeps
+from metalearn.studies import sweeps
 
 define_gin_flags()
 flags.DEFINE_string("sweep_file", None, "A sweep file (gin binding sweep.*), e.g. "

@@ -15,7 +15,8 @@ from metalearn.models import mlp
 from metalearn.tasks import Episode, Sinusoid
 from metalearn.training import Experiment, distribute, train
 from metalearn.training import step as step_builder
-from metalearn.training.checkpoint import CHECKPOINT_DIR, checkpoint_for
+from metalearn.runs.workdir import Workdir
+from metalearn.training.checkpoint import checkpoint_for
 from tests import distributed_case
 
 
@@ -67,7 +68,7 @@ def test_nan_loss_stops_at_its_step_and_the_last_checkpoint_loads(tmp_path):
     # in memory: the state after step 7 (step 8's update not applied)
     assert int(experiment.meta_optimizer.optimizer.iterations.numpy()) == 7
     assert all(np.isfinite(w).all() for w in _weights(experiment))
-    latest = tf.train.latest_checkpoint(str(tmp_path / CHECKPOINT_DIR))
+    latest = tf.train.latest_checkpoint(Workdir(tmp_path).checkpoints)
     assert latest.endswith("ckpt-6")
     fresh = _experiment()
     checkpoint_for(fresh, fresh.learner.meta_step).restore(

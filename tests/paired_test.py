@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from metalearn import report
-from metalearn.runs import results
+from metalearn import statistics
+from metalearn.studies import results
 from metalearn.runs.files import write_json
 from metalearn.training import build_experiment, evaluate, parse_config
 
@@ -20,28 +21,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
                                     (12.0, 50), (0.0, 7)])
 def test_t_p_values(t, dof):
     import scipy.stats as scipy_stats  # the independent reference (test extra)
-    assert results.t_two_sided_p(t, dof) == pytest.approx(
+    assert statistics.t_two_sided_p(t, dof) == pytest.approx(
         2 * scipy_stats.t.sf(abs(t), dof), rel=1e-9, abs=1e-15)
 
 
 def test_paired_difference_by_hand():
     a = [0.8, 0.6, 1.0, 0.4, 0.6]
     b = [0.6, 0.6, 0.8, 0.2, 0.4]
-    out = results.paired_difference(a, b)
+    out = statistics.paired_difference(a, b)
     d = np.array(a) - np.array(b)  # 0.2, 0, 0.2, 0.2, 0.2
     sd = d.std(ddof=1)
     assert out["difference"] == pytest.approx(0.16)
     assert out["ci95"] == pytest.approx(2.776445105 * sd / math.sqrt(5))
     assert out["low"] == pytest.approx(0.16 - out["ci95"])
     t = 0.16 / (sd / math.sqrt(5))
-    assert out["p_value"] == pytest.approx(results.t_two_sided_p(t, 4))
+    assert out["p_value"] == pytest.approx(statistics.t_two_sided_p(t, 4))
     assert (out["wins_a"], out["wins_b"], out["ties"], out["n"]) == (4, 0, 1, 5)
     import scipy.stats as scipy_stats  # the independent reference (test extra)
     assert out["p_value"] == pytest.approx(scipy_stats.ttest_rel(a, b).pvalue, rel=1e-9)
-    same = results.paired_difference([0.5, 0.7], [0.5, 0.7])
+    same = statistics.paired_difference([0.5, 0.7], [0.5, 0.7])
     assert same["difference"] == 0.0 and same["p_value"] == 1.0
     with pytest.raises(ValueError, match="two equally long lists"):
-        results.paired_difference([1, 2, 3], [1, 2])
+        statistics.paired_difference([1, 2, 3], [1, 2])
 
 
 def test_pairing_resolves_what_separate_intervals_cannot():
@@ -49,10 +50,10 @@ def test_pairing_resolves_what_separate_intervals_cannot():
     difficulty = rng.uniform(0.2, 1.0, 600)          # shared by both methods
     a = np.clip(difficulty + rng.normal(0.02, 0.02, 600), 0, 1)
     b = np.clip(difficulty, 0, 1)
-    separate = [results.seed_interval(v) for v in (a, b)]
+    separate = [statistics.seed_interval(v) for v in (a, b)]
     assert abs(separate[0]["mean"] - separate[1]["mean"]) < \
         separate[0]["ci95"] + separate[1]["ci95"]    # intervals overlap
-    paired = results.paired_difference(a, b)
+    paired = statistics.paired_difference(a, b)
     assert paired["p_value"] < 1e-10 and paired["low"] > 0
 
 
@@ -71,7 +72,7 @@ def test_two_evaluations_on_the_same_episodes_compare_pair_by_pair(tmp_path):
         write_json(str(workdir / "eval.json"), out)
         runs[name] = (str(workdir), out)
     compared = results.compare_runs(runs["zero_steps"][0], runs["one_step"][0], "loss")
-    expected = results.paired_difference(runs["zero_steps"][1]["per_task"]["0"]["loss"],
+    expected = statistics.paired_difference(runs["zero_steps"][1]["per_task"]["0"]["loss"],
                                          runs["one_step"][1]["per_task"]["1"]["loss"])
     for key, value in expected.items():
         assert compared[key] == pytest.approx(value)

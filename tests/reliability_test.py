@@ -20,8 +20,10 @@ import tensorflow as tf
 import metalearn
 from metalearn.adapters import GradientDescent
 from metalearn.models import mlp
-from metalearn.runs import sweeps, validation
-from metalearn.runs.lock import LOCK_FILE, WorkdirLock, WorkdirLockedError
+from metalearn.runs import validation
+from metalearn.runs.lock import WorkdirLock, WorkdirLockedError
+from metalearn.runs.workdir import Workdir
+from metalearn.studies import sweeps
 from metalearn.tasks import Sinusoid
 from metalearn.training import (Experiment, build_experiment, evaluate, parse_config,
                                 restore, train)
@@ -176,9 +178,9 @@ def test_a_second_process_on_a_workdir_stops_naming_the_holder(tmp_path):
         holder.kill()
         holder.wait()
     # the holder died without releasing: its stale lock is taken over
-    assert str(holder.pid) in (workdir / LOCK_FILE).read_text()
+    assert str(holder.pid) in (workdir / Workdir.TRAIN_LOCK).read_text()
     assert _train(workdir, params=["Loop.num_steps = 2"])["step"] == 2
-    assert (workdir / LOCK_FILE).read_text() == ""  # released
+    assert (workdir / Workdir.TRAIN_LOCK).read_text() == ""  # released
 
 
 def test_one_process_one_lock(tmp_path):

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from metalearn import report
-from metalearn.runs import results
+from metalearn import statistics
+from metalearn.studies import results
 from metalearn.training import build_experiment, evaluate, parse_config, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,11 +64,11 @@ def test_table_rows_and_intervals_by_hand(tmp_path):
 
 
 def test_t_quantiles():
-    assert results.t_quantile_975(1) == 12.706204736
+    assert statistics.t_quantile_975(1) == 12.706204736
     # beyond the table: the expansion is within 1e-3 of the exact 2.0211 (40) and 1.9840 (100)
-    assert abs(results.t_quantile_975(40) - 2.021075) < 1e-3
-    assert abs(results.t_quantile_975(100) - 1.983972) < 1e-3
-    assert math.isnan(results.seed_interval([1.0])["ci95"])
+    assert abs(statistics.t_quantile_975(40) - 2.021075) < 1e-3
+    assert abs(statistics.t_quantile_975(100) - 1.983972) < 1e-3
+    assert math.isnan(statistics.seed_interval([1.0])["ci95"])
 
 
 def test_plots_need_matplotlib_with_a_clear_error(monkeypatch):

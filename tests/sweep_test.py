@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from metalearn.runs import sweeps
+from metalearn.runs.workdir import Workdir
+from metalearn.studies import sweeps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["Loop.num_steps = 30", "Loop.log_every = 3",
@@ -171,7 +172,7 @@ def test_a_locked_run_is_not_started_twice(tmp_path):
                gin_files=[], gin_params=[], evaluate=False, eval_params=[])
     os.makedirs(run["workdir"])
     import fcntl
-    with open(os.path.join(run["workdir"], sweeps.LOCK_FILE), "w") as held:
+    with open(Workdir(run["workdir"]).sweep_lock, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         assert sweeps.execute_run(run)["status"] == "locked"
 

@@ -138,7 +138,7 @@ def test_every_experiment_config_builds(path):
                                   if p.startswith(SWEEPS_DIR + os.sep)],
                          ids=lambda p: os.path.relpath(p, ROOT))
 def test_every_sweep_file_builds_every_run(path, tmp_path):
-    from metalearn.runs import sweeps
+    from metalearn.studies import sweeps
     assert "python -m metalearn.sweep" in _header(path), \
         "a sweep file's header gives the command that runs it"
     spec = sweeps.load_sweep_file(path)

@@ -27,7 +27,8 @@ import metalearn
 from metalearn.tasks.datasets import (load_mini_imagenet, load_omniglot,
                                       load_tiered_imagenet, mini_imagenet, plain_pickle,
                                       tiered_imagenet)
-from metalearn.runs import results, sweeps
+from metalearn.runs.workdir import Workdir
+from metalearn.studies import results, sweeps
 from metalearn.training import build_experiment, parse_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -142,7 +143,7 @@ def test_results_and_metrics_with_a_pickle_payload_are_rejected(tmp_path, payloa
     # the sweep's own records: an unreadable file means "not done", never code
     run = tmp_path / "sweep_run"
     run.mkdir()
-    for name in ("metrics.json", "eval.json", sweeps.RUN_FILE):
+    for name in (Workdir.METRICS, Workdir.EVALUATION, Workdir.SWEEP_RUN):
         (run / name).write_bytes(data)
     assert not sweeps.is_trained(str(run), 1)
     assert not sweeps.is_evaluated(str(run), 1)

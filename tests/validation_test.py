@@ -491,7 +491,7 @@ def with_environment(name, value, run):
 
 def run_json(name, text):
     def run(tmp_path) -> None:
-        from metalearn.runs import results
+        from metalearn.studies import results
         (tmp_path / "run").mkdir()
         (tmp_path / "run" / name).write_text(text)
         results.load_run(str(tmp_path / "run"))
@@ -603,7 +603,7 @@ def cluster_error():
 
 
 def sweeps_module():
-    from metalearn.runs import sweeps
+    from metalearn.studies import sweeps
     return sweeps
 
 
@@ -1157,7 +1157,7 @@ def test_binding_sources_follow_includes(tmp_path):
 
 
 def test_a_sweep_checks_every_run_s_outputs_before_any_run_starts(tmp_path):
-    from metalearn.runs import sweeps
+    from metalearn.studies import sweeps
     spec = sweeps.SweepSpec(gin_files=["sinusoid/maml.gin"],
                             gin_params=["Loop.num_steps = 2"],
                             axes={"mlp.outputs": ["1", "3"]})

@@ -14,8 +14,8 @@ from metalearn.learners.learner import Learner, check_moved
 from metalearn.outer import MetaGradient, OuterRule
 from metalearn.tasks.base import TaskSampler
 from metalearn.runs import validation
+from metalearn.runs.workdir import Workdir
 
-CONFIG_FILE = "config.gin"
 LOG_AVERAGES = ("window", "running")
 ON_NON_FINITE = ("raise", "skip")
 
@@ -213,7 +213,7 @@ def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
     gin.clear_config()
     files = list(gin_files)
     if workdir is not None:
-        saved = os.path.join(workdir, CONFIG_FILE)
+        saved = Workdir(workdir).config
         if os.path.exists(saved):
             files.insert(0, saved)
         elif saved_config:
@@ -221,7 +221,7 @@ def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
             logging.warning("%s is missing: using the config its checkpoint carries", saved)
             gin.parse_config(saved_config, skip_unknown=skip_unknown)
         else:
-            raise FileNotFoundError(f"no {CONFIG_FILE} in workdir {workdir!r}: is it a "
+            raise FileNotFoundError(f"no {Workdir.CONFIG} in workdir {workdir!r}: is it a "
                                     "metalearn run directory?")
     validation.record_sources(files, list(gin_params))  # syntax and includes first
     try:

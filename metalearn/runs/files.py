@@ -16,6 +16,8 @@ import os
 import tempfile
 from typing import Any
 
+from metalearn.runs.workdir import Workdir
+
 
 def write_text(path: str, text: str) -> None:
     """Writes ``text`` to ``path`` atomically (temporary file, fsync, rename)."""
@@ -57,7 +59,7 @@ def check_writable(path: str) -> str:
     path = os.path.abspath(path)
     if os.path.isdir(path):
         raise ValueError(f"output {path!r} is a folder: give a file name, e.g. "
-                         f"{os.path.join(path, 'eval.json')!r}")
+                         f"{Workdir(path).evaluation()!r}")
     directory = os.path.dirname(path)
     try:
         os.makedirs(directory, exist_ok=True)

@@ -19,7 +19,7 @@ from typing import Dict, Optional
 
 from absl import logging
 
-LOCK_FILE = ".train.lock"
+from metalearn.runs.workdir import Workdir
 
 
 class WorkdirLockedError(RuntimeError):
@@ -58,7 +58,7 @@ class WorkdirLock:
     """
 
     def __init__(self, workdir: str):
-        self.path = os.path.join(workdir, LOCK_FILE)
+        self.path = Workdir(workdir).train_lock
         self._fd: Optional[int] = None
 
     def acquire(self) -> "WorkdirLock":

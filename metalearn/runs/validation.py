@@ -25,10 +25,8 @@ Three parts:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-import tokenize
 from typing import Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
 import gin
@@ -36,7 +34,9 @@ import tensorflow as tf
 
 from metalearn import _compat
 from metalearn.learners.learner import name_of
-from metalearn.runs.results import config_bindings, config_text_bindings
+from metalearn.runs.gin_text import (Binding, GinIncludeError, Source,  # noqa: F401
+                                     binding_sources, config_bindings, config_text_bindings)
+from metalearn.runs.workdir import Workdir
 from metalearn.tasks.episode import unmask
 
 RESUMABLE_BINDINGS = ("Runtime.deterministic", "make_strategy.peer_timeout")
@@ -59,134 +59,7 @@ class ConfigChangeError(ValueError):
     """The workdir holds a run of another config."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Source:
-    """Where a gin binding was made: a file (``None`` for a ``--gin_param``) and line."""
-    filename: Optional[str]
-    line: int
-    text: str
-
-    def __str__(self) -> str:
-        where = f'file "{self.filename}", line {self.line}' if self.filename else \
-            "--gin_param"
-        return f"{where}: {self.text.strip()}"
-
-
-@dataclasses.dataclass(frozen=True)
-class _Binding:
-    scope: str
-    selector: str
-    param: str
-    source: Source
-
-
-config_parser = _compat.gin_parser()
-
-
-class _Delegate(config_parser.ParserDelegate):
-    """Parses references and macros as plain names: only locations are wanted here."""
-
-    def configurable_reference(self, scoped_selector, evaluate):
-        return scoped_selector
-
-    def macro(self, name):
-        return name
-
-
-_SOURCES: List[_Binding] = []
-
-
-def _find_file(path: str) -> Optional[str]:
-    """A gin file path as gin's ``include`` finds it (the given path, then the search
-    path that ``metalearn.configurables`` adds)."""
-    prefixes = [""] + list(_compat.gin_location_prefixes())
-    for prefix in prefixes:
-        candidate = os.path.join(prefix, path)
-        if os.path.isfile(candidate):
-            return candidate
-    return None
-
-
-class GinIncludeError(ValueError):
-    """A gin file includes itself, through its includes."""
-
-
-def _included(chain: Tuple[Tuple[str, int, str], ...]) -> str:
-    return "".join(f'\n  included from "{f}", line {n}: {t}' for f, n, t in reversed(chain))
-
-
-def _bindings_of(text_or_file, filename: Optional[str],
-                 chain: Tuple[Tuple[str, int, str], ...] = ()) -> List[_Binding]:
-    """The bindings of one gin file or binding text, its includes followed; ``chain``:
-    the includes that led here, ``(file, line, text)``."""
-    found: List[_Binding] = []
-    try:
-        statements = list(config_parser.ConfigParser(text_or_file, _Delegate()))
-    except tokenize.TokenError as error:  # an unclosed bracket at the end of the text
-        line = max(error.args[1][0] - 1, 1)
-        where = f'gin file "{filename}", line {line}' if filename else \
-            f"--gin_param {text_or_file!r}"
-        raise SyntaxError(f"bad gin syntax in {where}: {error.args[0]}: a bracket or "
-                          f"quote opened on this line or before is not closed"
-                          f"{_included(chain)}") from None
-    except SyntaxError as error:
-        where = f'gin file "{filename}", line {error.lineno}' if filename else \
-            f"--gin_param {text_or_file!r}"
-        text = f"\n    {error.text.rstrip()}" if filename and error.text else ""
-        msg = re.sub(r"malformed node or string[^\n]*\n\s*", "", str(error.msg))
-        raise SyntaxError(f"bad gin syntax in {where}: {msg}{text}"
-                          f"{_included(chain)}") from None
-    for statement in statements:
-        if isinstance(statement, config_parser.BindingStatement) and statement.arg_name:
-            location = statement.location
-            found.append(_Binding(statement.scope or "", statement.selector,
-                                  statement.arg_name,
-                                  Source(filename, location.line_num,
-                                         location.line_content)))
-        elif isinstance(statement, config_parser.IncludeStatement):
-            path = _find_file(statement.filename)
-            if path is None:
-                continue  # gin names the file and line of the include itself
-            here = (filename, statement.location.line_num,
-                    statement.location.line_content.strip())
-            files = [os.path.realpath(f) for f, _, _ in chain + (here,) if f]
-            if os.path.realpath(path) in files:
-                steps = "".join(f'\n  "{f}", line {n}: {t}' for f, n, t in chain + (here,))
-                raise GinIncludeError(f"gin file {path!r} includes itself:{steps}")
-            with open(path) as f:
-                found += _bindings_of(f, path, chain + (here,))
-    return found
-
-
-def binding_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
-                    strict: bool = False) -> List[_Binding]:
-    """Every binding made by ``gin_files`` (includes followed) and ``gin_params``, in
-    parse order, with the file and line that made it.
-
-    Args:
-      strict: raise on bad input; otherwise unreadable input gives no entries.
-
-    Raises:
-      SyntaxError: (``strict``) bad gin syntax; the message names the file (full
-        path), the line and its text, and the includes that led to it.
-      GinIncludeError: (``strict``) a file includes itself; the message shows the cycle.
-    """
-    bindings: List[_Binding] = []
-    try:
-        for path in gin_files:
-            found = _find_file(path)
-            if found is not None:
-                with open(found) as f:
-                    bindings += _bindings_of(f, found)
-        for param in gin_params:
-            bindings += _bindings_of(param, None)
-    except (SyntaxError, GinIncludeError):
-        if strict:
-            raise
-        return []
-    except Exception:  # noqa: BLE001  (gin's own parse reports it)
-        return []
-    return bindings
+_SOURCES: List[Binding] = []
 
 
 def record_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()) -> None:
@@ -197,7 +70,7 @@ def record_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()
 
 
 def sources_for(configurables: Iterable[str], message: str, params: Iterable[str] = (),
-                bindings: Optional[Sequence[_Binding]] = None) -> List[Source]:
+                bindings: Optional[Sequence[Binding]] = None) -> List[Source]:
     """Where the bindings of ``configurables`` (by name, e.g. ``"GradientDescent"``, or
     named in ``message``) whose parameter (or quoted value) ``message`` names were
     made, and those of any configurable's parameters in ``params``; the last binding of
@@ -284,12 +157,11 @@ def check_workdir_config(workdir: str, config: str, allow_config_change: bool = 
         binding other than :data:`RESUMABLE_BINDINGS` and evaluation settings; the
         message names each binding with both values.
     """
-    from metalearn.runs.experiment import CONFIG_FILE  # (imports this module)
-    path = os.path.join(workdir, CONFIG_FILE)
+    path = Workdir(workdir).config
     if saved_config:
         saved = config_text_bindings(saved_config)
         if not os.path.isfile(path):
-            path = f"the config its checkpoint carries ({CONFIG_FILE} is missing)"
+            path = f"the config its checkpoint carries ({Workdir.CONFIG} is missing)"
         else:
             path = f"{path} (as its checkpoint carries it)"
     elif os.path.isfile(path):

@@ -14,9 +14,8 @@ from absl import logging
 
 from metalearn import _compat
 from metalearn.runs import files
-from metalearn.runs.experiment import CONFIG_FILE, Experiment, build_experiment, parse_config
-
-CHECKPOINT_DIR = "checkpoints"
+from metalearn.runs.experiment import Experiment, build_experiment, parse_config
+from metalearn.runs.workdir import Workdir
 
 
 class Progress:
@@ -400,7 +399,7 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
       DamagedCheckpointError: checkpoints, none intact (or ``checkpoint`` damaged).
       UnmatchedCheckpointError: the checkpoint's variables and the config's differ.
     """
-    directory = os.path.join(workdir, CHECKPOINT_DIR)
+    directory = Workdir(workdir).checkpoints
     if checkpoint is not None:
         why = damage(checkpoint)
         if why is not None:
@@ -409,7 +408,7 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
     else:
         path = find_checkpoint_logged(directory)
     config = saved_config(path) if path is not None else None
-    if path is None and not os.path.isfile(os.path.join(workdir, CONFIG_FILE)):
+    if path is None and not os.path.isfile(Workdir(workdir).config):
         parse_config(workdir=workdir, gin_params=gin_params)  # names the missing file
     parse_config(workdir=workdir, gin_params=gin_params, saved_config=config)
     experiment = build_experiment()

@@ -1,4 +1,5 @@
-"""Evaluation on held-out tasks with 95% confidence intervals."""
+"""Evaluation on held-out tasks with 95% confidence intervals
+(:func:`metalearn.statistics.mean_and_interval`)."""
 
 from __future__ import annotations
 
@@ -13,20 +14,8 @@ import tensorflow as tf
 from metalearn.execution import Formulation
 from metalearn.learners.learner import Learner
 from metalearn.runs import validation
+from metalearn.statistics import mean_and_interval
 from metalearn.tasks.base import TaskSampler
-
-Z_95 = 1.959963984540054  # two-sided 95% quantile of the normal distribution
-
-
-def mean_and_interval(values: Sequence[float]) -> Dict[str, float]:
-    """Mean and half-width of its 95% confidence interval (normal approximation,
-    ``1.96 * sample std / sqrt(n)``, as few-shot papers report over >= 600 episodes)."""
-    values = np.asarray(values, dtype=np.float64)
-    if values.size < 2:
-        raise ValueError(f"need at least 2 values for an interval, got {values.size}")
-    return {"mean": float(values.mean()),
-            "ci95": float(Z_95 * values.std(ddof=1) / math.sqrt(values.size)),
-            "std": float(values.std(ddof=1))}
 
 
 @gin.configurable(denylist=["learner", "sampler"])
@@ -88,7 +77,7 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
                                for name, values in per_task.items()}
         per_episode[str(steps)] = {name: values[:num_tasks] for name, values in per_task.items()}
     # Per-episode values and a digest of the episodes, so that two runs evaluated on
-    # the same episodes can be compared pair by pair (metalearn.runs.results.compare_runs).
+    # the same episodes can be compared pair by pair (metalearn.studies.results.compare_runs).
     # (Labels, and each example's mean rounded to 5 decimals: the same on any machine.)
     digest = hashlib.sha256()
     for batch in episodes:

@@ -17,17 +17,16 @@ from absl import logging
 
 from metalearn.learners.learner import Learner
 from metalearn.runs import files, validation
-from metalearn.runs.experiment import CONFIG_FILE, Experiment
+from metalearn.runs.experiment import Experiment
 from metalearn.training import distribute
 from metalearn.runs.lock import WorkdirLock
-from metalearn.training.checkpoint import (CHECKPOINT_DIR, Progress, checkpoint_for,
+from metalearn.runs.workdir import Workdir
+from metalearn.training.checkpoint import (Progress, checkpoint_for,
                                            find_checkpoint, load, record_checkpoints,
                                            saved_config)
 from metalearn.outer.guards import NON_FINITE
 from metalearn.training.step import make_meta_step
 
-OPERATIVE_CONFIG_FILE = "operative_config.gin"
-METRICS_FILE = "metrics.json"
 
 def _non_finite_error(flags, step: int, learner: Learner, checkpoint_dir: str
                       ) -> FloatingPointError:
@@ -85,7 +84,7 @@ def train(experiment: Experiment, workdir: str,
         not finite. That step's update was not applied and the latest checkpoint is
         from before it.
     """
-    checkpoint_dir = os.path.join(workdir, CHECKPOINT_DIR)
+    checkpoint_dir = Workdir(workdir).checkpoints
     # Read only: the newest intact checkpoint, and the config it carries (which the
     # config-change check uses when config.gin is lost).
     search = find_checkpoint(checkpoint_dir)
@@ -193,11 +192,11 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
         os.makedirs(workdir, exist_ok=True)
         # config.gin: every binding of the run (evaluation's too), parsed by restore();
         # operative_config.gin: the values the run actually used, defaults included.
-        files.write_text(os.path.join(workdir, CONFIG_FILE),
+        files.write_text(Workdir(workdir).config,
                          experiment.config or gin.config_str())
-        files.write_text(os.path.join(workdir, OPERATIVE_CONFIG_FILE),
+        files.write_text(Workdir(workdir).operative_config,
                          gin.operative_config_str())
-    writer = tf.summary.create_file_writer(os.path.join(workdir, "train")) if chief else \
+    writer = tf.summary.create_file_writer(Workdir(workdir).summaries) if chief else \
         tf.summary.create_noop_writer()
     episodes = distribute.episode_stream(
         strategy, experiment.sampler, experiment.meta_batch_size, seed=experiment.seed,
@@ -273,7 +272,7 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
         shutil.rmtree(write_dir, ignore_errors=True)
         final["step"] = int(step.numpy())
         return final
-    metrics_path = os.path.join(workdir, METRICS_FILE)
+    metrics_path = Workdir(workdir).metrics
     if start < experiment.loop.num_steps or not os.path.exists(metrics_path):
         final["step"] = int(step.numpy())
         final["replicas"] = strategy.num_replicas_in_sync

@@ -23,8 +23,9 @@ import tensorflow as tf
 from absl import logging
 
 from metalearn import _compat
-from metalearn.training.checkpoint import (CHECKPOINT_DIR, UnmatchedCheckpointError,
-                                           find_checkpoint, names_shown)
+from metalearn.runs.workdir import Workdir
+from metalearn.training.checkpoint import (UnmatchedCheckpointError, find_checkpoint,
+                                           names_shown)
 
 
 def checkpoint_path(source: str) -> str:
@@ -34,7 +35,7 @@ def checkpoint_path(source: str) -> str:
     Raises:
       FileNotFoundError: nothing there holds a checkpoint.
     """
-    for folder in (os.path.join(source, CHECKPOINT_DIR), source):
+    for folder in (Workdir(source).checkpoints, source):
         if os.path.isdir(folder):
             found = find_checkpoint(folder).path
             if found is not None:
@@ -42,7 +43,7 @@ def checkpoint_path(source: str) -> str:
     if os.path.isfile(source + ".index"):
         return source
     raise FileNotFoundError(f"no checkpoint in {source!r} (expected a metalearn.train "
-                            f"workdir, its {CHECKPOINT_DIR}/ folder or a checkpoint prefix "
+                            f"workdir, its {Workdir.CHECKPOINTS}/ folder or a checkpoint prefix "
                             "such as .../ckpt-2000)")
 
 

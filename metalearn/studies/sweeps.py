@@ -43,19 +43,16 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gin
 
+from metalearn import repository
+from metalearn.flags import resolve_gin_files
 from metalearn.runs.experiment import build_experiment, parse_config
 from metalearn.runs.files import read_json, write_json, write_text
-
-RUN_FILE = "sweep_run.json"
-SWEEP_FILE = "sweep.json"
-LOCK_FILE = ".sweep.lock"
-TRAIN_LOG = "train.log"
-EVAL_OUTPUT = "eval.json"
+from metalearn.runs.validation import check_tasks_and_outputs
+from metalearn.runs.workdir import Workdir
+from metalearn.training import evaluate, restore, train
 
 _KEY = re.compile(r"^([\w.]+/)*[\w.]+\.\w+$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+\-]+")
-_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
 
 Binding = Tuple[str, str]  # (gin key, value as gin text)
 
@@ -255,11 +252,6 @@ def load_sweep_file(path: str) -> SweepSpec:
         gin.clear_config()
 
 
-def _resolve(gin_files: Sequence[str]) -> List[str]:
-    from metalearn.flags import resolve_gin_files  # a leaf module (absl flags only)
-    return resolve_gin_files(gin_files)
-
-
 def _check(files: Sequence[str], params: Sequence[str], tasks: bool = False) -> int:
     """Parses and builds one config; returns its ``num_steps``. With ``tasks``, also
     draws a task and checks the model's outputs against it, as training would first."""
@@ -267,7 +259,6 @@ def _check(files: Sequence[str], params: Sequence[str], tasks: bool = False) -> 
     try:
         experiment = build_experiment()
         if tasks:
-            from metalearn.runs.validation import check_tasks_and_outputs
             check_tasks_and_outputs(experiment)
         return experiment.num_steps
     finally:
@@ -285,7 +276,7 @@ def validate(spec: SweepSpec, runs: Sequence[Run]) -> List[Run]:
     Raises:
       SweepError: naming the base config or the binding that fails, with gin's message.
     """
-    files = _resolve(spec.gin_files)
+    files = resolve_gin_files(spec.gin_files)
     try:
         _check(files, spec.gin_params)
     except Exception as error:  # noqa: BLE001  (any failure is the base config's)
@@ -327,13 +318,13 @@ def _read_json(path: str) -> Optional[Dict[str, Any]]:
 
 def is_trained(workdir: str, num_steps: int) -> bool:
     """Whether ``metrics.json`` in ``workdir`` reports step ``num_steps`` (or later)."""
-    metrics = _read_json(os.path.join(workdir, "metrics.json"))
+    metrics = _read_json(Workdir(workdir).metrics)
     return bool(metrics) and int(metrics.get("step", -1)) >= num_steps
 
 
-def is_evaluated(workdir: str, num_steps: int, output: str = EVAL_OUTPUT) -> bool:
+def is_evaluated(workdir: str, num_steps: int, output: str = Workdir.EVALUATION) -> bool:
     """Whether the evaluation file in ``workdir`` is of the final checkpoint."""
-    report = _read_json(os.path.join(workdir, output))
+    report = _read_json(Workdir(workdir).evaluation(output))
     return bool(report) and int(report.get("checkpoint_step", -1)) >= num_steps
 
 
@@ -351,12 +342,9 @@ def train_and_evaluate(workdir: str) -> None:
     the same calls as ``metalearn.train`` followed by ``metalearn.evaluate``, in one
     process.
     """
-    # The one reach upwards, at call time: a sweep run's process trains and evaluates.
-    from metalearn.training import evaluate, restore, train
-
-    path = os.path.join(workdir, RUN_FILE)
+    path = Workdir(workdir).sweep_run
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"no {RUN_FILE} in {workdir!r}: is it a run folder of a "
+        raise FileNotFoundError(f"no {Workdir.SWEEP_RUN} in {workdir!r}: is it a run folder of a "
                                 "sweep?")
     run = read_json(path, "a sweep run record")
     keys = ("num_steps", "gin_files", "gin_params", "bindings", "evaluate", "eval_params")
@@ -374,7 +362,7 @@ def train_and_evaluate(workdir: str) -> None:
         experiment = restore(workdir, gin_params=run["eval_params"])
         report = evaluate(experiment.learner, experiment.sampler)
         report["checkpoint_step"] = experiment.restored_step
-        write_json(os.path.join(workdir, EVAL_OUTPUT), report)
+        write_json(Workdir(workdir).evaluation(), report)
         print("evaluation: " + json.dumps(report["results"], sort_keys=True), flush=True)
 
 
@@ -386,7 +374,7 @@ _STOPPING = threading.Event()
 def _call(args: Sequence[str], log_path: str, pass_fds: Sequence[int] = ()) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
+        p for p in (repository.ROOT, env.get("PYTHONPATH")) if p)
     with open(log_path, "a") as log:
         with _ACTIVE_LOCK:  # no new run once the sweep is stopping
             if _STOPPING.is_set():
@@ -430,17 +418,17 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
     """
     workdir = run["workdir"]
     os.makedirs(workdir, exist_ok=True)
-    lock = os.open(os.path.join(workdir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    lock = os.open(Workdir(workdir).sweep_lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return {"name": run["name"], "status": "locked", "pid": os.getpid()}
         saved = dict(run, bindings=dict(run["bindings"]))
-        write_text(os.path.join(workdir, RUN_FILE), json.dumps(saved, indent=2))
+        write_text(Workdir(workdir).sweep_run, json.dumps(saved, indent=2))
         if _is_done(saved):
             return {"name": run["name"], "status": "done", "pid": os.getpid()}
-        log = os.path.join(workdir, TRAIN_LOG)
+        log = Workdir(workdir).train_log
         code = _call(["-m", "metalearn.sweep", "--alsologtostderr",
                       f"--execute={workdir}"], log, pass_fds=(lock,))
         if code != 0 or not _is_done(saved):
@@ -477,9 +465,9 @@ def run_sweep(spec: SweepSpec, root: str, parallel: int = 2, evaluate: bool = Fa
     if int(parallel) < 1:
         raise SweepError(f"parallel must be >= 1, got {parallel}")
     runs = validate(spec, spec.runs(root))
-    files = _resolve(spec.gin_files)
+    files = resolve_gin_files(spec.gin_files)
     os.makedirs(os.path.abspath(root), exist_ok=True)
-    write_text(os.path.join(root, SWEEP_FILE),
+    write_text(Workdir(root).sweep,
                json.dumps({"spec": spec.to_json(), "runs": [r.name for r in runs],
                            "evaluate": bool(evaluate)}, indent=2))
     log(f"sweep of {len(runs)} runs in {os.path.abspath(root)}")
@@ -513,7 +501,7 @@ def _run_on_ray(payloads, address, cpus_per_run):
         import ray
     except ImportError as error:
         raise ImportError("--ray_address needs Ray: pip install 'metalearn[ray]'") from error
-    runtime_env = {"env_vars": {"PYTHONPATH": _PACKAGE_PARENT}}
+    runtime_env = {"env_vars": {"PYTHONPATH": repository.ROOT}}
     started = not ray.is_initialized()
     if started:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)

@@ -1,5 +1,8 @@
 """Gathering the results of runs: metrics, bindings, seed means and 95% intervals.
 
+Above training: it reads what runs wrote (through :class:`metalearn.runs.workdir.Workdir`)
+and reports it with :mod:`metalearn.statistics`.
+
 A run's results are flat columns: ``train/<metric>`` from ``metrics.json`` (the final
 meta-training window) and ``<eval file>/<metric>@<inner steps>`` (the mean over test
 tasks) from every ``eval*.json``. Its bindings are the swept ones a sweep saved in
@@ -18,42 +21,12 @@ import math
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-
 from metalearn.runs.files import read_json, write_text
+from metalearn.runs.gin_text import config_bindings
+from metalearn.runs.workdir import Workdir
+from metalearn.statistics import paired_difference, seed_interval
 
 SEED_KEY = "Runtime.seed"
-
-# Two-sided 95% quantiles of Student's t with 1..30 degrees of freedom.
-_T_975 = (12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836, 2.446911851,
-          2.364624252, 2.306004135, 2.262157163, 2.228138852, 2.200985160, 2.178812830,
-          2.160368656, 2.144786688, 2.131449546, 2.119905299, 2.109815578, 2.100922040,
-          2.093024054, 2.085963447, 2.079613845, 2.073873068, 2.068657610, 2.063898562,
-          2.059538553, 2.055529439, 2.051830516, 2.048407142, 2.045229642, 2.042272456)
-_Z_975 = 1.959963984540054
-
-
-def t_quantile_975(dof: int) -> float:
-    """The 97.5% quantile of Student's t with ``dof`` degrees of freedom."""
-    if dof < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {dof}")
-    if dof <= len(_T_975):
-        return _T_975[dof - 1]
-    z = _Z_975  # Cornish-Fisher expansion; error < 1e-4 beyond 30 degrees of freedom
-    return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
-
-
-def seed_interval(values: Sequence[float]) -> Dict[str, float]:
-    """Mean and 95% interval half-width across seeds: Student's t, since seeds are few
-    (``t(n-1) * sample std / sqrt(n)``); ``ci95`` is NaN for a single value."""
-    values = np.asarray(values, dtype=np.float64)
-    if values.size == 0:
-        raise ValueError("no values")
-    if values.size == 1:
-        return {"mean": float(values[0]), "ci95": math.nan, "n": 1}
-    std = float(values.std(ddof=1))
-    return {"mean": float(values.mean()), "n": int(values.size),
-            "ci95": t_quantile_975(values.size - 1) * std / math.sqrt(values.size)}
 
 
 @dataclasses.dataclass
@@ -67,8 +40,8 @@ class RunResult:
 
 
 def is_run(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "config.gin")) or \
-        os.path.isfile(os.path.join(path, "metrics.json"))
+    """Whether ``path`` is a run directory (see :meth:`Workdir.is_run`)."""
+    return Workdir(path).is_run()
 
 
 def find_runs(paths: Sequence[str]) -> List[str]:
@@ -79,7 +52,7 @@ def find_runs(paths: Sequence[str]) -> List[str]:
             runs.append(path)
             continue
         found = sorted(p for p in glob.glob(os.path.join(path, "*")) if is_run(p))
-        sweep = os.path.join(path, "sweep.json")
+        sweep = Workdir(path).sweep
         if os.path.isfile(sweep):  # keep the sweep's order
             saved = read_json(sweep, "a sweep record {\"runs\": [names], ...}")
             try:
@@ -90,38 +63,15 @@ def find_runs(paths: Sequence[str]) -> List[str]:
             found.sort(key=lambda p: order.get(os.path.basename(p), len(order)))
         if not found:
             raise FileNotFoundError(f"{path!r} is neither a run directory nor holds any "
-                                    "(no config.gin or metrics.json)")
+                                    f"(no {Workdir.CONFIG} or {Workdir.METRICS})")
         runs.extend(found)
     return runs
-
-
-def config_bindings(path: str) -> Dict[str, str]:
-    """``key -> value text`` of a saved gin config (continuation lines joined)."""
-    with open(path) as f:
-        return config_text_bindings(f.read())
-
-
-def config_text_bindings(text: str) -> Dict[str, str]:
-    """``key -> value text`` of gin config text as ``gin.config_str()`` writes it."""
-    bindings: Dict[str, str] = {}
-    key = None
-    for line in text.splitlines(keepends=True):
-        stripped = line.split("#", 1)[0].rstrip() if not line.lstrip().startswith(
-            ("'", '"')) else line.rstrip()
-        if not stripped.strip():
-            continue
-        if line[:1] in (" ", "\t") and key is not None:
-            bindings[key] += " " + stripped.strip()
-        elif "=" in stripped and not stripped.startswith(("import ", "include ")):
-            key, value = (s.strip() for s in stripped.split("=", 1))
-            bindings[key] = value
-    return bindings
 
 
 def load_run(workdir: str) -> RunResult:
     """Reads a run directory's ``sweep_run.json``, ``metrics.json`` and ``eval*.json``."""
     name, bindings = os.path.basename(os.path.normpath(workdir)), {}
-    run_file = os.path.join(workdir, "sweep_run.json")
+    run_file = Workdir(workdir).sweep_run
     if os.path.isfile(run_file):
         saved = read_json(run_file, "a sweep run record {\"name\", \"bindings\", ...}")
         try:
@@ -130,7 +80,7 @@ def load_run(workdir: str) -> RunResult:
             raise ValueError(f"{run_file} is not a sweep run record: expected an object "
                              f"with \"name\" and \"bindings\" ({error!r})") from None
     metrics: Dict[str, float] = {}
-    metrics_file = os.path.join(workdir, "metrics.json")
+    metrics_file = Workdir(workdir).metrics
     if os.path.isfile(metrics_file):
         values = read_json(metrics_file, "the final metrics {\"loss\": ..., \"step\": ...}")
         try:
@@ -141,7 +91,7 @@ def load_run(workdir: str) -> RunResult:
             raise ValueError(f"{metrics_file} does not hold final metrics: expected an "
                              f"object of numbers ({error!r})") from None
     evals = {}
-    for path in sorted(glob.glob(os.path.join(workdir, "eval*.json"))):
+    for path in Workdir(workdir).evaluations():
         stem = os.path.splitext(os.path.basename(path))[0]
         report = read_json(path, "an evaluation report {\"results\": ...}")
         try:
@@ -162,8 +112,8 @@ def load_runs(paths: Sequence[str]) -> List[RunResult]:
     bindings that differ between them."""
     runs = [load_run(p) for p in find_runs(paths)]
     plain = [r for r in runs if not r.bindings]
-    configs = {r.workdir: config_bindings(os.path.join(r.workdir, "config.gin"))
-               for r in plain if os.path.isfile(os.path.join(r.workdir, "config.gin"))}
+    configs = {r.workdir: config_bindings(Workdir(r.workdir).config)
+               for r in plain if os.path.isfile(Workdir(r.workdir).config)}
     if len(configs) > 1:
         keys = sorted(set().union(*configs.values()))
         differ = [k for k in keys if len({c.get(k) for c in configs.values()}) > 1]
@@ -272,80 +222,8 @@ def write_summary_csv(path: str, keys: Sequence[str], rows: Sequence[Dict[str, o
 # --- paired comparison of two runs on the same test episodes -------------------------
 
 
-def _beta_continued_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        for numerator in (m * (b - m) * x / ((a - 1.0 + 2 * m) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 1.0 + 2 * m))):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _incomplete_beta(a: float, b: float, x: float) -> float:
-    """The regularised incomplete beta function I_x(a, b) (Numerical Recipes' ``betai``)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _beta_continued_fraction(a, b, x) / a
-    return 1.0 - front * _beta_continued_fraction(b, a, 1.0 - x) / b
-
-
-def t_two_sided_p(t: float, dof: int) -> float:
-    """Two-sided p-value of Student's t statistic ``t`` with ``dof`` degrees of freedom."""
-    if dof < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {dof}")
-    if math.isinf(t):
-        return 0.0
-    return _incomplete_beta(dof / 2.0, 0.5, dof / (dof + t * t))
-
-
-def paired_difference(a: Sequence[float], b: Sequence[float]) -> Dict[str, float]:
-    """Paired comparison of two methods measured on the same episodes, in order.
-
-    The per-episode differences ``a - b`` are averaged; their 95% interval is Student's
-    t (``t(n-1) * sd / sqrt(n)``) and the p-value is the paired t-test's, two-sided
-    (null: the same mean). Pairing removes the episodes' own difficulty from the
-    comparison, so it resolves differences that two separate intervals cannot.
-
-    Returns:
-      ``{"mean_a", "mean_b", "difference", "ci95", "low", "high", "p_value", "n",
-      "wins_a", "wins_b", "ties"}``.
-    """
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"paired values must be two equally long lists, got {a.shape} and "
-                         f"{b.shape}")
-    if a.size < 2:
-        raise ValueError(f"need at least 2 paired episodes, got {a.size}")
-    d = a - b
-    mean, sd, n = float(d.mean()), float(d.std(ddof=1)), int(d.size)
-    half = t_quantile_975(n - 1) * sd / math.sqrt(n)
-    if sd == 0.0:
-        p = 1.0 if mean == 0.0 else 0.0
-    else:
-        p = t_two_sided_p(mean / (sd / math.sqrt(n)), n - 1)
-    return {"mean_a": float(a.mean()), "mean_b": float(b.mean()), "difference": mean,
-            "ci95": half, "low": mean - half, "high": mean + half, "p_value": p, "n": n,
-            "wins_a": int((d > 0).sum()), "wins_b": int((d < 0).sum()),
-            "ties": int((d == 0).sum())}
-
-
 def _eval_report(workdir: str, eval_file: str) -> Dict:
-    path = eval_file if os.path.isabs(eval_file) else os.path.join(workdir, eval_file)
+    path = Workdir(workdir).evaluation(eval_file)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"evaluation file {path!r} not found; write it with "
                                 f"python -m metalearn.evaluate --workdir={workdir}")
@@ -362,7 +240,7 @@ def _eval_report(workdir: str, eval_file: str) -> Dict:
 
 
 def compare_runs(workdir_a: str, workdir_b: str, metric: str = "accuracy",
-                 steps: Optional[str] = None, eval_file: str = "eval.json"
+                 steps: Optional[str] = None, eval_file: str = Workdir.EVALUATION
                  ) -> Dict[str, object]:
     """Paired comparison of two runs' evaluations on the same test episodes.
 

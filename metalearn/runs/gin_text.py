@@ -1,0 +1,202 @@
+"""The one reader of gin text: gin's own parser finds the statements, and this module
+gives what the rest of metalearn asks of them.
+
+* :func:`binding_sources`: every binding of gin files and ``--gin_param`` texts, includes
+  followed, with the file and line that made it (what ``validation`` reports errors
+  with).
+* :func:`config_text_bindings` / :func:`config_bindings`: ``key -> value text`` of a
+  saved config (``gin.config_str()``'s text: a workdir's ``config.gin``, a checkpoint's
+  copy), what the config-change check and the results tables compare.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import re
+import tokenize
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from metalearn import _compat
+
+config_parser = _compat.gin_parser()
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where a gin binding was made: a file (``None`` for a ``--gin_param``) and line."""
+    filename: Optional[str]
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        where = f'file "{self.filename}", line {self.line}' if self.filename else \
+            "--gin_param"
+        return f"{where}: {self.text.strip()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Binding:
+    """One binding ``scope/selector.param`` and where it was made."""
+    scope: str
+    selector: str
+    param: str
+    source: Source
+
+
+class GinIncludeError(ValueError):
+    """A gin file includes itself, through its includes."""
+
+
+class _Delegate(config_parser.ParserDelegate):
+    """Parses references and macros as plain names: only the statements are wanted."""
+
+    def configurable_reference(self, scoped_selector, evaluate):
+        return scoped_selector
+
+    def macro(self, name):
+        return name
+
+
+def _included(chain: Tuple[Tuple[str, int, str], ...]) -> str:
+    return "".join(f'\n  included from "{f}", line {n}: {t}' for f, n, t in reversed(chain))
+
+
+def statements(text_or_file, filename: Optional[str] = None,
+               chain: Tuple[Tuple[str, int, str], ...] = ()) -> list:
+    """The statements of gin text (a string or an open file), as gin's parser reads them
+    (``BindingStatement``, ``ImportStatement``, ``IncludeStatement``; includes not
+    followed).
+
+    Args:
+      filename: the file's name in messages (``None``: a ``--gin_param`` text).
+      chain: the includes that led here, ``(file, line, text)``, for messages.
+
+    Raises:
+      SyntaxError: bad gin syntax; the message names the file (or the ``--gin_param``),
+        the line and its text, and the includes that led to it.
+    """
+    try:
+        return list(config_parser.ConfigParser(text_or_file, _Delegate()))
+    except tokenize.TokenError as error:  # an unclosed bracket at the end of the text
+        line = max(error.args[1][0] - 1, 1)
+        where = f'gin file "{filename}", line {line}' if filename else \
+            f"--gin_param {text_or_file!r}"
+        raise SyntaxError(f"bad gin syntax in {where}: {error.args[0]}: a bracket or "
+                          f"quote opened on this line or before is not closed"
+                          f"{_included(chain)}") from None
+    except SyntaxError as error:
+        where = f'gin file "{filename}", line {error.lineno}' if filename else \
+            f"--gin_param {text_or_file!r}"
+        text = f"\n    {error.text.rstrip()}" if filename and error.text else ""
+        msg = re.sub(r"malformed node or string[^\n]*\n\s*", "", str(error.msg))
+        raise SyntaxError(f"bad gin syntax in {where}: {msg}{text}"
+                          f"{_included(chain)}") from None
+
+
+def find_file(path: str) -> Optional[str]:
+    """A gin file path as gin's ``include`` finds it (the given path, then the search
+    path that ``metalearn.configurables`` adds); ``None`` if neither has it."""
+    prefixes = [""] + list(_compat.gin_location_prefixes())
+    for prefix in prefixes:
+        candidate = os.path.join(prefix, path)
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def _bindings_of(text_or_file, filename: Optional[str],
+                 chain: Tuple[Tuple[str, int, str], ...] = ()) -> List[Binding]:
+    """The bindings of one gin file or binding text, its includes followed; ``chain``:
+    the includes that led here, ``(file, line, text)``."""
+    found: List[Binding] = []
+    for statement in statements(text_or_file, filename, chain):
+        if isinstance(statement, config_parser.BindingStatement) and statement.arg_name:
+            location = statement.location
+            found.append(Binding(statement.scope or "", statement.selector,
+                                 statement.arg_name,
+                                 Source(filename, location.line_num,
+                                        location.line_content)))
+        elif isinstance(statement, config_parser.IncludeStatement):
+            path = find_file(statement.filename)
+            if path is None:
+                continue  # gin names the file and line of the include itself
+            here = (filename, statement.location.line_num,
+                    statement.location.line_content.strip())
+            files = [os.path.realpath(f) for f, _, _ in chain + (here,) if f]
+            if os.path.realpath(path) in files:
+                steps = "".join(f'\n  "{f}", line {n}: {t}' for f, n, t in chain + (here,))
+                raise GinIncludeError(f"gin file {path!r} includes itself:{steps}")
+            with open(path) as f:
+                found += _bindings_of(f, path, chain + (here,))
+    return found
+
+
+def binding_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
+                    strict: bool = False) -> List[Binding]:
+    """Every binding made by ``gin_files`` (includes followed) and ``gin_params``, in
+    parse order, with the file and line that made it.
+
+    Args:
+      strict: raise on bad input; otherwise unreadable input gives no entries.
+
+    Raises:
+      SyntaxError: (``strict``) bad gin syntax; the message names the file (full
+        path), the line and its text, and the includes that led to it.
+      GinIncludeError: (``strict``) a file includes itself; the message shows the cycle.
+    """
+    bindings: List[Binding] = []
+    try:
+        for path in gin_files:
+            found = find_file(path)
+            if found is not None:
+                with open(found) as f:
+                    bindings += _bindings_of(f, found)
+        for param in gin_params:
+            bindings += _bindings_of(param, None)
+    except (SyntaxError, GinIncludeError):
+        if strict:
+            raise
+        return []
+    except Exception:  # noqa: BLE001  (gin's own parse reports it)
+        return []
+    return bindings
+
+
+def config_text_bindings(text: str) -> Dict[str, str]:
+    """``key -> value text`` of gin config text as ``gin.config_str()`` writes it: the
+    key as written before ``=`` (``[scope/]Name.param``, or a macro's name), the value
+    as written after it, comments dropped and continuation lines joined by a space.
+
+    Gin's parser says where each statement starts; every other line belongs to the
+    statement above it.
+
+    Raises:
+      SyntaxError: the text is not gin (see :func:`statements`).
+    """
+    starts = {}
+    for statement in statements(text):
+        binds = isinstance(statement, config_parser.BindingStatement)
+        starts[statement.location.line_num] = starts.get(statement.location.line_num,
+                                                         False) or binds
+    bindings: Dict[str, str] = {}
+    key = None
+    for number, line in enumerate(io.StringIO(text), 1):
+        stripped = line.split("#", 1)[0].rstrip() if not line.lstrip().startswith(
+            ("'", '"')) else line.rstrip()
+        if number in starts:
+            key = None
+            if starts[number] and "=" in stripped:
+                key, value = (s.strip() for s in stripped.split("=", 1))
+                bindings[key] = value
+        elif stripped.strip() and key is not None:
+            bindings[key] += " " + stripped.strip()
+    return bindings
+
+
+def config_bindings(path: str) -> Dict[str, str]:
+    """``key -> value text`` of a saved gin config file (see
+    :func:`config_text_bindings`)."""
+    with open(path) as f:
+        return config_text_bindings(f.read())

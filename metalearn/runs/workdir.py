@@ -1,0 +1,131 @@
+"""A run directory and the one table of its file names.
+
+Every module that reads or writes a file of a workdir asks a :class:`Workdir` for its
+path (``Workdir(path).config``, ``.checkpoints``, ...); no other module spells a
+workdir file name. What each holds::
+
+    config.gin            the run's gin bindings (train writes it; restore reparses it)
+    operative_config.gin  every value the run used
+    metrics.json          the final meta-training metrics (the run is done at its step)
+    checkpoints/          TensorFlow checkpoints (training/checkpoint.py)
+    train/                TensorBoard summaries of meta-training
+    .train.lock           one training process per workdir (runs/lock.py)
+    eval.json             an evaluation report (metalearn.evaluate; any eval*.json)
+    sweep_run.json        a sweep's record of this run (its bindings and config files)
+    .sweep.lock           held by the sweep process that runs this run
+    train.log             a sweep run's output
+    report/               tables and plots (metalearn.report's default output)
+    sweep.json            in a sweep's root folder: the sweep and its runs' order
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import List, Union
+
+
+class Workdir:
+    """A run directory (or a sweep's root folder): the paths of its files.
+
+    The class attributes are the file names, for messages and flag defaults
+    (``Workdir.CONFIG == "config.gin"``); the properties are the paths in this
+    directory.
+
+    Args:
+      path: the directory (need not exist).
+    """
+
+    CONFIG = "config.gin"
+    OPERATIVE_CONFIG = "operative_config.gin"
+    METRICS = "metrics.json"
+    CHECKPOINTS = "checkpoints"
+    SUMMARIES = "train"
+    TRAIN_LOCK = ".train.lock"
+    EVALUATION = "eval.json"
+    EVALUATIONS = "eval*.json"
+    SWEEP_RUN = "sweep_run.json"
+    SWEEP_LOCK = ".sweep.lock"
+    TRAIN_LOG = "train.log"
+    REPORT = "report"
+    SWEEP = "sweep.json"
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"]):
+        self.path = os.fspath(path)
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"Workdir({self.path!r})"
+
+    def _file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    @property
+    def config(self) -> str:
+        """``config.gin``: the run's gin bindings."""
+        return self._file(self.CONFIG)
+
+    @property
+    def operative_config(self) -> str:
+        """``operative_config.gin``: every value the run used."""
+        return self._file(self.OPERATIVE_CONFIG)
+
+    @property
+    def metrics(self) -> str:
+        """``metrics.json``: the final meta-training metrics."""
+        return self._file(self.METRICS)
+
+    @property
+    def checkpoints(self) -> str:
+        """``checkpoints/``: the run's checkpoints."""
+        return self._file(self.CHECKPOINTS)
+
+    @property
+    def summaries(self) -> str:
+        """``train/``: TensorBoard summaries of meta-training."""
+        return self._file(self.SUMMARIES)
+
+    @property
+    def train_lock(self) -> str:
+        """``.train.lock``: held by the process training in this workdir."""
+        return self._file(self.TRAIN_LOCK)
+
+    @property
+    def sweep_run(self) -> str:
+        """``sweep_run.json``: a sweep's record of this run."""
+        return self._file(self.SWEEP_RUN)
+
+    @property
+    def sweep_lock(self) -> str:
+        """``.sweep.lock``: held by the sweep process that runs this run."""
+        return self._file(self.SWEEP_LOCK)
+
+    @property
+    def train_log(self) -> str:
+        """``train.log``: a sweep run's output."""
+        return self._file(self.TRAIN_LOG)
+
+    @property
+    def report(self) -> str:
+        """``report/``: the default folder of tables and plots."""
+        return self._file(self.REPORT)
+
+    @property
+    def sweep(self) -> str:
+        """``sweep.json``: in a sweep's root folder, the sweep and its runs' order."""
+        return self._file(self.SWEEP)
+
+    def evaluation(self, name: str = EVALUATION) -> str:
+        """An evaluation report's path: ``name`` in this workdir (an absolute ``name``
+        as given)."""
+        return self._file(name)
+
+    def evaluations(self) -> List[str]:
+        """Every evaluation report here (``eval*.json``), sorted."""
+        return sorted(glob.glob(self._file(self.EVALUATIONS)))
+
+    def is_run(self) -> bool:
+        """Whether this is a run directory (it has ``config.gin`` or ``metrics.json``)."""
+        return os.path.isfile(self.config) or os.path.isfile(self.metrics)
