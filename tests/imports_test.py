@@ -64,7 +64,7 @@ FLOORS = {
     "metalearn.functional": 1, "metalearn.tasks": 1, "metalearn.models": 1,
     "metalearn.layers": 1, "metalearn.configurables": 1, "metalearn.flags": 1,
     "metalearn.adapters": 2, "metalearn.heads": 2,
-    "metalearn.learners": 3,
+    "metalearn.execution": 3, "metalearn.learners": 3,
     "metalearn.outer": 4,
     "metalearn.runs": 5,
     "metalearn.training": 6, "metalearn": 6,
