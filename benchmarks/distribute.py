@@ -57,8 +57,8 @@ def _run_one(replicas: int, workload: str) -> dict:
             sampler = _SyntheticImages()
         learner = metalearn.Learner(model, metalearn.adapters.GradientDescent(1, rate),
                                     loss=loss)
-        optimizer = metalearn.MetaOptimizer()
-    step = step_builder.make_distributed_meta_step(strategy, learner, optimizer)
+        rule = metalearn.MetaGradient()
+    step = step_builder.make_distributed_meta_step(strategy, learner, rule)
     stream = iter(distribute.episode_stream(strategy, sampler, batch, seed=0))
     for _ in range(FLAGS.warmup):
         float(step(next(stream))["loss"])

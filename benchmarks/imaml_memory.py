@@ -46,6 +46,7 @@ def _child(algorithm: str, steps: int) -> dict:
     import metalearn
     from metalearn import models
     from metalearn.adapters import GradientDescent, ImplicitGradientDescent, Recompute
+    from metalearn.execution import Unrolled
     from metalearn.tasks import Sinusoid
 
     keras.utils.set_random_seed(0)
@@ -60,10 +61,10 @@ def _child(algorithm: str, steps: int) -> dict:
     else:
         raise ValueError("algorithm must be 'imaml', 'maml' or 'maml_recompute', got "
                          f"{algorithm!r}")
-    learner = metalearn.Learner(model, adapter, loss="mse", task_batching="unrolled")
+    learner = metalearn.Learner(model, adapter, loss="mse")
     episodes = Sinusoid(shots=SUPPORT, queries=100).sample(tf.constant([0, 0]), num_tasks=1)
     meta_step = metalearn.training.make_meta_step(
-        learner, metalearn.MetaOptimizer(keras.optimizers.SGD(1e-3)))
+        learner, metalearn.MetaGradient(keras.optimizers.SGD(1e-3)), Unrolled())
     before = rss_mib()
     times = []
     for _ in range(3):

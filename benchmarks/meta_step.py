@@ -37,7 +37,9 @@ peak memory are its own, and prints:
   backward, optimizer update), times the meta-batch. The same count is used for every
   formulation, as they do the same arithmetic; ``gflop_per_s`` = gflop / median.
 
-``--formulation`` selects ``Learner(task_batching=...)``; ``recompute`` is ``map_fn``
+``--formulation`` names the formulation (``metalearn.execution``: ``map_fn`` is
+``MapFn()``, ``unrolled`` ``Unrolled()``, ``batched`` ``Batched()``, ``accumulate``
+``Accumulate()``, ``auto`` ``Auto()``); ``recompute`` is ``map_fn``
 with ``GradientDescent(wrappers=[Recompute()])`` (inner steps recomputed in the backward
 pass), ``accumulate_recompute`` the same with ``accumulate``; ``accumulate_while``,
 ``map_fn_while`` and ``batched_while`` run the inner steps in a ``tf.while_loop``
@@ -60,7 +62,8 @@ flags.DEFINE_list("meta_batch", ["8", "32"], "Meta-batch sizes.")
 flags.DEFINE_list("inner_steps", ["1", "5"], "Inner steps.")
 flags.DEFINE_list("order", ["second", "first"], "Meta-gradient order.")
 flags.DEFINE_list("formulation", ["map_fn", "unrolled", "batched"],
-                  "Learner task_batching values, or 'recompute' / 'accumulate_recompute' "
+                  "Formulation names (metalearn.execution: map_fn, unrolled, batched, "
+                  "accumulate, auto), or 'recompute' / 'accumulate_recompute' "
                   "(map_fn / accumulate with recomputed inner steps), 'accumulate_while' / "
                   "'map_fn_while' / 'batched_while' (inner steps in a tf.while_loop).")
 flags.DEFINE_list("xla", ["false", "true"], "jit_compile the meta-step.")
@@ -77,9 +80,10 @@ flags.DEFINE_list("onednn", ["default"], "TF_ENABLE_ONEDNN_OPTS for the child: '
                   "(unset), '0' or '1'.")
 flags.DEFINE_list("replicas", ["1"], "'1', or 'all' (MirroredStrategy over every GPU; "
                   "one device where there is one).")
-flags.DEFINE_list("parallel_iterations", ["2"], "Learner.parallel_iterations.")
-flags.DEFINE_string("memory_budget", "", "Learner.memory_budget for --formulation=auto "
-                    "(e.g. '150MiB'; empty: the learner's default).")
+flags.DEFINE_list("parallel_iterations", ["2"], "parallel_iterations of MapFn, Accumulate "
+                  "and Auto.")
+flags.DEFINE_string("memory_budget", "", "Auto.memory_budget for --formulation=auto "
+                    "(e.g. '150MiB'; empty: Auto's default, no budget).")
 flags.DEFINE_string("output", "", "Also append the JSON lines to this file.")
 flags.DEFINE_string("child", "", "Internal: run one configuration (JSON).")
 FLAGS = flags.FLAGS
@@ -87,8 +91,21 @@ FLAGS = flags.FLAGS
 WAYS, SHOTS, QUERIES, SIZE = 5, 1, 15, 28
 
 
+def formulation_of(name: str, parallel_iterations: int = 2, memory_budget=None):
+    """The formulation object (``metalearn.execution``) a ``--formulation`` name stands
+    for, its suffix (``_recompute``, ``_while``) left off; ``parallel_iterations`` and
+    ``memory_budget`` go to the formulations that take them."""
+    from metalearn import execution
+    options = {"map_fn": lambda: execution.MapFn(parallel_iterations),
+               "accumulate": lambda: execution.Accumulate(parallel_iterations),
+               "auto": lambda: execution.Auto(memory_budget, parallel_iterations)}
+    return options[name]() if name in options else execution.formulation(name)
+
+
 def _learner(formulation: str, steps: int, order: str, parallel_iterations: int = 2,
              memory_budget=None):
+    """The benchmarked learner and the formulation that runs it, from a
+    ``--formulation`` name."""
     import keras
     import metalearn
     model = metalearn.models.omniglot_conv_net(outputs=WAYS)
@@ -100,10 +117,9 @@ def _learner(formulation: str, steps: int, order: str, parallel_iterations: int 
             wrappers = [wrapper()]
     adapter = metalearn.adapters.GradientDescent(
         steps=steps, learning_rate=0.4, first_order=order == "first", wrappers=wrappers)
-    return metalearn.Learner(
-        model, adapter, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        task_batching=batching, parallel_iterations=parallel_iterations,
-        memory_budget=memory_budget)
+    learner = metalearn.Learner(
+        model, adapter, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return learner, formulation_of(batching, parallel_iterations, memory_budget)
 
 
 def _episodes(tasks: int, seed: int = 0):
@@ -125,8 +141,8 @@ def count_flops(steps: int, order: str, tasks: int = 1) -> float:
     import metalearn
     from metalearn.training.step import make_meta_step
     keras.utils.set_random_seed(0)
-    learner = _learner("unrolled", steps, order)
-    step = make_meta_step(learner, metalearn.MetaOptimizer())
+    learner, formulation = _learner("unrolled", steps, order)
+    step = make_meta_step(learner, metalearn.MetaGradient(), formulation)
     episodes = _episodes(tasks)
     spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), episodes)
     graph = step.get_concrete_function(spec).graph
@@ -161,11 +177,11 @@ def run_one(config: dict) -> dict:
         strategy = distribute.make_strategy(
             "mirrored", [f"/gpu:{i}" for i in range(len(gpus))])
     with (strategy or tf.distribute.get_strategy()).scope():
-        learner = _learner(config["formulation"], config["inner_steps"], config["order"],
-                           config.get("parallel_iterations", 2),
-                           config.get("memory_budget") or None)
-        optimizer = metalearn.MetaOptimizer()
-    step = make_meta_step(learner, optimizer, jit_compile=config["xla"],
+        learner, formulation = _learner(
+            config["formulation"], config["inner_steps"], config["order"],
+            config.get("parallel_iterations", 2), config.get("memory_budget") or None)
+        rule = metalearn.MetaGradient()
+    step = make_meta_step(learner, rule, formulation, jit_compile=config["xla"],
                           strategy=strategy)
     batches = [_episodes(config["meta_batch"], seed) for seed in range(2)]
     if strategy is not None:
@@ -178,8 +194,8 @@ def run_one(config: dict) -> dict:
         threads=[tf.config.threading.get_intra_op_parallelism_threads(),
                  tf.config.threading.get_inter_op_parallelism_threads()],
         onednn=os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
-        resolved=learner.task_batching_for(_episodes(config["meta_batch"] // result_replicas(
-            strategy))),
+        resolved=formulation.resolve(learner, _episodes(
+            config["meta_batch"] // result_replicas(strategy))).name,
         device="gpu" if gpus else "cpu")
     return result
 

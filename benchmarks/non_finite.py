@@ -36,14 +36,15 @@ def main(argv) -> None:
     del argv
     import tensorflow as tf
     from metalearn.training import build_experiment, distribute, parse_config
+    from metalearn.outer import NON_FINITE
     from metalearn.training import step as step_builder
 
     parse_config(["experiments/sinusoid/maml.gin"])
     experiment = build_experiment()
     strategy = tf.distribute.get_strategy()
-    learner, optimizer = experiment.learner, experiment.meta_optimizer
-    steps = {flag: step_builder.make_distributed_meta_step(strategy, learner, optimizer,
-                                                         skip_non_finite=flag)
+    learner, rule = experiment.learner, experiment.outer_rule
+    steps = {flag: step_builder.make_distributed_meta_step(
+                 strategy, learner, rule, experiment.formulation, skip_non_finite=flag)
              for flag in (False, True)}
     batches = list(distribute.episode_stream(strategy, experiment.sampler, 25,
                                              num_steps=FLAGS.steps))
@@ -61,7 +62,7 @@ def main(argv) -> None:
     def checked() -> None:
         for batch in batches:
             metrics = steps[True](batch)
-            metrics.pop(step_builder.NON_FINITE).numpy().any()
+            metrics.pop(NON_FINITE).numpy().any()
             int(learner.meta_step.numpy())
             {name: float(value) for name, value in metrics.items()}
 
@@ -79,7 +80,7 @@ def main(argv) -> None:
     start = time.perf_counter()
     for _ in range(10000):
         values = dict(metrics)
-        values.pop(step_builder.NON_FINITE).numpy().any()
+        values.pop(NON_FINITE).numpy().any()
         {name: float(value) for name, value in values.items()}
     reads_us = (time.perf_counter() - start) / 10000 * 1e6
     print(json.dumps({"ms_per_step": {k: round(v, 3) for k, v in medians.items()},

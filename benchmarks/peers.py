@@ -498,13 +498,15 @@ CHECK = dict(meta_batch=2, inner_steps=2, filters=4, blocks=BLOCKS)
 
 def metalearn_gradients(inputs: str, outputs: str) -> None:
     """Under the TensorFlow environment: metalearn's meta-gradient
-    (``MetaOptimizer().compute_gradients``, the mean over tasks) of the weights and
-    episodes in ``inputs`` (an .npz of :func:`check`), for each order and for
-    ``task_batching`` 'unrolled' (and 'accumulate', 'map_fn', the benchmarked ones),
+    (``MetaGradient().directions``, the mean over tasks) of the weights and
+    episodes in ``inputs`` (an .npz of :func:`check`), for each order and for the
+    formulation 'unrolled' (and 'accumulate', 'map_fn', the benchmarked ones:
+    ``metalearn.execution.formulation(name)``),
     written to ``outputs`` as ``{order}/{batching}/{weight name}``."""
     import keras
     import tensorflow as tf
     import metalearn
+    from metalearn import execution
     from metalearn.tasks import Episode
     data = dict(np.load(inputs))
     filters, blocks, inner_steps = (int(data[k]) for k in ("filters", "blocks",
@@ -527,9 +529,9 @@ def metalearn_gradients(inputs: str, outputs: str) -> None:
                 first_order=order == "first"),
             # dtype: a Keras loss computes in floatx (float32) unless told otherwise
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                            dtype="float64"),
-            task_batching=batching)
-        gradients, _ = metalearn.MetaOptimizer().compute_gradients(learner, episode)
+                                                            dtype="float64"))
+        gradients, _ = metalearn.MetaGradient().directions(
+            learner, episode, execution.formulation(batching))
         for variable, gradient in zip(learner.meta_variables, gradients):
             results[f"{order}/{batching}/" + variable.path.split("/", 1)[1]] = \
                 np.asarray(gradient)

@@ -193,7 +193,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--inner_steps", type=_list, default=["1", "5"])
     p.add_argument("--order", type=_list, default=["second"])
     p.add_argument("--formulation", type=_list, default=["accumulate", "map_fn"],
-                   help="metalearn's task_batching values")
+                   help="metalearn's formulations (benchmarks.meta_step's names)")
     p.add_argument("--framework", type=_list, default=list(peers.FRAMEWORKS))
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)

@@ -54,7 +54,7 @@ def meta_step_rate(sampler, batch_size: int, steps: int) -> float:
         adapter=metalearn.adapters.GradientDescent(steps=1, learning_rate=0.4),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics={"accuracy": "accuracy"})
-    meta_step = make_meta_step(learner, metalearn.MetaOptimizer())
+    meta_step = make_meta_step(learner, metalearn.MetaGradient())
     batches = list(sampler.dataset(batch_size, seed=1, num_steps=steps + 2))
     for batch in batches[:2]:  # warm-up: tracing
         meta_step(batch)

@@ -63,6 +63,7 @@ def test_cavia_is_short():
 def test_cavia_meta_gradient_matches_finite_differences():
     import keras
     import metalearn
+    from metalearn.execution import Unrolled
     doc = run_doc(os.path.join(ROOT, "docs", "tutorials", "cavia.md"))
     keras.utils.set_random_seed(1)
     model = keras.Sequential([keras.Input((1,), dtype="float64"),
@@ -70,8 +71,7 @@ def test_cavia_meta_gradient_matches_finite_differences():
                               keras.layers.Dense(5, activation="tanh", dtype="float64"),
                               keras.layers.Dense(1, dtype="float64")], name="net")
     learner = metalearn.Learner(model, **doc["cavia"](steps=2, learning_rate=0.5),
-                                loss=keras.losses.MeanSquaredError(dtype="float64"),
-                                task_batching="unrolled")
+                                loss=keras.losses.MeanSquaredError(dtype="float64"))
     meta_paths = [v.path for v in learner.meta_variables]
     assert "net/context/context" not in meta_paths and len(meta_paths) == 4
     episodes = metalearn.tasks.Sinusoid(shots=4, queries=3, dtype="float64").sample(
@@ -80,7 +80,8 @@ def test_cavia_meta_gradient_matches_finite_differences():
     context = {"net/context/context": tf.constant([0.3, -0.2], tf.float64)}  # reset: no effect
 
     def meta_loss(meta_weights):
-        return learner.meta_loss(episodes, weights={**meta_weights, **context})
+        return learner.meta_loss(episodes, weights={**meta_weights, **context},
+                                 formulation=Unrolled())
 
     with tf.GradientTape() as tape:
         tape.watch(weights)

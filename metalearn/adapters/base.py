@@ -103,7 +103,7 @@ class Capabilities:
         unrolled. Any part having it gives it to the whole.
       task_axis: the loop also works on weights with a leading task axis
         (``[tasks, *shape]``) and a ``loss_fn`` returning one loss per task, treating
-        tasks independently (``Learner(task_batching="batched")`` needs it). Elementwise
+        tasks independently (the ``Batched()`` formulation needs it). Elementwise
         steps qualify; anything that mixes values across a whole weight vector (a
         global norm, a dot product) or indexes one task's examples does not. Every part
         must have it.
@@ -261,7 +261,7 @@ class Adapter(Piece, abc.ABC):
 
     @property
     def supports_task_axis(self) -> bool:
-        """Whether ``task_batching="batched"`` works (``capabilities.task_axis``)."""
+        """Whether the ``Batched()`` formulation works (``capabilities.task_axis``)."""
         return self.capabilities.task_axis
 
     def forward(self, call: CallFn, weights: Weights, x: Any) -> Any:

@@ -1,7 +1,7 @@
 """A model run on a whole meta-batch at once, with different weights for every task.
 
-The per-task formulations of a meta-batch (``Learner(task_batching="map_fn")`` or
-``"unrolled"``) run the model once per task. This module runs it once for all tasks:
+The per-task formulations of a meta-batch (``metalearn.execution.MapFn()`` or
+``Unrolled()``) run the model once per task. This module runs it once for all tasks:
 inputs carry a leading task axis (``[tasks, examples, ...]``) and so may any weight
 (``[tasks, *variable.shape]``), which is what an inner loop started from one set of
 initial weights turns them into. Each layer with weights is computed by a *rule*:
@@ -78,7 +78,8 @@ def _sublayers(model: keras.Model):
         raise ValueError(
             f"batched formulation supports keras.Sequential and functional models; "
             f"{model.name!r} is a subclassed {type(model).__name__}: use "
-            "Learner(task_batching='map_fn')")
+            "the MapFn() formulation (metalearn.execution; gin: "
+            "Experiment.formulation = @MapFn())")
     return model.layers
 
 
@@ -154,7 +155,8 @@ def _layer(layer: keras.layers.Layer, weights: Mapping[str, tf.Tensor], args: tu
     rule = _rule_for(layer)
     if rule is None:
         if layer.weights:
-            raise ValueError(_no_rule(layer) + ": use Learner(task_batching='map_fn')")
+            raise ValueError(_no_rule(layer) + ": use the MapFn() formulation "
+                             "(metalearn.execution)")
         return _folded(layer, args, kwargs, training)
     layer_weights = {}
     for variable in layer.trainable_variables:

@@ -1,8 +1,8 @@
 """How much memory a model's activations take, from its shapes alone (nothing runs).
 
-:func:`activation_bytes` is what ``Learner(task_batching="auto")`` multiplies by the
+:func:`activation_bytes` is what the ``Auto()`` formulation multiplies by the
 examples, inner steps and tasks of a meta-step to compare against a memory budget
-(:func:`metalearn.learners.task_batching.choose`).
+(:func:`metalearn.execution.choose`).
 """
 
 from __future__ import annotations
