@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 import gin
 import keras
 
 from metalearn import _compat
+from metalearn.paths import REPOSITORY_ROOT
 
 _OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Lion")
 _LOSSES = ("MeanSquaredError", "MeanAbsoluteError", "SparseCategoricalCrossentropy",
@@ -32,9 +34,21 @@ _register(keras.optimizers.schedules, _SCHEDULES, "keras.optimizers.schedules")
 # Gin files include each other by their path from the repository root
 # (`include 'experiments/omniglot/base.gin'`): found from the root as working directory,
 # and from anywhere else through this search path.
-REPOSITORY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if os.path.isdir(os.path.join(REPOSITORY_ROOT, "experiments")):
     gin.add_config_file_search_path(REPOSITORY_ROOT)
+
+
+class _NotFoundFilter(logging.Filter):
+    """Drops gin's ``Path not found`` error record: gin tries each search location in
+    turn, and its package reader logs that error for every location it then passes
+    over, also for an include it goes on to find in the next (the repository root).
+    An include found nowhere still fails, with gin's error naming every location."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "Path not found: %s"
+
+
+_NOT_FOUND_FILTER = _NotFoundFilter()
 
 
 def _package_file_exists(path: str) -> bool:
@@ -42,11 +56,17 @@ def _package_file_exists(path: str) -> bool:
     namespace packages: with the repository root on ``sys.path`` (``pip install -e``,
     ``PYTHONPATH``), ``include 'experiments/sinusoid/maml.gin'`` from another working
     directory makes gin look up the package ``experiments.sinusoid``, which has no
-    origin, and gin raises ``TypeError`` instead of trying the next search path."""
+    origin, and gin raises ``TypeError`` instead of trying the next search path; and
+    minus its error line for a location that is not a package (see
+    :class:`_NotFoundFilter`)."""
+    root = logging.getLogger()  # gin logs through the root logger
+    root.addFilter(_NOT_FOUND_FILTER)
     try:
         return _SYSTEM_PATH_FILE_EXISTS(path)
     except TypeError:
         return False
+    finally:
+        root.removeFilter(_NOT_FOUND_FILTER)
 
 
 _SYSTEM_PATH_FILE_EXISTS = _compat.system_path_file_exists()
