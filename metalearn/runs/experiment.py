@@ -13,7 +13,7 @@ import tensorflow as tf
 from metalearn.learners.learner import Learner
 from metalearn.outer import MetaOptimizer
 from metalearn.tasks.base import TaskSampler
-from metalearn.runs import validation
+from metalearn.runs import modules as user_modules, validation
 
 CONFIG_FILE = "config.gin"
 LOG_AVERAGES = ("window", "running")
@@ -214,20 +214,29 @@ def build_experiment(strategy: Optional[tf.distribute.Strategy] = None) -> Exper
 
 
 def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
-                 skip_unknown: bool = False, saved_config: Optional[str] = None) -> None:
+                 skip_unknown: bool = False, saved_config: Optional[str] = None,
+                 modules: Sequence[str] = ()) -> None:
     """Clears gin and parses a run's config: the workdir's saved one first (if any), then
     ``gin_files`` and ``gin_params`` on top.
 
     Args:
       saved_config: the run's config as its checkpoint carries it, parsed in place of
         the workdir's ``config.gin`` when that file is missing.
+      modules: the user's modules (``.py`` files or dotted names) whose configurables
+        the config binds, imported first (:mod:`metalearn.runs.modules`); with a
+        ``workdir``, the modules it records are imported before them. They are part
+        of the config: ``train`` records them in its workdir.
 
     Raises:
       FileNotFoundError: ``workdir`` has no ``config.gin`` and no ``saved_config`` is
         given.
+      metalearn.runs.modules.ModuleImportError: a module file does not exist or fails
+        to import (the message names it).
     """
     from metalearn import configurables  # noqa: F401  (registers Keras configurables)
     gin.clear_config()
+    recorded = user_modules.recorded(workdir) if workdir is not None else []
+    user_modules.use(user_modules.import_modules(list(recorded) + list(modules)))
     files = list(gin_files)
     if workdir is not None:
         saved = os.path.join(workdir, CONFIG_FILE)
