@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import gin
 import keras
 
@@ -35,16 +37,35 @@ if repository.has_experiments():
     gin.add_config_file_search_path(REPOSITORY_ROOT)
 
 
+class _NotFoundFilter(logging.Filter):
+    """Drops gin's ``Path not found`` error record: gin tries each search location in
+    turn, and its package reader logs that error for every location it then passes
+    over, also for an include it goes on to find in the next (the repository root).
+    An include found nowhere still fails, with gin's error naming every location."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "Path not found: %s"
+
+
+_NOT_FOUND_FILTER = _NotFoundFilter()
+
+
 def _package_file_exists(path: str) -> bool:
     """gin's reader of config files inside Python packages, minus its crash on
     namespace packages: with the repository root on ``sys.path`` (``pip install -e``,
     ``PYTHONPATH``), ``include 'experiments/sinusoid/maml.gin'`` from another working
     directory makes gin look up the package ``experiments.sinusoid``, which has no
-    origin, and gin raises ``TypeError`` instead of trying the next search path."""
+    origin, and gin raises ``TypeError`` instead of trying the next search path; and
+    minus its error line for a location that is not a package (see
+    :class:`_NotFoundFilter`)."""
+    root = logging.getLogger()  # gin logs through the root logger
+    root.addFilter(_NOT_FOUND_FILTER)
     try:
         return _SYSTEM_PATH_FILE_EXISTS(path)
     except TypeError:
         return False
+    finally:
+        root.removeFilter(_NOT_FOUND_FILTER)
 
 
 _SYSTEM_PATH_FILE_EXISTS = _compat.system_path_file_exists()

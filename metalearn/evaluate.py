@@ -21,6 +21,7 @@ from metalearn.flags import define_gin_flags, resolve_gin_files
 from metalearn.training import evaluate, restore
 from metalearn.runs.files import check_writable, write_json
 from metalearn.runs.workdir import Workdir
+from metalearn.runs.modules import import_modules
 
 define_gin_flags()
 flags.DEFINE_string("workdir", None, "A run directory written by metalearn.train.")
@@ -31,15 +32,18 @@ FLAGS = flags.FLAGS
 
 
 def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str] = (),
-        gin_params: Sequence[str] = ()) -> Dict[str, object]:
+        gin_params: Sequence[str] = (), modules: Sequence[str] = ()) -> Dict[str, object]:
     """What ``python -m metalearn.evaluate`` does: restores the run, evaluates it and
     writes the report to ``output`` (relative to ``workdir``; its folder is created).
     The output's writability is checked before anything is restored or evaluated.
+    The modules the run recorded are imported again (``modules.json``); ``modules``
+    adds more (``--module``), e.g. the one a ``gin_files`` binding names.
 
     Returns:
       The report (``evaluate``'s, plus ``checkpoint_step``).
     """
     path = check_writable(Workdir(workdir).evaluation(output))  # before any work
+    import_modules(modules)
     params = [f"include '{p}'" for p in resolve_gin_files(gin_files)]
     experiment = restore(workdir, gin_params=params + list(gin_params))
     report = evaluate(experiment.learner, experiment.sampler,
@@ -52,7 +56,8 @@ def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str]
 def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    report = run(FLAGS.workdir, FLAGS.output, FLAGS.gin_file, FLAGS.gin_param)
+    report = run(FLAGS.workdir, FLAGS.output, FLAGS.gin_file, FLAGS.gin_param,
+                 FLAGS.module)
     for steps, metrics in report["results"].items():
         logging.info("%s inner steps: %s", steps, "  ".join(
             f"{name} {m['mean']:.4f} ± {m['ci95']:.4f}" for name, m in metrics.items()))

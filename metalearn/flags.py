@@ -15,6 +15,12 @@ def define_gin_flags() -> None:
                               "not found as given is looked up under experiments/.")
     flags.DEFINE_multi_string("gin_param", [], "Gin bindings applied after the files, "
                               "e.g. --gin_param='Loop.num_steps=100'.")
+    flags.DEFINE_multi_string("module", [], "A module of your own to import before gin "
+                              "parses, so that its @gin.configurable classes can be "
+                              "bound: a file (--module=path/to/my_rule.py) or a dotted "
+                              "name (--module=my_package.my_rule); repeatable. Recorded "
+                              "in the workdir (modules.json): restore, evaluation and "
+                              "a sweep's runs import it again.")
 
 
 def define_determinism_flag() -> None:

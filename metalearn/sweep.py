@@ -14,7 +14,8 @@ r"""Runs a sweep over gin bindings: one ``metalearn.train`` process per run.
 (equal lengths) as one more factor. Every run trains in ``ROOT/<bindings>``. Rerunning
 the same command skips finished runs and resumes the others from their checkpoints.
 Every binding is checked (gin parse and experiment build) before any run starts.
-``--ray_address`` runs each run as a Ray task instead (``pip install 'metalearn[ray]'``;
+``--module=my_rule.py`` (a file or a dotted name, repeatable) is imported before gin
+parses, here and in every run's process. ``--ray_address`` runs each run as a Ray task instead (``pip install 'metalearn[ray]'``;
 the root must be on a file system every node sees). Then: ``python -m metalearn.report
 ROOT``.
 """
@@ -56,6 +57,7 @@ def spec_from_flags() -> sweeps.SweepSpec:
         if FLAGS.sweep_file else sweeps.SweepSpec()
     spec.gin_files += list(FLAGS.gin_file)
     spec.gin_params += list(FLAGS.gin_param)
+    spec.modules += list(FLAGS.module)
     zipped_keys = [key for group in spec.zipped for key in group]
     sweeps.add_axes(spec.axes, FLAGS.axis, taken=zipped_keys)
     spec.eval_params += list(FLAGS.eval_gin_param)

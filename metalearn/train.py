@@ -3,7 +3,9 @@ r"""Meta-trains an experiment described by gin.
     python -m metalearn.train --gin_file=experiments/sinusoid/maml.gin \
         --gin_param='Loop.num_steps=1000' --workdir=runs/sinusoid_maml
 
-Several GPUs: add --strategy=mirrored. Several machines: run the same command on each
+Classes of your own (an outer rule, a learner) in a file: add --module=my_rule.py
+(imported before gin parses; recorded in the workdir, so evaluate and restore import it
+too). Several GPUs: add --strategy=mirrored. Several machines: run the same command on each
 with --strategy=multi_worker and TF_CONFIG set (see BUILD.md). Rerunning the same command resumes from the workdir's latest checkpoint. The workdir
 receives config.gin (the operative config), checkpoints/, TensorBoard summaries in
 train/ and metrics.json. --deterministic turns on TensorFlow's op determinism (the
@@ -53,7 +55,8 @@ def main(argv) -> None:
         raise app.UsageError("give at least one --gin_file, e.g. "
                              "--gin_file=experiments/sinusoid/maml.gin")
     parse_config(resolve_gin_files(FLAGS.gin_file),
-                 list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic))
+                 list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic),
+                 modules=FLAGS.module)
     apply_configured_threads()  # before the strategy starts TensorFlow's runtime
     try:
         strategy = make_strategy(name=FLAGS.strategy) if FLAGS.strategy else \

@@ -32,6 +32,7 @@ from metalearn.tasks.datasets import (ChecksumError, LabelledImages, load_cub,
 from metalearn.flags import resolve_gin_files
 from metalearn.runs import validation
 from metalearn.runs.lock import WorkdirLockedError
+from metalearn.runs.modules import ModuleImportError
 from metalearn.training.checkpoint import DamagedCheckpointError, UnmatchedCheckpointError
 from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.evaluation import evaluate
@@ -372,6 +373,12 @@ def _gauss_newton_with_opaque_loss():
     learner = OpaqueLoss(model, metalearn.adapters.ImplicitGradientDescent(
         curvature="gauss_newton"), loss="mse")
     learner.adapt(tf.zeros([4, 1]), tf.zeros([4, 1]))
+
+
+def broken_module(tmp_path):
+    (tmp_path / "broken_rule.py").write_text("import gin\n\nrate = learning_rat\n")
+    parse_config(["experiments/sinusoid/maml.gin"],
+                 modules=[str(tmp_path / "broken_rule.py")])
 
 
 def gin_only(name, bad_line, error, excerpt, base=SINUSOID, points_to="the binding"):
@@ -1100,6 +1107,16 @@ CASES: List[Case] = [
          lambda p: metalearn.adapters.GradientDescent(2, 0.1, wrappers=[
              metalearn.adapters.Recompute(), metalearn.adapters.WhileLoop()]), None,
          "the pieces and what to do"),
+    # issue 27: a user's module
+    Case("module file that does not exist", "`--module=<tmp>/no_rule.py` "
+         "(`parse_config(modules=...)`)", ModuleImportError, "does not exist",
+         lambda p: parse_config(["experiments/sinusoid/maml.gin"],
+                                modules=[str(p / "no_rule.py")]),
+         lambda p: str(p / "no_rule.py"), "the file"),
+    Case("module file that fails to import", "`--module=<tmp>/broken_rule.py`, a file "
+         "that raises", ModuleImportError, "failed: NameError",
+         broken_module, lambda p: str(p / "broken_rule.py"),
+         "the file and its error (chained, with the file's traceback)"),
 ]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import gin
 import numpy as np
@@ -13,7 +13,7 @@ from metalearn import execution
 from metalearn.learners.learner import Learner, check_moved
 from metalearn.outer import MetaGradient, OuterRule
 from metalearn.tasks.base import TaskSampler
-from metalearn.runs import validation
+from metalearn.runs import modules as user_modules, validation
 from metalearn.runs.workdir import Workdir
 
 LOG_AVERAGES = ("window", "running")
@@ -197,20 +197,29 @@ def build_experiment(strategy: Optional[tf.distribute.Strategy] = None) -> Exper
 
 
 def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
-                 skip_unknown: bool = False, saved_config: Optional[str] = None) -> None:
+                 skip_unknown: bool = False, saved_config: Optional[str] = None,
+                 modules: Sequence[str] = ()) -> None:
     """Clears gin and parses a run's config: the workdir's saved one first (if any), then
     ``gin_files`` and ``gin_params`` on top.
 
     Args:
       saved_config: the run's config as its checkpoint carries it, parsed in place of
         the workdir's ``config.gin`` when that file is missing.
+      modules: the user's modules (``.py`` files or dotted names) whose configurables
+        the config binds, imported first (:mod:`metalearn.runs.modules`); with a
+        ``workdir``, the modules it records are imported before them. They are part
+        of the config: ``train`` records them in its workdir.
 
     Raises:
       FileNotFoundError: ``workdir`` has no ``config.gin`` and no ``saved_config`` is
         given.
+      metalearn.runs.modules.ModuleImportError: a module file does not exist or fails
+        to import (the message names it).
     """
     from metalearn import configurables  # noqa: F401  (registers Keras configurables)
     gin.clear_config()
+    recorded = user_modules.recorded(workdir) if workdir is not None else []
+    user_modules.use(user_modules.import_modules(list(recorded) + list(modules)))
     files = list(gin_files)
     if workdir is not None:
         saved = Workdir(workdir).config

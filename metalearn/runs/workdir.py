@@ -49,6 +49,7 @@ class Workdir:
     TRAIN_LOG = "train.log"
     REPORT = "report"
     SWEEP = "sweep.json"
+    MODULES = "modules.json"
 
     def __init__(self, path: Union[str, "os.PathLike[str]"]):
         self.path = os.fspath(path)
@@ -101,6 +102,11 @@ class Workdir:
     def sweep_lock(self) -> str:
         """``.sweep.lock``: held by the sweep process that runs this run."""
         return self._file(self.SWEEP_LOCK)
+
+    @property
+    def modules(self) -> str:
+        """``modules.json``: the user's modules the run's config was parsed with."""
+        return self._file(self.MODULES)
 
     @property
     def train_log(self) -> str:

@@ -9,7 +9,8 @@ Every run trains in its own workdir ``ROOT/<name>``, the name made of its bindin
 (``GradientDescent.learning_rate=0.01,Runtime.seed=0``), as a separate
 process (``python -m metalearn.sweep --execute=WORKDIR``: ``metalearn.train``'s calls,
 then ``metalearn.evaluate``'s if asked); the workdir holds ``config.gin``,
-``operative_config.gin``, ``sweep_run.json`` (the run's bindings and config files),
+``operative_config.gin``, ``sweep_run.json`` (the run's bindings, its config files
+relative to the repository root, or absolute outside it, and its ``--module`` files),
 ``train.log`` and, evaluated, ``eval.json``. A run whose ``metrics.json`` reports the final step is skipped; any other
 run is started again with the same command, which resumes from its latest checkpoint.
 
@@ -21,6 +22,7 @@ A sweep file is a gin file binding the configurable ``sweep``::
                   'Runtime.seed': [0, 1]}
     sweep.zipped = [{'GradientDescent.steps': [1, 5], 'evaluate.inner_steps': [(1,), (5,)]}]
     sweep.eval_params = ["Experiment.formulation = @MapFn()"]   # with --evaluate
+    sweep.modules = ['my_rule.py']   # imported before gin parses, in every run too
 
 Axis values in a sweep file are gin literals; a string starting with ``@`` or ``%`` is
 written into the binding as is (a configurable reference or a macro), e.g.
@@ -43,10 +45,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gin
 
-from metalearn import repository
 from metalearn.flags import resolve_gin_files
 from metalearn.runs.experiment import build_experiment, parse_config
+from metalearn import repository
+from metalearn.repository import from_repository, portable
 from metalearn.runs.files import read_json, write_json, write_text
+from metalearn.runs.modules import import_modules
 from metalearn.runs.validation import check_tasks_and_outputs
 from metalearn.runs.workdir import Workdir
 from metalearn.training import evaluate, restore, train
@@ -168,12 +172,15 @@ class SweepSpec:
         advances together and is one factor of the product.
       eval_params: bindings for the evaluations only (e.g. more shots, or
         ``Experiment.formulation = @MapFn()`` for a smaller evaluation graph).
+      modules: the user's modules every run imports before gin parses (``.py`` files
+        or dotted names; :mod:`metalearn.runs.modules`).
     """
     gin_files: List[str] = dataclasses.field(default_factory=list)
     gin_params: List[str] = dataclasses.field(default_factory=list)
     axes: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
     zipped: List[Dict[str, List[str]]] = dataclasses.field(default_factory=list)
     eval_params: List[str] = dataclasses.field(default_factory=list)
+    modules: List[str] = dataclasses.field(default_factory=list)
 
     def combinations(self) -> List[Tuple[Binding, ...]]:
         """Every run's bindings: the product of the axes and of the zipped groups."""
@@ -223,7 +230,7 @@ def run_name(bindings: Sequence[Binding]) -> str:
 def _sweep_spec(gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
                axes: Optional[Mapping[str, Sequence[Any]]] = None,
                zipped: Sequence[Mapping[str, Sequence[Any]]] = (),
-               eval_params: Sequence[str] = ()) -> SweepSpec:
+               eval_params: Sequence[str] = (), modules: Sequence[str] = ()) -> SweepSpec:
     """The sweep a sweep file declares (``sweep.axes = {...}``); see the module doc."""
     as_texts = lambda group: {check_key(k): [value_text(v) for v in values]
                               for k, values in dict(group).items()}
@@ -235,7 +242,7 @@ def _sweep_spec(gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
                 raise SweepError(f"sweep axis {key!r} must be a list of values, "
                                  f"got {values!r}")
     return SweepSpec(list(gin_files), list(gin_params), as_texts(axes or {}),
-                     [as_texts(g) for g in zipped], list(eval_params))
+                     [as_texts(g) for g in zipped], list(eval_params), list(modules))
 
 
 with gin.unlock_config():  # importable even after a config was parsed (and locked)
@@ -252,6 +259,11 @@ def load_sweep_file(path: str) -> SweepSpec:
         gin.clear_config()
 
 
+def _resolve(gin_files: Sequence[str]) -> List[str]:
+    """The gin files as absolute paths (found as ``metalearn.train`` finds them)."""
+    return [os.path.abspath(f) for f in resolve_gin_files(gin_files)]
+
+
 def _check(files: Sequence[str], params: Sequence[str], tasks: bool = False) -> int:
     """Parses and builds one config; returns its ``num_steps``. With ``tasks``, also
     draws a task and checks the model's outputs against it, as training would first."""
@@ -260,7 +272,7 @@ def _check(files: Sequence[str], params: Sequence[str], tasks: bool = False) -> 
         experiment = build_experiment()
         if tasks:
             check_tasks_and_outputs(experiment)
-        return experiment.num_steps
+        return experiment.loop.num_steps
     finally:
         gin.clear_config()
 
@@ -276,7 +288,8 @@ def validate(spec: SweepSpec, runs: Sequence[Run]) -> List[Run]:
     Raises:
       SweepError: naming the base config or the binding that fails, with gin's message.
     """
-    files = resolve_gin_files(spec.gin_files)
+    files = _resolve(spec.gin_files)
+    import_modules(spec.modules)
     try:
         _check(files, spec.gin_params)
     except Exception as error:  # noqa: BLE001  (any failure is the base config's)
@@ -353,9 +366,11 @@ def train_and_evaluate(workdir: str) -> None:
         raise ValueError(f"{path} is not a sweep run record: it lacks {missing}; the sweep "
                          "writes it (rerun python -m metalearn.sweep on its root)")
     steps = int(run["num_steps"])
-    if not is_trained(workdir, steps):
-        parse_config(run["gin_files"], list(run["gin_params"]) + [
-            f"{key} = {value}" for key, value in run["bindings"].items()])
+    if not is_trained(workdir, steps):  # gin files recorded by repository.portable
+        parse_config([from_repository(f) for f in run["gin_files"]],
+                     list(run["gin_params"]) + [f"{key} = {value}" for key, value in
+                                                run["bindings"].items()],
+                     modules=run.get("modules", ()))
         metrics = train(build_experiment(), workdir)
         print("final metrics: " + json.dumps(metrics, sort_keys=True), flush=True)
     if run["evaluate"] and not is_evaluated(workdir, steps):
@@ -405,8 +420,8 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
 
     Args:
       run: ``name``, ``bindings`` (``[(key, value text)]``), ``workdir``, ``num_steps``,
-        ``gin_files``, ``gin_params``, ``evaluate``, ``eval_params``; saved as the
-        workdir's ``sweep_run.json``.
+        ``gin_files``, ``gin_params``, ``evaluate``, ``eval_params`` (and ``modules``);
+        saved as the workdir's ``sweep_run.json``.
 
     The workdir's lock file is held by this call and inherited by the run's process, so
     a second sweep never trains a run that another (even orphaned) process trains.
@@ -465,16 +480,19 @@ def run_sweep(spec: SweepSpec, root: str, parallel: int = 2, evaluate: bool = Fa
     if int(parallel) < 1:
         raise SweepError(f"parallel must be >= 1, got {parallel}")
     runs = validate(spec, spec.runs(root))
-    files = resolve_gin_files(spec.gin_files)
+    files = [portable(f) for f in _resolve(spec.gin_files)]  # from any directory
+    modules = import_modules(spec.modules)  # as recorded: files by absolute path
     os.makedirs(os.path.abspath(root), exist_ok=True)
     write_text(Workdir(root).sweep,
-               json.dumps({"spec": spec.to_json(), "runs": [r.name for r in runs],
+               json.dumps({"spec": dict(spec.to_json(), gin_files=files, modules=modules),
+                           "runs": [r.name for r in runs],
                            "evaluate": bool(evaluate)}, indent=2))
     log(f"sweep of {len(runs)} runs in {os.path.abspath(root)}")
     payloads = [dict(name=r.name, bindings=list(r.bindings), workdir=r.workdir,
                      num_steps=r.num_steps, gin_files=files,
                      gin_params=list(spec.gin_params), evaluate=bool(evaluate),
-                     eval_params=list(spec.eval_params)) for r in runs]
+                     eval_params=list(spec.eval_params),
+                     modules=modules) for r in runs]
     if ray_address:
         results = _run_on_ray(payloads, ray_address, ray_cpus_per_run)
     else:

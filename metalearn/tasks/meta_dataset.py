@@ -36,6 +36,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from metalearn.repository import data_path
 from metalearn.tasks.base import SPLITS, TaskSampler
 from metalearn.tasks.datasets.base import folder_contents, require_file
 from metalearn.tasks.datasets.meta_dataset import (RecordReader, SourceSpec,
@@ -120,7 +121,7 @@ class MetaDataset(TaskSampler):
         if not float(min_log_weight) <= float(max_log_weight):
             raise ValueError(f"min_log_weight ({min_log_weight}) must be <= max_log_weight "
                              f"({max_log_weight})")
-        self.root = str(root)
+        self.root = str(data_path(root))  # relative: see metalearn.repository.data_path
         self.min_ways, self.max_ways = int(min_ways), int(max_ways)
         self.max_query = int(max_query)
         self.max_support_set_size = int(max_support_set_size)

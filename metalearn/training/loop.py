@@ -16,7 +16,7 @@ import tensorflow as tf
 from absl import logging
 
 from metalearn.learners.learner import Learner
-from metalearn.runs import files, validation
+from metalearn.runs import files, modules, validation
 from metalearn.runs.experiment import Experiment
 from metalearn.training import distribute
 from metalearn.runs.lock import WorkdirLock
@@ -57,7 +57,8 @@ def train(experiment: Experiment, workdir: str,
     worker restores from the chief's checkpoints when the job restarts.
 
     Writes ``config.gin`` (the run's gin bindings), ``operative_config.gin`` (every value
-    the run used), ``checkpoints/``, TensorBoard
+    the run used), ``modules.json`` (the user's modules the config was parsed with, if
+    any: ``parse_config(modules=...)``, ``--module``), ``checkpoints/``, TensorBoard
     summaries under ``train/`` and ``metrics.json`` (the final metrics); the files
     atomically, and a run killed at any moment (even mid-checkpoint) resumes from its
     latest complete checkpoint to the same result as an uninterrupted run.
@@ -196,6 +197,7 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
                          experiment.config or gin.config_str())
         files.write_text(Workdir(workdir).operative_config,
                          gin.operative_config_str())
+        modules.write_record(workdir)  # the user's modules the config binds (--module)
     writer = tf.summary.create_file_writer(Workdir(workdir).summaries) if chief else \
         tf.summary.create_noop_writer()
     episodes = distribute.episode_stream(

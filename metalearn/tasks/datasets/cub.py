@@ -25,6 +25,7 @@ import gin
 import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
+from metalearn.repository import data_path
 from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
                                            check_split_sizes, require_file)
 
@@ -77,6 +78,7 @@ def load_cub(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
       ValueError: a malformed index line (file and line), an undecodable image (named),
         an image of an unknown class; ``path`` is a file (the archive, not extracted).
     """
+    path = data_path(path)  # relative: the working directory, else the repository root
     if os.path.isdir(os.path.join(path, "CUB_200_2011")):
         path = os.path.join(path, "CUB_200_2011")
     if os.path.isfile(path):

@@ -19,6 +19,7 @@ import gin
 import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
+from metalearn.repository import data_path
 from metalearn.tasks.datasets.base import LabelledImages, select_classes, split_class_names
 
 _CACHE: Dict[Tuple, LabelledImages] = {}
@@ -88,6 +89,7 @@ def load_image_folder(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
         images of different sizes with ``image_size=None``, an unknown class or one in
         two splits.
     """
+    path = data_path(path)  # relative: the working directory, else the repository root
     if int(channels) not in (1, 3):
         raise ValueError(f"channels must be 1 or 3, got {channels}")
     if image_size is not None and int(image_size) < 1:

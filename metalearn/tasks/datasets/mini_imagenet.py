@@ -29,6 +29,7 @@ import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
 from metalearn.tasks.datasets import plain_pickle
+from metalearn.repository import data_path
 from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
                                            check_split_sizes, require_file)
 
@@ -159,6 +160,7 @@ def load_mini_imagenet(path: str = gin.REQUIRED, source: str = "auto",
       FileNotFoundError: a missing folder, split file, cache file or image (named).
       ValueError: a damaged or unsafe file (named), a split of other class counts.
     """
+    path = data_path(path)  # relative: the working directory, else the repository root
     if source not in ("auto", "csv", "pickle"):
         raise ValueError(f"source must be 'auto', 'csv' or 'pickle', got {source!r}")
     if not os.path.isdir(path):

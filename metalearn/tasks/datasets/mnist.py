@@ -16,6 +16,7 @@ import gin
 import numpy as np
 
 from metalearn.tasks.datasets import checksums
+from metalearn.repository import data_path
 from metalearn.tasks.datasets.base import LabelledImages
 
 MNIST_SPLITS = ("train", "test")
@@ -108,6 +109,7 @@ def load_mnist(path: Optional[str] = None, split: str = "test",
         published file (size or SHA-256), unless ``verify_checksums=False``.
       FileNotFoundError: ``path`` lacks the split's files (the message names them).
     """
+    path = data_path(path)  # relative: the working directory, else the repository root
     if split not in MNIST_SPLITS:
         raise ValueError(f"MNIST split must be one of {MNIST_SPLITS}, got {split!r}")
     if path is None:

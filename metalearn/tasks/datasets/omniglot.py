@@ -40,6 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from metalearn.tasks.datasets import checksums
+from metalearn.repository import data_path
 from metalearn.tasks.datasets.base import LabelledImages
 
 ARCHIVES = ("images_background", "images_evaluation", "images_background_small1",
@@ -259,6 +260,7 @@ def load_omniglot(path: Optional[str] = None,
       checksums.ChecksumError: an archive (a ``ValueError``) that is not the published
         file (size or SHA-256), unless ``verify_checksums=False``.
     """
+    path = data_path(path)  # relative: the working directory, else the repository root
     archives = _check_archives(archives)
     if source not in ("zip", "tfds"):
         raise ValueError(f"source must be 'zip' or 'tfds', got {source!r}")

@@ -35,6 +35,7 @@ import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
 from metalearn.tasks.datasets import plain_pickle
+from metalearn.repository import data_path
 from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
                                            check_split_sizes, require_file)
 from metalearn.tasks.datasets.folder import list_image_folder
@@ -138,6 +139,7 @@ def load_tiered_imagenet(path: str = gin.REQUIRED, image_size: Optional[int] = I
       ValueError: a damaged or unsafe file (named), labels that do not fit the images,
         other class counts with ``strict``.
     """
+    path = data_path(path)  # relative: the working directory, else the repository root
     if source not in ("auto", "pickle", "images"):
         raise ValueError(f"source must be 'auto', 'pickle' or 'images', got {source!r}")
     if not os.path.isdir(path):
