@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import metalearn
-from metalearn import models
+from metalearn import execution, models
 from metalearn.adapters import (AnnealOrder, Capabilities, GradientDescent, GradientStep,
                                 Hypernetwork, ImplicitGradientDescent, Mask, MiniBatches,
                                 PerStepWeights, Recompute)
@@ -21,9 +21,11 @@ from metalearn.tasks import Episode
 from metalearn.testing import (analytic_meta_gradient,
                                assert_meta_gradient_matches_finite_differences,
                                compiled_meta_gradient, regression_episodes, relative_error)
+from metalearn.training import Loop, Runtime
 from metalearn.training.step import make_meta_step
 
 WAYS, SHOTS, DIM = 3, 2, 4
+MAP_FN, UNROLLED = execution.MapFn(), execution.Unrolled()
 
 
 def xent(y, logits):
@@ -38,7 +40,7 @@ def _episodes(tasks=2, seed=0):
     return Episode(x(keys[0]), labels, x(keys[1]), labels)
 
 
-def _hypernetwork_learner(then, task_batching="map_fn"):
+def _hypernetwork_learner(then):
     """An MLP 4-3-3 whose head is generated from per-class means, then adapted by ``then``."""
     keras.utils.set_random_seed(0)
     model = models.mlp((DIM,), hidden=(3,), outputs=WAYS, activation="tanh", dtype="float64")
@@ -46,7 +48,7 @@ def _hypernetwork_learner(then, task_batching="map_fn"):
                                   keras.layers.Dense(3 * WAYS + WAYS, dtype="float64",
                                                      name="dense")], name="generator")
     adapter = Hypernetwork(generator, generate=("head",), then=then)
-    return metalearn.Learner(model, adapter=adapter, loss=xent, task_batching=task_batching)
+    return metalearn.Learner(model, adapter=adapter, loss=xent)
 
 
 def test_annealing_inside_a_hypernetwork_reads_the_learners_counter():
@@ -58,12 +60,13 @@ def test_annealing_inside_a_hypernetwork_reads_the_learners_counter():
     first = _hypernetwork_learner(GradientDescent(2, 0.3, first_order=True))
     second = _hypernetwork_learner(GradientDescent(2, 0.3))
     episodes = _episodes()
-    annealed = analytic_meta_gradient(learner, episodes)  # meta-step 0: first order
-    assert relative_error(annealed, analytic_meta_gradient(first, episodes)) < 1e-12
-    assert relative_error(annealed, analytic_meta_gradient(second, episodes)) > 1e-4
+    gradient = lambda l: analytic_meta_gradient(l, episodes, MAP_FN)
+    annealed = gradient(learner)  # meta-step 0: first order
+    assert relative_error(annealed, gradient(first)) < 1e-12
+    assert relative_error(annealed, gradient(second)) > 1e-4
     learner.meta_step.assign(5)
-    annealed = analytic_meta_gradient(learner, episodes)
-    assert relative_error(annealed, analytic_meta_gradient(second, episodes)) < 1e-12
+    annealed = gradient(learner)
+    assert relative_error(annealed, gradient(second)) < 1e-12
 
 
 def test_per_step_weights_inside_a_hypernetwork_leave_the_meta_variables():
@@ -75,7 +78,8 @@ def test_per_step_weights_inside_a_hypernetwork_leave_the_meta_variables():
     assert "mlp/hidden0/bias" not in paths
     assert "mlp/hidden0/bias" in learner.task_paths()
     assert any("per_step" in p for p in paths)  # the copies are meta-learned instead
-    analytic = assert_meta_gradient_matches_finite_differences(learner, _episodes())
+    analytic = assert_meta_gradient_matches_finite_differences(learner, _episodes(),
+                                                               formulation=MAP_FN)
     assert np.any(analytic[then.wrappers[0].own_meta_variables()[0].path])
 
 
@@ -84,22 +88,21 @@ def test_implicit_gradient_inside_a_hypernetwork_runs_unrolled():
     TensorFlow ignores the custom gradient: the meta-gradient was the plain one."""
     then = lambda: ImplicitGradientDescent(steps=3, learning_rate=0.1, regularization=2.0,
                                            cg_steps=3)
-    learner = _hypernetwork_learner(then())  # asks for map_fn
+    learner = _hypernetwork_learner(then())  # run with MapFn below
     assert learner.adapter.needs_unrolled_tasks and learner.capabilities.custom_gradient
-    unrolled = _hypernetwork_learner(then(), task_batching="unrolled")
+    unrolled = _hypernetwork_learner(then())
     episodes = _episodes()
-    got = compiled_meta_gradient(learner, episodes)  # tf.map_fn is a loop in a graph
-    want = compiled_meta_gradient(unrolled, episodes)
+    got = compiled_meta_gradient(learner, episodes, MAP_FN)  # tf.map_fn: a graph loop
+    want = compiled_meta_gradient(unrolled, episodes, UNROLLED)
     assert relative_error(got, want) < 1e-12  # 0.1: 0.13
-    assert relative_error(want, analytic_meta_gradient(unrolled, episodes)) < 1e-12
+    assert relative_error(want, analytic_meta_gradient(unrolled, episodes, UNROLLED)) < 1e-12
 
 
 def _linear_learner():
     keras.utils.set_random_seed(0)
     model = models.mlp((2,), hidden=(), outputs=1, dtype="float64")
     return metalearn.Learner(model, GradientDescent(steps=2, learning_rate=0.1),
-                             loss=lambda y, p: tf.reduce_mean(tf.square(y - p)),
-                             task_batching="unrolled")
+                             loss=lambda y, p: tf.reduce_mean(tf.square(y - p)))
 
 
 def _serial_reptile_by_hand(learner, episodes, epsilon):
@@ -115,19 +118,20 @@ def _serial_reptile_by_hand(learner, episodes, epsilon):
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_serial_reptile_is_serial_under_xla(jit_compile):
     """0.1: with ``jit_compile=True`` the training path called compute_gradients and
-    apply_gradients itself, so ``Reptile(serial=True)`` silently ran batched Reptile."""
+    apply_gradients itself, so ``Reptile(serial=True)`` silently ran batched Reptile.
+    The learners run their tasks unrolled."""
     episodes = regression_episodes(tasks=3)
     expected = _serial_reptile_by_hand(_linear_learner(), episodes, 0.5)
     for strategy in (None, tf.distribute.get_strategy()):
         learner = _linear_learner()
         step = make_meta_step(learner, metalearn.SerialReptile(keras.optimizers.SGD(0.5)),
-                              jit_compile=jit_compile, skip_non_finite=True,
+                              UNROLLED, jit_compile=jit_compile, skip_non_finite=True,
                               strategy=strategy)
         step(episodes)
         for v in learner.meta_variables:
             np.testing.assert_allclose(v.numpy(), expected[v.path], rtol=1e-10)
     batched = _linear_learner()
-    make_meta_step(batched, metalearn.Reptile(keras.optimizers.SGD(0.5)),
+    make_meta_step(batched, metalearn.Reptile(keras.optimizers.SGD(0.5)), UNROLLED,
                    jit_compile=jit_compile)(episodes)
     assert not all(np.allclose(v.numpy(), expected[v.path]) for v in batched.meta_variables)
 
@@ -135,7 +139,7 @@ def test_serial_reptile_is_serial_under_xla(jit_compile):
 # --- the training loop's step is make_meta_step ------------------------------------
 
 OUTER_RULES = {
-    "meta_optimizer": lambda: metalearn.MetaOptimizer(keras.optimizers.Adam(0.01)),
+    "meta_gradient": lambda: metalearn.MetaGradient(keras.optimizers.Adam(0.01)),
     "reptile": lambda: metalearn.Reptile(keras.optimizers.SGD(0.5)),
     "serial_reptile": lambda: metalearn.SerialReptile(keras.optimizers.SGD(0.5)),
 }
@@ -147,13 +151,14 @@ def test_training_loop_step_equals_make_meta_step(rule, jit_compile, tmp_path):
     sampler = metalearn.tasks.Sinusoid(shots=5, queries=5)
     make = lambda: metalearn.Experiment(
         learner=metalearn.Learner(_sinusoid_model(), GradientDescent(1, 0.01), loss="mse"),
-        sampler=sampler, meta_optimizer=OUTER_RULES[rule](), meta_batch_size=2,
-        num_steps=3, log_every=3, checkpoint_every=3, jit_compile=jit_compile)
+        sampler=sampler, outer_rule=OUTER_RULES[rule](), meta_batch_size=2,
+        loop=Loop(num_steps=3, log_every=3, checkpoint_every=3),
+        runtime=Runtime(jit_compile=jit_compile))
     trained = make()
     metalearn.training.train(trained, str(tmp_path))
     by_hand = make()
-    step = make_meta_step(by_hand.learner, by_hand.meta_optimizer, jit_compile=jit_compile,
-                          skip_non_finite=True)
+    step = make_meta_step(by_hand.learner, by_hand.outer_rule, by_hand.formulation,
+                          jit_compile=jit_compile, skip_non_finite=True)
     for batch in sampler.dataset(2, seed=0, split="train", num_steps=3):
         step(batch)
     assert int(trained.learner.meta_step) == int(by_hand.learner.meta_step) == 3

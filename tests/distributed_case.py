@@ -9,7 +9,9 @@ import numpy as np
 import tensorflow as tf
 
 import metalearn
+from metalearn import execution
 from metalearn.adapters import GradientDescent
+from metalearn.outer import ClipByGlobalNorm
 from metalearn.tasks import Episode
 from metalearn.training import distribute
 from metalearn.training import step as step_builder
@@ -51,25 +53,28 @@ def build(strategy: tf.distribute.Strategy, clipnorm=None):
             keras.layers.Dense(3, dtype="float64", name="head")])
         learner = metalearn.Learner(model, GradientDescent(steps=2, learning_rate=0.3),
                                     loss=loss)
-        optimizer = metalearn.MetaOptimizer(keras.optimizers.Adam(0.01), clipnorm=clipnorm)
-        optimizer.build(learner)
-    return learner, optimizer
+        rule = metalearn.MetaGradient(keras.optimizers.Adam(0.01))
+        if clipnorm is not None:
+            rule = ClipByGlobalNorm(rule, clipnorm)
+        rule.build(learner)
+    return learner, rule
 
 
 def run(strategy: tf.distribute.Strategy, steps: int = 2, clipnorm=None
         ) -> Tuple[List[np.ndarray], List[np.ndarray]]:
     """The first step's all-reduced meta-gradient and the weights after ``steps``."""
-    learner, optimizer = build(strategy, clipnorm)
+    learner, rule = build(strategy, clipnorm)
     batch = distribute.split_episodes(strategy, episodes())
+    formulation = execution.Auto()
 
     @tf.function
     def gradient(per_replica):
-        grads = strategy.run(lambda e: optimizer.compute_gradients(learner, e)[0],
+        grads = strategy.run(lambda e: rule.directions(learner, e, formulation)[0],
                              args=(per_replica,))
         return [strategy.reduce(tf.distribute.ReduceOp.MEAN, g, axis=None) for g in grads]
 
     first = [g.numpy() for g in gradient(batch)]
-    step = step_builder.make_distributed_meta_step(strategy, learner, optimizer)
+    step = step_builder.make_distributed_meta_step(strategy, learner, rule, formulation)
     for _ in range(steps):
         step(batch)
     return first, [v.numpy() for v in learner.meta_variables]

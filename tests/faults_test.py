@@ -1,6 +1,6 @@
 """Numerical faults: a NaN injected at a chosen step is caught at that step, with the
 last good checkpoint kept (``on_non_finite='raise'``), or skipped and counted
-(``on_non_finite='skip'``), on one device and across replicas."""
+(``Loop(on_non_finite='skip')``), on one device and across replicas."""
 
 import os
 
@@ -10,10 +10,12 @@ import pytest
 import tensorflow as tf
 
 import metalearn
+from metalearn import execution
 from metalearn.adapters import GradientDescent
 from metalearn.models import mlp
 from metalearn.tasks import Episode, Sinusoid
-from metalearn.training import Experiment, distribute, train
+from metalearn.outer import NON_FINITE, SkipNonFinite
+from metalearn.training import Experiment, Loop, distribute, train
 from metalearn.training import step as step_builder
 from metalearn.runs.workdir import Workdir
 from metalearn.training.checkpoint import checkpoint_for
@@ -43,16 +45,17 @@ class FaultyLearner(metalearn.Learner):
         return results
 
 
-def _experiment(fault_step=None, fault="loss", **kwargs):
+def _experiment(fault_step=None, fault="loss", **loop):
     keras.utils.set_random_seed(0)
     model = mlp(hidden=(8,))
     adapter = GradientDescent(steps=1, learning_rate=0.01)
     loss = keras.losses.MeanSquaredError()
     learner = FaultyLearner(model, fault_step, fault, adapter=adapter, loss=loss) \
         if fault_step else metalearn.Learner(model, adapter=adapter, loss=loss)
-    settings = dict(meta_batch_size=4, num_steps=12, log_every=4, checkpoint_every=3)
-    settings.update(kwargs)
-    return Experiment(learner, Sinusoid(shots=5, queries=5), **settings)
+    settings = dict(num_steps=12, log_every=4, checkpoint_every=3)
+    settings.update(loop)
+    return Experiment(learner, Sinusoid(shots=5, queries=5), meta_batch_size=4,
+                      loop=Loop(**settings))
 
 
 def _weights(experiment):
@@ -66,7 +69,7 @@ def test_nan_loss_stops_at_its_step_and_the_last_checkpoint_loads(tmp_path):
                        r"checkpoint, .*ckpt-6, is from before it \(rerunning resumes"):
         train(experiment, str(tmp_path))
     # in memory: the state after step 7 (step 8's update not applied)
-    assert int(experiment.meta_optimizer.optimizer.iterations.numpy()) == 7
+    assert int(experiment.outer_rule.optimizer.iterations.numpy()) == 7
     assert all(np.isfinite(w).all() for w in _weights(experiment))
     latest = tf.train.latest_checkpoint(Workdir(tmp_path).checkpoints)
     assert latest.endswith("ckpt-6")
@@ -74,7 +77,7 @@ def test_nan_loss_stops_at_its_step_and_the_last_checkpoint_loads(tmp_path):
     checkpoint_for(fresh, fresh.learner.meta_step).restore(
         latest).assert_existing_objects_matched()
     assert int(fresh.learner.meta_step.numpy()) == 6 < 8
-    assert int(fresh.meta_optimizer.optimizer.iterations.numpy()) == 6
+    assert int(fresh.outer_rule.optimizer.iterations.numpy()) == 6
     assert all(np.isfinite(w).all() for w in _weights(fresh))
 
 
@@ -95,7 +98,8 @@ def _reference(skipped_step, num_steps):
     experiment = _experiment()
     strategy = tf.distribute.get_strategy()
     step = step_builder.make_distributed_meta_step(strategy, experiment.learner,
-                                                 experiment.meta_optimizer)
+                                                   experiment.outer_rule,
+                                                   experiment.formulation)
     stream = distribute.episode_stream(strategy, experiment.sampler, 4, num_steps=num_steps)
     for number, batch in enumerate(stream, start=1):
         if number == skipped_step:
@@ -110,7 +114,7 @@ def test_skip_mode_skips_exactly_the_bad_step(tmp_path):
     metrics = train(experiment, str(tmp_path))
     assert metrics["step"] == 12 and metrics["skipped_steps"] == 1
     assert np.isfinite(metrics["loss"])
-    assert int(experiment.meta_optimizer.optimizer.iterations.numpy()) == 11
+    assert int(experiment.outer_rule.optimizer.iterations.numpy()) == 11
     skipped = _reference(skipped_step=7, num_steps=12)
     for a, b in zip(_weights(experiment), _weights(skipped)):
         np.testing.assert_array_equal(a, b)
@@ -124,7 +128,7 @@ def test_skip_mode_skips_exactly_the_bad_step(tmp_path):
 
 
 def test_bad_option_is_rejected():
-    with pytest.raises(ValueError, match="on_non_finite must be one of .*'ignore'"):
+    with pytest.raises(ValueError, match="Loop.on_non_finite must be one of .*'ignore'"):
         _experiment(on_non_finite="ignore")
 
 
@@ -135,23 +139,23 @@ def test_a_nan_on_one_replica_skips_the_update_on_every_replica(replicas):
     strategy = distribute.make_strategy("mirrored", [f"/cpu:{i}" for i in range(replicas)],
                                         cross_device_ops="reduce_to_one_device") \
         if replicas > 1 else tf.distribute.get_strategy()
-    learner, optimizer = distributed_case.build(strategy)
+    learner, rule = distributed_case.build(strategy)
     clean = distributed_case.episodes()
     query_x = clean.query_x.numpy()
     query_x[0] = np.nan  # task 0, replica 0's
     poisoned = Episode(clean.support_x, clean.support_y, query_x, clean.query_y)
-    step = step_builder.make_distributed_meta_step(strategy, learner, optimizer,
-                                                 skip_non_finite=True)
+    step = step_builder.make_distributed_meta_step(strategy, learner, rule,
+                                                   skip_non_finite=True)
     before = [v.numpy() for v in learner.meta_variables]
-    flags = step(distribute.split_episodes(strategy, poisoned))[step_builder.NON_FINITE]
+    flags = step(distribute.split_episodes(strategy, poisoned))[NON_FINITE]
     assert flags.numpy()[0] == 1  # one replica's loss (all reduced, the same everywhere)
-    assert int(optimizer.optimizer.iterations.numpy()) == 0
+    assert int(rule.optimizer.iterations.numpy()) == 0
     assert int(learner.meta_step.numpy()) == 1
     for variable, old in zip(learner.meta_variables, before):
         for local in strategy.experimental_local_results(variable):
             np.testing.assert_array_equal(local.numpy(), old)
-    flags = step(distribute.split_episodes(strategy, clean))[step_builder.NON_FINITE]
-    assert not flags.numpy().any() and int(optimizer.optimizer.iterations.numpy()) == 1
+    flags = step(distribute.split_episodes(strategy, clean))[NON_FINITE]
+    assert not flags.numpy().any() and int(rule.optimizer.iterations.numpy()) == 1
     assert not np.array_equal(learner.meta_variables[0].numpy(), before[0])
 
 
@@ -159,21 +163,23 @@ def test_serial_reptile_keeps_the_updates_before_the_bad_task():
     keras.utils.set_random_seed(0)
     model = mlp(hidden=(8,))
     learner = metalearn.Learner(model, adapter=GradientDescent(steps=2, learning_rate=0.01),
-                                loss=keras.losses.MeanSquaredError(), task_batching="unrolled")
+                                loss=keras.losses.MeanSquaredError())
+    unrolled = execution.Unrolled()
     reptile = metalearn.SerialReptile(keras.optimizers.SGD(0.5))
     reptile.build(learner)
+    guarded = SkipNonFinite(reptile)
     batch = Sinusoid(shots=5, queries=5).sample(tf.constant([1, 2], tf.int64), 3)
     query_y = batch.query_y.numpy()
     query_y[1] = np.nan  # task 1 of 3
     poisoned = Episode(batch.support_x, batch.support_y, batch.query_x, query_y)
     start = [v.numpy() for v in learner.meta_variables]
-    _, flags = tf.function(lambda e: reptile.step(learner, e, guard=True))(poisoned)
+    flags = tf.function(lambda e: guarded.step(learner, e, unrolled))(poisoned)[NON_FINITE]
     assert flags.numpy()[0] == 1
     after_bad = [v.numpy() for v in learner.meta_variables]
     for variable, value in zip(learner.meta_variables, start):
         variable.assign(value)
     first_only = tf.nest.map_structure(lambda t: t[:1], batch)
-    tf.function(lambda e: reptile.step(learner, e))(first_only)  # task 0 alone
+    tf.function(lambda e: reptile.step(learner, e, unrolled))(first_only)  # task 0 alone
     for a, b in zip(after_bad, [v.numpy() for v in learner.meta_variables]):
         np.testing.assert_array_equal(a, b)
     assert not all(np.array_equal(a, b) for a, b in zip(after_bad, start))

@@ -1,9 +1,9 @@
-"""Task-batching formulations: every one equals the per-task reference, in float64.
+"""Formulations (metalearn.execution): every one equals the per-task reference, in float64.
 
-``Learner(task_batching=...)``: "unrolled" (one inner loop per task in the graph, the
-reference, itself checked against finite differences in gradient_descent_test.py),
-"map_fn" (a compiled loop over tasks) and "batched" (metalearn.functional.batched: each layer runs
-once for all tasks with a task axis on inputs and weights).
+``Unrolled()`` (one inner loop per task in the graph, the reference, itself checked
+against finite differences in gradient_descent_test.py), ``MapFn()`` (a compiled loop
+over tasks) and ``Batched()`` (metalearn.functional.batched: each layer runs once for all
+tasks with a task axis on inputs and weights).
 """
 
 import keras
@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import metalearn
-from metalearn import functional
+from metalearn import execution, functional
 from metalearn.functional import batched
 from metalearn.adapters import (GradientDescent, GradientStep, Mask, MetaSGD,
                                 PerStepLearningRates, PerStepWeights, Recompute)
@@ -38,19 +38,20 @@ def _conv_net(**kwargs):
     return metalearn.models.conv_net(**options)
 
 
-def _learner(model, adapter, task_batching, **kwargs):
+def _learner(model, adapter, **kwargs):
     # A Keras loss object computes in its own dtype (floatx, float32, by default).
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, dtype="float64")
     return metalearn.Learner(
-        model, adapter, loss=loss,
-        metrics={"accuracy": "accuracy"}, task_batching=task_batching, **kwargs)
+        model, adapter, loss=loss, metrics={"accuracy": "accuracy"}, **kwargs)
 
 
-def _metrics_and_meta_gradient(learner, episodes):
+def _metrics_and_meta_gradient(learner, episodes, name):
+    formulation = execution.formulation(name)
+
     @tf.function
     def run(episodes):
         with tf.GradientTape() as tape:
-            metrics = learner.meta_metrics(episodes)
+            metrics = learner.meta_metrics(episodes, formulation=formulation)
             loss = tf.reduce_mean(metrics["loss"])
         return metrics, tape.gradient(loss, learner.meta_variables)
     metrics, grads = run(episodes)
@@ -59,9 +60,9 @@ def _metrics_and_meta_gradient(learner, episodes):
 
 def _assert_same(learner_fn, episodes):
     """Every formulation of FORMULATIONS against one unrolled reference."""
-    reference = _metrics_and_meta_gradient(learner_fn("unrolled"), episodes)
+    reference = _metrics_and_meta_gradient(learner_fn(), episodes, "unrolled")
     for formulation in FORMULATIONS:
-        result = _metrics_and_meta_gradient(learner_fn(formulation), episodes)
+        result = _metrics_and_meta_gradient(learner_fn(), episodes, formulation)
         assert sorted(result[0]) == sorted(reference[0]), formulation
         for name in reference[0]:
             assert result[0][name].shape == reference[0][name].shape, (formulation, name)
@@ -76,9 +77,8 @@ def _assert_same(learner_fn, episodes):
 @pytest.mark.parametrize("tasks,first_order", [(1, False), (3, False), (3, True)])
 def test_conv_batchnorm_equals_per_task_reference(tasks, first_order):
     model = _conv_net()
-    make = lambda batching: _learner(
-        model, GradientDescent(steps=2, learning_rate=0.3, first_order=first_order),
-        batching)
+    make = lambda: _learner(
+        model, GradientDescent(steps=2, learning_rate=0.3, first_order=first_order))
     _assert_same(make, _episodes(tasks))
 
 
@@ -96,7 +96,7 @@ def test_mini_imagenet_layout_equals_reference():
         keras.layers.Flatten(dtype="float64"),
         keras.layers.Dense(5, activation="relu", dtype="float64", name="hidden"),
         keras.layers.Dense(3, dtype="float64", name="head")])
-    make = lambda batching: _learner(model, GradientDescent(1, 0.5), batching)
+    make = lambda: _learner(model, GradientDescent(1, 0.5))
     _assert_same(make, _episodes(4, channels=2))
 
 
@@ -109,18 +109,20 @@ def test_learned_rates_anil_and_per_step_batchnorm():
         "anil": lambda: GradientDescent(steps=2, update=[Mask(("head",)), GradientStep(0.2)]),
     }
     for name, adapter in adapters.items():
-        make = lambda batching: _learner(model, adapter(), batching)
+        make = lambda: _learner(model, adapter())
         _assert_same(make, _episodes(2))
 
 
 def test_batched_second_order_meta_gradient_matches_finite_differences():
     model = _conv_net(filters=2, blocks=1)
-    learner = _learner(model, GradientDescent(2, 0.4), "batched")
+    learner = _learner(model, GradientDescent(2, 0.4))
+    formulation = execution.Batched()
     episodes = _episodes(2)
     with tf.GradientTape() as tape:
-        loss = learner.meta_loss(episodes)
+        loss = learner.meta_loss(episodes, formulation=formulation)
     grads = tape.gradient(loss, learner.meta_variables)
-    numeric = finite_difference_variables(lambda: learner.meta_loss(episodes),
+    numeric = finite_difference_variables(lambda: learner.meta_loss(episodes,
+                                                                    formulation=formulation),
                                           learner.meta_variables)
     for variable, grad in zip(learner.meta_variables, grads):
         np.testing.assert_allclose(grad.numpy(), numeric[variable.path], rtol=1e-6,
@@ -151,14 +153,15 @@ def test_graph_size_does_not_grow_with_meta_batch():
     model = _conv_net()
 
     def graph_ops(batching, tasks):
-        learner = _learner(model, GradientDescent(1, 0.3), batching)
+        learner = _learner(model, GradientDescent(1, 0.3))
+        formulation = execution.formulation(batching)
         spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype),
                                      _episodes(tasks))
 
         @tf.function
         def step(episodes):
             with tf.GradientTape() as tape:
-                loss = learner.meta_loss(episodes)
+                loss = learner.meta_loss(episodes, formulation=formulation)
             return tape.gradient(loss, learner.meta_variables)
         graph = step.get_concrete_function(spec).graph.as_graph_def()
         return len(graph.node) + sum(len(f.node_def) for f in graph.library.function)
@@ -170,12 +173,20 @@ def test_graph_size_does_not_grow_with_meta_batch():
 
 
 def test_batched_refuses_what_it_cannot_run():
+    # The refusal is the formulation's (Batched.check, run by make_meta_step and by
+    # Batched itself), no longer the Learner constructor's.
     model = _conv_net()
+    refuse = lambda learner: execution.Batched().check(learner)
+    implicit = _learner(model, metalearn.adapters.ImplicitGradientDescent())
     with pytest.raises(ValueError, match="ImplicitGradientDescent cannot run on a task axis"):
-        _learner(model, metalearn.adapters.ImplicitGradientDescent(), "batched")
+        refuse(implicit)
+    with pytest.raises(ValueError, match="ImplicitGradientDescent cannot run on a task axis"):
+        implicit.meta_metrics(_episodes(2), formulation=execution.Batched())
+    with pytest.raises(ValueError, match="ImplicitGradientDescent cannot run on a task axis"):
+        metalearn.training.make_meta_step(implicit, metalearn.MetaGradient(),
+                                          execution.Batched())
     with pytest.raises(ValueError, match="overrides episode_metrics"):
-        metalearn.MultiStepLossLearner(model, GradientDescent(2, 0.1), loss="mse",
-                                       task_batching="batched")
+        refuse(metalearn.MultiStepLossLearner(model, GradientDescent(2, 0.1), loss="mse"))
     class Subclassed(keras.Model):
         def __init__(self):
             super().__init__()
@@ -186,7 +197,7 @@ def test_batched_refuses_what_it_cannot_run():
     subclassed = Subclassed()
     subclassed(np.zeros((1, 4)))
     with pytest.raises(ValueError, match="supports keras.Sequential and functional models"):
-        _learner(subclassed, GradientDescent(1, 0.1), "batched")
+        refuse(_learner(subclassed, GradientDescent(1, 0.1)))
 
     class Custom(keras.layers.Layer):
         def build(self, shape):
@@ -197,9 +208,9 @@ def test_batched_refuses_what_it_cannot_run():
     custom = keras.Sequential([keras.Input((4,), dtype="float64"),
                                Custom(dtype="float64", name="custom")])
     with pytest.raises(ValueError, match="'custom' \\(Custom\\) has weights and no batched"):
-        _learner(custom, GradientDescent(1, 0.1), "batched")
-    with pytest.raises(ValueError, match="task_batching must be one of"):
-        _learner(model, GradientDescent(1, 0.1), "vmap")
+        refuse(_learner(custom, GradientDescent(1, 0.1)))
+    with pytest.raises(ValueError, match="unknown formulation 'vmap'"):
+        execution.formulation("vmap")
 
 
 def test_registered_rule_extends_batched():
@@ -221,10 +232,9 @@ def test_registered_rule_extends_batched():
                               keras.layers.Dense(1, dtype="float64", name="out")])
     episodes = Episode(*[tf.random.stateless_normal([3, 5, d], [i, 0], dtype=tf.float64)
                          for i, d in enumerate((4, 1, 4, 1))])
-    make = lambda batching: metalearn.Learner(model, GradientDescent(2, 0.1), loss="mse",
-                                              task_batching=batching)
-    reference = _metrics_and_meta_gradient(make("unrolled"), episodes)
-    result = _metrics_and_meta_gradient(make("batched"), episodes)
+    make = lambda: metalearn.Learner(model, GradientDescent(2, 0.1), loss="mse")
+    reference = _metrics_and_meta_gradient(make(), episodes, "unrolled")
+    result = _metrics_and_meta_gradient(make(), episodes, "batched")
     np.testing.assert_allclose(result[0]["loss"], reference[0]["loss"], rtol=1e-10)
     for got, want in zip(result[1], reference[1]):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
@@ -240,13 +250,13 @@ def test_recomputed_inner_steps_equal_stored_ones():
                 lambda r: PerStepLearningRates(2, 0.3,
                                                wrappers=[PerStepWeights(("bn",))] + again(r))]
     for adapter in adapters:
-        reference = _metrics_and_meta_gradient(_learner(model, adapter(False), "unrolled"),
-                                               _episodes(2))
+        reference = _metrics_and_meta_gradient(_learner(model, adapter(False)),
+                                               _episodes(2), "unrolled")
         for formulation in ("unrolled", "batched"):
-            recomputing = _learner(model, adapter(True), formulation)
+            recomputing = _learner(model, adapter(True))
             if formulation == "unrolled":
                 assert recomputing.adapter.needs_unrolled_tasks
-            result = _metrics_and_meta_gradient(recomputing, _episodes(2))
+            result = _metrics_and_meta_gradient(recomputing, _episodes(2), formulation)
             np.testing.assert_allclose(result[0]["loss"], reference[0]["loss"], rtol=1e-12,
                                        err_msg=formulation)
             for got, want in zip(result[1], reference[1]):

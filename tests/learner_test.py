@@ -1,4 +1,4 @@
-"""Learner: the README example, purity of adaptation, task batching and compilation."""
+"""Learner: the README example, purity of adaptation, formulations and compilation."""
 
 import keras
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import metalearn
-from metalearn import models
+from metalearn import execution, models
 from metalearn.adapters import GradientDescent
 from metalearn.tasks import Sinusoid
 from metalearn.testing import image_episodes, small_learner, softmax_xent
@@ -41,10 +41,10 @@ def test_variables_bit_identical_after_adapt_and_meta_loss():
         assert old.tobytes() == variable.numpy().tobytes(), variable.path
 
 
-def _meta_gradient(learner, episodes, mode):
+def _meta_gradient(learner, episodes, mode, formulation=None):
     def grads(batch):
         with tf.GradientTape() as tape:
-            loss = learner.meta_loss(batch)
+            loss = learner.meta_loss(batch, formulation=formulation)
         return tape.gradient(loss, learner.meta_variables)
     if mode == "eager":
         return [g.numpy() for g in grads(episodes)]
@@ -52,24 +52,22 @@ def _meta_gradient(learner, episodes, mode):
     return [g.numpy() for g in compiled(episodes)]
 
 
-@pytest.mark.parametrize("task_batching", ["map_fn", "unrolled"])
-def test_meta_gradient_same_eager_function_and_xla(task_batching):
+@pytest.mark.parametrize("name", ["map_fn", "unrolled"])
+def test_meta_gradient_same_eager_function_and_xla(name):
     learner = small_learner("conv", steps=2)
-    learner.task_batching = task_batching
+    formulation = execution.formulation(name)
     episodes = image_episodes(tasks=3)
-    eager = _meta_gradient(learner, episodes, "eager")
+    eager = _meta_gradient(learner, episodes, "eager", formulation)
     for mode in ("function", "xla"):
-        for a, b in zip(eager, _meta_gradient(learner, episodes, mode)):
+        for a, b in zip(eager, _meta_gradient(learner, episodes, mode, formulation)):
             np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12, err_msg=mode)
 
 
 def test_map_fn_and_unrolled_batching_agree():
     learner = small_learner("conv", steps=2)
     episodes = image_episodes(tasks=4)
-    learner.task_batching = "map_fn"
-    mapped = _meta_gradient(learner, episodes, "function")
-    learner.task_batching = "unrolled"
-    unrolled = _meta_gradient(learner, episodes, "function")
+    mapped = _meta_gradient(learner, episodes, "function", execution.MapFn())
+    unrolled = _meta_gradient(learner, episodes, "function", execution.Unrolled())
     for a, b in zip(mapped, unrolled):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
 
@@ -100,8 +98,12 @@ def test_bad_arguments_are_named():
     model = models.mlp()
     with pytest.raises(ValueError, match="needs a loss"):
         metalearn.Learner(model, GradientDescent())
-    with pytest.raises(ValueError, match="task_batching.*'vmap'"):
+    # task_batching moved to the formulation (metalearn 0.3): the old keyword names it,
+    # and an unknown formulation name is named where formulations are made
+    with pytest.raises(TypeError, match="task_batching=.*moved.*formulation"):
         metalearn.Learner(model, GradientDescent(), loss="mse", task_batching="vmap")
+    with pytest.raises(ValueError, match="unknown formulation 'vmap'"):
+        execution.formulation("vmap")
     with pytest.raises(TypeError, match="Adapter"):
         metalearn.Learner(model, adapter="sgd", loss="mse")
     with pytest.raises(ValueError, match="unknown loss 'msee'"):

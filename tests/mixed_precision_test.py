@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import metalearn
+from metalearn import execution
 from metalearn.adapters import GradientDescent
 from metalearn.tasks import Episode
 
@@ -27,11 +28,11 @@ def _episodes(tasks=2, ways=3, seed=0):
     return Episode(images(keys[0]), labels, images(keys[1]), labels)
 
 
-def _meta_gradient(learner, episodes):
+def _meta_gradient(learner, episodes, formulation):
     @tf.function
     def run(episodes):
         with tf.GradientTape() as tape:
-            loss = learner.meta_loss(episodes)
+            loss = learner.meta_loss(episodes, formulation=formulation)
         return loss, tape.gradient(loss, learner.meta_variables)
     return run(episodes)
 
@@ -41,9 +42,9 @@ def _model():
     return metalearn.models.conv_net(input_shape=(8, 8, 1), outputs=3, filters=8, blocks=2)
 
 
-@pytest.mark.parametrize("task_batching", ["map_fn", "batched"])
+@pytest.mark.parametrize("formulation", ["map_fn", "batched"])
 def test_bfloat16_compute_gives_float32_meta_gradients_close_to_float32(
-        task_batching, bfloat16_policy):
+        formulation, bfloat16_policy):
     mixed = _model()
     assert mixed.layers[0].compute_dtype == "bfloat16"
     assert mixed.layers[0].kernel.dtype == "float32"
@@ -53,9 +54,9 @@ def test_bfloat16_compute_gives_float32_meta_gradients_close_to_float32(
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     results = {}
     for name, model in (("mixed", mixed), ("full", full)):
-        learner = metalearn.Learner(model, GradientDescent(1, 0.4), loss=loss,
-                                    task_batching=task_batching)
-        results[name] = _meta_gradient(learner, _episodes())
+        learner = metalearn.Learner(model, GradientDescent(1, 0.4), loss=loss)
+        results[name] = _meta_gradient(learner, _episodes(),
+                                       execution.formulation(formulation))
     (mixed_loss, mixed_grads), (full_loss, full_grads) = results["mixed"], results["full"]
     assert mixed_loss.dtype == tf.float32
     assert all(g.dtype == tf.float32 for g in mixed_grads)
@@ -77,7 +78,8 @@ def test_experiment_dtype_policy_builds_a_mixed_model_that_trains():
         experiment = build_experiment()
         layer = experiment.learner.model.layers[0]
         assert (layer.compute_dtype, layer.kernel.dtype) == ("bfloat16", "float32")
-        step = make_meta_step(experiment.learner, experiment.meta_optimizer)
+        step = make_meta_step(experiment.learner, experiment.outer_rule,
+                              experiment.formulation)
         episodes = next(iter(experiment.sampler.dataset(4, seed=0)))
         before = [v.numpy().copy() for v in experiment.learner.meta_variables]
         metrics = step(episodes)

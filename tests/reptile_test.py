@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import metalearn
-from metalearn import models
+from metalearn import execution, models
 from metalearn.adapters import GradientDescent, MetaSGD
 from metalearn.testing import LearnerContract, classification_learner
 from metalearn.testing import regression_episodes, mse
@@ -14,11 +14,11 @@ from metalearn.testing import regression_episodes, mse
 ALPHA, EPSILON, STEPS = 0.1, 0.5, 2
 
 
-def _linear_learner(task_batching="map_fn"):
+def _linear_learner():
     keras.utils.set_random_seed(3)
     model = models.mlp((2,), hidden=(), outputs=1, dtype="float64")
     return metalearn.Learner(model, GradientDescent(steps=STEPS, learning_rate=ALPHA),
-                             loss=mse, task_batching=task_batching)
+                             loss=mse)
 
 
 def _adapt_by_hand(w, b, x, y):
@@ -30,24 +30,25 @@ def _adapt_by_hand(w, b, x, y):
     return w, b
 
 
-def _run(learner, serial):
+def _run(learner, serial, formulation="map_fn"):
     rule = metalearn.SerialReptile if serial else metalearn.Reptile
     reptile = rule(keras.optimizers.SGD(learning_rate=EPSILON))
-    step = metalearn.training.make_meta_step(learner, reptile)
+    step = metalearn.training.make_meta_step(learner, reptile,
+                                             execution.formulation(formulation))
     step(regression_episodes(tasks=3))
     return [v.numpy() for v in learner.meta_variables]
 
 
-@pytest.mark.parametrize("task_batching", ["map_fn", "unrolled"])
-def test_batched_update_equals_formula(task_batching):
-    learner = _linear_learner(task_batching)
+@pytest.mark.parametrize("formulation", ["map_fn", "unrolled"])
+def test_batched_update_equals_formula(formulation):
+    learner = _linear_learner()
     w, b = (v.numpy() for v in learner.meta_variables)
     episodes = regression_episodes(tasks=3)
     adapted = [_adapt_by_hand(w, b, episodes.support_x[i].numpy(),
                               episodes.support_y[i].numpy()) for i in range(3)]
     expected_w = w + EPSILON * (np.mean([a[0] for a in adapted], 0) - w)
     expected_b = b + EPSILON * (np.mean([a[1] for a in adapted], 0) - b)
-    new_w, new_b = _run(learner, serial=False)
+    new_w, new_b = _run(learner, serial=False, formulation=formulation)
     np.testing.assert_allclose(new_w, expected_w, rtol=1e-12)
     np.testing.assert_allclose(new_b, expected_b, rtol=1e-12)
 
@@ -70,8 +71,8 @@ def test_serial_and_batched_differ_and_metrics_are_per_task():
     assert not np.allclose(batched[0], serial[0])
     learner = _linear_learner()
     reptile = metalearn.SerialReptile()
-    metrics, flags = reptile.step(learner, regression_episodes(tasks=3))
-    assert flags is None
+    metrics = reptile.step(learner, regression_episodes(tasks=3), execution.MapFn())
+    assert metalearn.outer.NON_FINITE not in metrics  # unguarded: no flags
     assert metrics["loss"].shape == (3,)
 
 
@@ -79,7 +80,7 @@ def test_reptile_refuses_adapter_state_it_cannot_train():
     learner = metalearn.Learner(models.mlp((2,), hidden=(3,), dtype="float64"),
                                 MetaSGD(), loss=mse)
     with pytest.raises(ValueError, match="Reptile moves the model's initial weights only"):
-        metalearn.Reptile().compute_gradients(learner, regression_episodes())
+        metalearn.Reptile().directions(learner, regression_episodes(), execution.MapFn())
     with pytest.raises(ValueError, match="inner_steps must be >= 1, got 0"):
         metalearn.Reptile(inner_steps=0)
 

@@ -100,11 +100,16 @@ class LearnerContract(abc.ABC):
     def make_outer_rule(self) -> metalearn.outer.OuterRule:
         return metalearn.MetaGradient(keras.optimizers.Adam(learning_rate=0.01))
 
+    def make_formulation(self) -> Optional[metalearn.execution.Formulation]:
+        """How the contract runs a batch of tasks (:mod:`metalearn.execution`), in its
+        metrics and its meta-steps; ``None``: ``Auto()``."""
+        return None
+
     def chance_metrics(self, learner: metalearn.Learner, episodes: Episode
                        ) -> Dict[str, tf.Tensor]:
         """Metrics of the untrained learner when it has not seen the task's support set
         (no inner steps), which must be at chance."""
-        return learner.meta_metrics(episodes, steps=0)
+        return learner.meta_metrics(episodes, steps=0, formulation=self.make_formulation())
 
     # --- the contract -------------------------------------------------------------
 
@@ -119,7 +124,7 @@ class LearnerContract(abc.ABC):
             assert weights.get(path, value).shape == value.shape, path
         predictions = learner.predict(adapted, task.query_x)
         assert predictions.shape == (WAYS * QUERIES, WAYS)
-        metrics = learner.meta_metrics(episodes)
+        metrics = learner.meta_metrics(episodes, formulation=self.make_formulation())
         assert sorted(metrics) == sorted(learner.metric_names)
         assert {"accuracy", "loss"} <= set(metrics)
         for value in metrics.values():
@@ -135,19 +140,23 @@ class LearnerContract(abc.ABC):
     def test_meta_step_lowers_the_loss(self):
         learner = self.make_learner()
         episodes = synthetic_classification(2, tasks=4)
-        before = float(learner.meta_loss(episodes))
-        metalearn.training.make_meta_step(learner, self.make_outer_rule())(episodes)
-        after = float(learner.meta_loss(episodes))
+        formulation = self.make_formulation()
+        before = float(learner.meta_loss(episodes, formulation=formulation))
+        metalearn.training.make_meta_step(learner, self.make_outer_rule(),
+                                          formulation)(episodes)
+        after = float(learner.meta_loss(episodes, formulation=formulation))
         assert after < before, (before, after)
 
     def test_overfits_one_episode(self):
         learner = self.make_learner()
         episode = synthetic_classification(3, tasks=1)
-        meta_step = metalearn.training.make_meta_step(learner, self.make_outer_rule())
-        first = float(learner.meta_loss(episode))
+        formulation = self.make_formulation()
+        meta_step = metalearn.training.make_meta_step(learner, self.make_outer_rule(),
+                                                      formulation)
+        first = float(learner.meta_loss(episode, formulation=formulation))
         for _ in range(self.overfit_steps):
             meta_step(episode)
-        metrics = learner.meta_metrics(episode)
+        metrics = learner.meta_metrics(episode, formulation=formulation)
         assert float(metrics["accuracy"][0]) == 1.0
         assert float(metrics["loss"][0]) < 0.25 * first, (first, float(metrics["loss"][0]))
 
@@ -156,19 +165,23 @@ class LearnerContract(abc.ABC):
         episodes = synthetic_classification(4, tasks=2)
         before = _state(learner)
         learner.adapt(episodes.support_x[0], episodes.support_y[0])
-        learner.meta_metrics(episodes)
-        tf.function(learner.meta_metrics)(episodes)
+        formulation = self.make_formulation()
+        learner.meta_metrics(episodes, formulation=formulation)
+        tf.function(lambda e: learner.meta_metrics(e, formulation=formulation))(episodes)
         for old, new in zip(before, _state(learner)):
             assert old.tobytes() == new.tobytes()
 
     def test_works_under_tf_function(self):
         learner = self.make_learner()
         episodes = synthetic_classification(5, tasks=3)
-        eager = learner.meta_metrics(episodes)
-        compiled = tf.function(learner.meta_metrics)(episodes)
+        formulation = self.make_formulation()
+        eager = learner.meta_metrics(episodes, formulation=formulation)
+        compiled = tf.function(lambda e: learner.meta_metrics(e, formulation=formulation)
+                               )(episodes)
         for name in eager:
             np.testing.assert_allclose(eager[name], compiled[name], rtol=1e-5, atol=1e-6)
-        meta_step = metalearn.training.make_meta_step(learner, self.make_outer_rule())
+        meta_step = metalearn.training.make_meta_step(learner, self.make_outer_rule(),
+                                                      formulation)
         for seed in (6, 7, 8):
             meta_step(synthetic_classification(seed, tasks=3))
         assert meta_step.experimental_get_tracing_count() == 1

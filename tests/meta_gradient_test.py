@@ -1,4 +1,5 @@
-"""MetaOptimizer: the outer update equals the Keras optimizer applied to the meta-gradient."""
+"""MetaGradient: the outer update equals the Keras optimizer applied to the meta-gradient;
+ClipDirections bounds it."""
 
 import keras
 import numpy as np
@@ -6,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 import metalearn
-from metalearn import models
+from metalearn import execution, models
+from metalearn.outer import ClipDirections, MetaGradient
 from metalearn.adapters import GradientDescent
 from metalearn.testing import regression_episodes, mse
 
@@ -24,8 +26,8 @@ def test_sgd_step_equals_manual_update():
         loss = learner.meta_loss(episodes)
     grads = [g.numpy() for g in tape.gradient(loss, learner.meta_variables)]
     before = [v.numpy() for v in learner.meta_variables]
-    optimizer = metalearn.MetaOptimizer(keras.optimizers.SGD(learning_rate=0.5))
-    metrics, _ = optimizer.step(learner, episodes)
+    rule = MetaGradient(keras.optimizers.SGD(learning_rate=0.5))
+    metrics = rule.step(learner, episodes, execution.Auto())
     np.testing.assert_allclose(tf.reduce_mean(metrics["loss"]), loss)
     for w, g, v in zip(before, grads, learner.meta_variables):
         np.testing.assert_allclose(v.numpy(), w - 0.5 * g, rtol=1e-12)
@@ -34,9 +36,8 @@ def test_sgd_step_equals_manual_update():
 def test_clipnorm_bounds_the_update():
     learner = _learner()
     before = [v.numpy() for v in learner.meta_variables]
-    optimizer = metalearn.MetaOptimizer(keras.optimizers.SGD(learning_rate=1.0),
-                                        clipnorm=1e-3)
-    optimizer.step(learner, regression_episodes())
+    rule = ClipDirections(MetaGradient(keras.optimizers.SGD(learning_rate=1.0)), 1e-3)
+    rule.step(learner, regression_episodes(), execution.Auto())
     change = np.sqrt(sum(np.sum((v.numpy() - w) ** 2)
                          for v, w in zip(learner.meta_variables, before)))
     np.testing.assert_allclose(change, 1e-3, rtol=1e-6)
@@ -45,8 +46,8 @@ def test_clipnorm_bounds_the_update():
 def test_meta_step_lowers_the_meta_loss():
     learner = _learner()
     episodes = regression_episodes()
-    optimizer = metalearn.MetaOptimizer(keras.optimizers.Adam(learning_rate=0.01))
-    step = metalearn.training.make_meta_step(learner, optimizer)
+    rule = metalearn.MetaGradient(keras.optimizers.Adam(learning_rate=0.01))
+    step = metalearn.training.make_meta_step(learner, rule)
     first = float(step(episodes)["loss"])
     for _ in range(20):
         last = float(step(episodes)["loss"])
@@ -61,9 +62,14 @@ def test_disconnected_meta_variable_is_reported():
     learner = Detached(models.mlp((2,), hidden=(3,), dtype="float64"), GradientDescent(),
                        loss=mse)
     with pytest.raises(ValueError, match="no meta-gradient reaches"):
-        metalearn.MetaOptimizer().compute_gradients(learner, regression_episodes())
+        MetaGradient().directions(learner, regression_episodes(), execution.Auto())
 
 
 def test_bad_clipnorm():
-    with pytest.raises(ValueError, match="clipnorm must be > 0, got -1"):
-        metalearn.MetaOptimizer(clipnorm=-1)
+    with pytest.raises(ValueError, match="max_norm must be > 0, got -1"):
+        ClipDirections(MetaGradient(), -1)
+    # the old spellings (metalearn 0.2) name the new ones
+    with pytest.raises(TypeError, match="clipnorm=.*moved.*ClipDirections"):
+        MetaGradient(clipnorm=1.0)
+    with pytest.raises(TypeError, match="MetaOptimizer is MetaGradient"):
+        metalearn.MetaOptimizer(keras.optimizers.SGD(0.1))

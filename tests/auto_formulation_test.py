@@ -1,5 +1,6 @@
-"""task_batching="auto": the rule (a pure function) on its decision table, the memory
-estimate from a model's shapes, the budget's parsing, and a learner that resolves it."""
+"""The Auto formulation (metalearn.execution.Auto): the rule (a pure function) on its
+decision table, the memory estimate from a model's shapes, the budget's parsing, and a
+learner's batch that it resolves."""
 
 import gin
 import keras
@@ -8,11 +9,10 @@ import pytest
 import tensorflow as tf
 
 import metalearn
-from metalearn import models
+from metalearn import execution, models
 from metalearn.adapters import GradientDescent
+from metalearn.execution import choose, estimate_step_bytes, parse_memory
 from metalearn.functional.memory import activation_bytes
-from metalearn.learners import task_batching
-from metalearn.learners.task_batching import choose, estimate_step_bytes, parse_memory
 from metalearn.testing import (classification_learner, contract_model,
                                synthetic_classification)
 
@@ -96,33 +96,31 @@ def test_parse_memory(value, expected):
 @pytest.mark.parametrize("value", ["2 gigs", "", "-1GiB", 0, -5, True, "GiB"])
 def test_bad_memory_budget_names_the_value(value):
     with pytest.raises(ValueError, match="memory_budget"):
-        classification_learner(GradientDescent(1, 0.3), memory_budget=value)
+        execution.Auto(memory_budget=value)
 
 
 def test_learner_resolves_auto_to_accumulate_on_a_cpu():
     episodes = synthetic_classification(0, tasks=4, dtype=tf.float64)
+    assert isinstance(execution.formulation(None), execution.Auto)  # the default
     for budget in (None, 1):
-        learner = classification_learner(GradientDescent(2, 0.3), contract_model("float64"),
-                                         memory_budget=budget)
-        assert learner.task_batching == "auto"
-        choice = task_batching.resolve(learner, episodes)
-        assert choice.mode == learner.task_batching_for(episodes) == "accumulate", \
+        learner = classification_learner(GradientDescent(2, 0.3), contract_model("float64"))
+        auto = execution.Auto(memory_budget=budget)
+        choice = auto.choice(learner, episodes)
+        assert choice.mode == auto.resolve(learner, episodes).name == "accumulate", \
             choice.reason
         assert "cpu" in choice.reason
-    reference = classification_learner(GradientDescent(2, 0.3), contract_model("float64"),
-                                       task_batching="unrolled")
-    grads = [metalearn.MetaOptimizer().compute_gradients(l, episodes)[0]
-             for l in (learner, reference)]
+    reference = classification_learner(GradientDescent(2, 0.3), contract_model("float64"))
+    grads = [metalearn.MetaGradient().directions(l, episodes, f)[0]
+             for l, f in ((learner, auto), (reference, execution.Unrolled()))]
     for a, b in zip(*grads):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-9, atol=1e-13)
 
 
 def test_memory_budget_is_gin_bindable():
     with gin.unlock_config():
-        gin.parse_config("Learner.memory_budget = '3MiB'")
+        gin.parse_config("Auto.memory_budget = '3MiB'")
     try:
-        learner = gin.get_configurable(metalearn.Learner)(
-            contract_model(), GradientDescent(1, 0.3), loss="mse")
-        assert learner.memory_budget == 3 * MIB
+        auto = gin.get_configurable(execution.Auto)()
+        assert auto.memory_budget == 3 * MIB
     finally:
         gin.clear_config()
