@@ -229,6 +229,16 @@ class FewShotClassification(TaskSampler):
         """The class names of each split (rotated classes named ``.../rot90`` ...)."""
         return {s: tuple(v["names"]) for s, v in self._prepare().items()}
 
+    def pool(self, split: str) -> Dict[str, np.ndarray]:
+        """``split``'s pool of classes as episodes draw from it, one entry per class and
+        rotation (a rotated class is a class of its own): ``pool_class [entries]`` (the
+        entry's class, ``0 ..`` in the split's order), ``pool_rotation [entries]`` (its
+        quarter turns), and per class ``counts`` (examples) and ``offsets`` (the first
+        example's index among the split's stored examples, which :meth:`examples` reads;
+        a class's examples are stored together). The data are loaded first if need be."""
+        info = self._prepare()[split]
+        return {key: info[key] for key in ("pool_class", "pool_rotation", "counts", "offsets")}
+
     # --- construction ------------------------------------------------------------
 
     def _split_names(self, dataset, given, fractions, sizes, seed):
