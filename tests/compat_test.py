@@ -163,3 +163,19 @@ def test_autograph_leaves_metalearn_as_written_and_still_converts_other_code(tmp
         for name in modules:
             del sys.modules[name]
 
+
+def test_no_test_module_imports_another_test_modules_helpers():
+    """Shared helpers live in non-test modules (``tests/*_fixtures.py``, ``metalearn.testing``)."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    offenders = []
+    for name in sorted(os.listdir(tests)):
+        if name.endswith(".py"):
+            with open(os.path.join(tests, name)) as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                modules = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                           if isinstance(node, ast.ImportFrom) else
+                           [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                if any(m.endswith("_test") for m in modules):
+                    offenders.append((name, node.lineno))
+    assert not offenders, offenders
