@@ -70,6 +70,25 @@ def run_functional_graph(model: keras.Model, inputs: Any,
     return run(inputs, operation_fn=lambda operation: operation, call_fn=call_fn)
 
 
+def loss_in_dtype(loss: keras.losses.Loss, dtype: str) -> keras.losses.Loss:
+    """A shallow copy of a Keras loss object that computes in ``dtype``, for a loss whose
+    class cannot be rebuilt with another ``dtype`` (its constructor takes none): the
+    copy's ``_dtype_policy`` and ``_dtype``, what ``Loss.dtype`` and ``Loss.__call__``
+    read, are set. ``loss`` itself is left as it was. (Not ``copy.copy``: Keras pickles a
+    loss through its config, which fails for a class it cannot locate by name.)"""
+    if not (hasattr(loss, "_dtype_policy") and hasattr(loss, "_dtype")):
+        raise _moved("keras.losses.Loss._dtype_policy and ._dtype", "keras",
+                     keras.__version__)
+    copied = object.__new__(type(loss))
+    copied.__dict__.update(vars(loss))
+    copied._dtype_policy = keras.dtype_policies.get(dtype)
+    copied._dtype = dtype
+    if copied.dtype != dtype:
+        raise _moved("keras.losses.Loss.dtype (read from ._dtype)", "keras",
+                     keras.__version__)
+    return copied
+
+
 # --- gin ----------------------------------------------------------------------------
 
 def gin_version() -> str:
@@ -186,7 +205,7 @@ def every_reach() -> List[Callable[[], Any]]:
             lambda: optimizer_learning_rate(keras.optimizers.SGD(0.1)),
             gin_file_readers, gin_location_prefixes, gin_parser, system_path_file_exists,
             strategy_supports_no_merge_call, trackable_object_graph,
-            lambda: _check_augment(), _check_functional_graph,
+            lambda: _check_augment(), _check_functional_graph, _check_loss_in_dtype,
             lambda: autograph_leaves_as_written("metalearn")]
 
 
@@ -208,4 +227,20 @@ def _check_functional_graph() -> None:
                                lambda layer, *a, **k: seen.append(layer) or layer(*a, **k))
     if len(seen) != 1 or float(tf.reduce_sum(out)) != 4.0:
         raise _moved("keras.Function._run_through_graph (call_fn)", "keras",
+                     keras.__version__)
+
+
+def _check_loss_in_dtype() -> None:
+    class NoDtype(keras.losses.Loss):
+        def __init__(self):
+            super().__init__(name="no_dtype")
+
+        def call(self, y_true, y_pred):
+            return y_true - y_pred
+
+    loss = NoDtype()
+    value = loss_in_dtype(loss, "float64")(tf.constant([1.0], tf.float64),
+                                           tf.constant([1.0 - 1e-12], tf.float64))
+    if value.dtype != tf.float64 or float(value) == 0.0 or loss.dtype == "float64":
+        raise _moved("keras.losses.Loss computing in its ._dtype", "keras",
                      keras.__version__)

@@ -12,19 +12,12 @@ from metalearn import execution, models
 from metalearn.adapters import (GradientDescent, ImplicitGradientDescent, InnerAdam,
                                 MetaSGD, PerStepLearningRates, PerStepWeights, Recompute)
 from metalearn.heads import RidgeHead
-from metalearn.testing import (DIM, WAYS, LearnerContract, classification_learner,
+from metalearn.testing import (WAYS, LearnerContract, classification_learner,
                                contract_model, relative_error, synthetic_classification)
 from metalearn.training import distribute, make_meta_step
 
-
-def _bn_model():
-    keras.utils.set_random_seed(0)
-    return keras.Sequential([
-        keras.Input((DIM,), dtype="float64"), keras.layers.Dense(8, name="hidden0",
-                                                                 dtype="float64"),
-        keras.layers.BatchNormalization(name="bn0", dtype="float64"),
-        keras.layers.Activation("relu", dtype="float64"),
-        keras.layers.Dense(WAYS, name="head", dtype="float64")], name="bn_mlp")
+from tests.formulation_fixtures import bn_model as _bn_model
+from tests.formulation_fixtures import meta_gradients as _gradients
 
 
 LEARNERS = {
@@ -45,12 +38,6 @@ LEARNERS = {
     "r2d2": lambda: metalearn.EmbeddingLearner(
         contract_model("float64"), head=RidgeHead(0.5), ways=WAYS, drop_head="head"),
 }
-
-
-def _gradients(learner, episodes, formulation, jit_compile=False):
-    rule = metalearn.MetaGradient()
-    grads, metrics = rule.compiled_directions(jit_compile)(learner, episodes, formulation)
-    return [g.numpy() for g in grads], {k: v.numpy() for k, v in metrics.items()}
 
 
 @pytest.mark.parametrize("name", sorted(LEARNERS))

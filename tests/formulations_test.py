@@ -19,6 +19,8 @@ from metalearn.adapters import (GradientDescent, GradientStep, Mask, MetaSGD,
 from metalearn.tasks import Episode
 from metalearn.testing import finite_difference_variables
 
+from tests.formulation_fixtures import metrics_and_meta_gradient as _metrics_and_meta_gradient
+
 FORMULATIONS = ("map_fn", "batched")
 
 
@@ -43,19 +45,6 @@ def _learner(model, adapter, **kwargs):
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, dtype="float64")
     return metalearn.Learner(
         model, adapter, loss=loss, metrics={"accuracy": "accuracy"}, **kwargs)
-
-
-def _metrics_and_meta_gradient(learner, episodes, name):
-    formulation = execution.formulation(name)
-
-    @tf.function
-    def run(episodes):
-        with tf.GradientTape() as tape:
-            metrics = learner.meta_metrics(episodes, formulation=formulation)
-            loss = tf.reduce_mean(metrics["loss"])
-        return metrics, tape.gradient(loss, learner.meta_variables)
-    metrics, grads = run(episodes)
-    return ({k: v.numpy() for k, v in metrics.items()}, [g.numpy() for g in grads])
 
 
 def _assert_same(learner_fn, episodes):

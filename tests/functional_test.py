@@ -87,3 +87,21 @@ def test_exact_moments_is_scoped_to_functional_calls():
     plain = tf.nn.moments(x, axes=[0])
     for a, b in zip(exact, plain):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_the_one_softmax_cross_entropy():
+    """``functional.softmax_cross_entropy`` is ``-log softmax(logits)[label]`` per example,
+    in the logits' dtype, for labels of any dtype or with a trailing axis of 1; the
+    embedding learners' default loss and the shipped test tasks' losses are this one."""
+    from metalearn.learners import embedding
+    from metalearn import testing
+    logits = tf.constant([[0.5, -1.0, 2.0], [1e-9, 0.0, 0.0]], tf.float64)
+    expected = -np.log(tf.nn.softmax(logits).numpy())[[0, 1], [2, 0]]
+    for labels in (tf.constant([2, 0]), tf.constant([[2.0], [0.0]]), np.array([2, 0])):
+        value = functional.softmax_cross_entropy(labels, logits)
+        assert value.dtype == tf.float64 and value.shape == (2,)
+        np.testing.assert_allclose(value.numpy(), expected, rtol=1e-14)
+    np.testing.assert_allclose(testing.softmax_xent(tf.constant([2, 0]), logits).numpy(),
+                               expected.mean(), rtol=1e-14)
+    assert embedding.softmax_cross_entropy is testing.softmax_cross_entropy \
+        is functional.softmax_cross_entropy

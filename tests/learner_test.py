@@ -142,3 +142,23 @@ def test_keras_loss_objects_compute_in_a_float64_models_precision(loss):
         expected = tf.reduce_mean(tf.square(labels - logits))
     np.testing.assert_allclose(value.numpy(), expected.numpy(), rtol=1e-14)
     assert loss.dtype == "float32"  # the caller's object is left as it was
+
+
+def test_a_keras_loss_without_a_dtype_argument_computes_in_a_float64_models_precision():
+    # rebuilt from its config it cannot be (no dtype argument), nor copied by Keras'
+    # pickling (a class defined here, which Keras cannot locate by name)
+    class Difference(keras.losses.Loss):
+        def __init__(self):
+            super().__init__(name="difference")
+
+        def call(self, y_true, y_pred):
+            return tf.reduce_sum(y_pred - y_true, axis=-1)
+
+    loss = Difference()
+    model = models.mlp(input_shape=(3,), hidden=(4,), outputs=2, dtype="float64")
+    learner = metalearn.Learner(model, GradientDescent(1, 0.1), loss=loss)
+    targets = tf.zeros([2, 2], tf.float64)
+    predictions = tf.constant([[1e-12, 0.0], [0.0, 0.0]], tf.float64)
+    value = learner.task_loss(targets, predictions)
+    assert value.dtype == tf.float64 and float(value) == 0.5e-12
+    assert loss.dtype == "float32"  # the caller's object is left as it was

@@ -14,9 +14,11 @@ from metalearn.adapters import (AnnealOrder, GradientDescent, GradientStep, Inne
 from metalearn.testing import (analytic_meta_gradient, finite_difference_gradient,
                                image_episodes, relative_error, small_learner)
 
-from tests.accumulate_test import _bn_model
-from tests.formulations_test import _metrics_and_meta_gradient
 from metalearn.testing import classification_learner, synthetic_classification
+
+from tests.formulation_fixtures import bn_model as _bn_model
+from tests.formulation_fixtures import meta_gradients as _gradients
+from tests.formulation_fixtures import metrics_and_meta_gradient as _metrics_and_meta_gradient
 
 # Each: a function of the wrappers the loop runs with (WhileLoop added or not).
 ADAPTERS = {
@@ -152,7 +154,6 @@ def test_bad_arguments_are_refused():
 
 
 def test_while_loop_under_xla_equals_the_python_loop():
-    from tests.accumulate_test import _gradients
     make = lambda w: _learner(ADAPTERS["maml_plus_plus"](w))
     reference, _ = _gradients(make([]), _episodes())
     grads, _ = _gradients(make([WhileLoop()]), _episodes(), jit_compile=True)

@@ -31,7 +31,10 @@ _MOVED = {
 }
 
 
-def _check_moved(owner: str, moved: Dict[str, Any]) -> None:
+def check_moved(owner: str, moved: Dict[str, Any]) -> None:
+    """Raises ``TypeError`` for the keyword arguments ``moved`` that ``owner``'s
+    constructor did not take: naming the piece that replaced an option that became one
+    (``adapt=``, ``per_step=``, ...), else as Python does for an unexpected argument."""
     for name in moved:
         if name in _MOVED:
             raise TypeError(f"{owner}({name}=...) is a piece since metalearn 0.2: use "
@@ -74,7 +77,7 @@ class GradientDescent(Adapter):
                  wrappers: Sequence[StepWrapper] = (), name: Optional[str] = None,
                  **moved: Any):
         super().__init__(name=name)
-        _check_moved(type(self).__name__, moved)
+        check_moved(type(self).__name__, moved)
         if int(steps) < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
         update = as_update(update)

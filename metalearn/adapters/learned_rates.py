@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional, Sequence
 import gin
 import keras
 
-from metalearn.adapters.gradient_descent import GradientDescent, _check_moved
+from metalearn.adapters.gradient_descent import GradientDescent, check_moved
 from metalearn.adapters.updates import LearnedRates
 from metalearn.adapters.wrappers import StepWrapper
 
@@ -22,7 +22,7 @@ class _LearnedRatesDoor(GradientDescent):
                  min_learning_rate: Optional[float] = None,
                  wrappers: Sequence[StepWrapper] = (), name: Optional[str] = None,
                  **moved: Any):
-        _check_moved(type(self).__name__, moved)
+        check_moved(type(self).__name__, moved)
         rates = LearnedRates(self._per, initial=learning_rate,
                              max_learning_rate=max_learning_rate,
                              min_learning_rate=min_learning_rate)

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from metalearn import functional
 from metalearn.adapters.base import Adapter, NoAdaptation, Piece
-from metalearn.functional import Weights
+from metalearn.functional import Weights, softmax_cross_entropy
 from metalearn.heads.base import Head
 from metalearn.heads.prototypes import flat
 from metalearn.learners.learner import Learner, MetricFn
@@ -32,12 +32,6 @@ class Solution(NamedTuple):
 
     weights: Weights
     head: Any
-
-
-def softmax_cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
-    """Per-example softmax cross-entropy of integer labels, in the logits' dtype."""
-    labels = tf.cast(tf.reshape(labels, tf.shape(logits)[:-1]), tf.int32)
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
 
 
 def check_ways(ways) -> int:

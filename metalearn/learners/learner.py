@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import copy
-
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gin
 import keras
 import tensorflow as tf
 
-from metalearn import execution, functional
+from metalearn import _compat, execution, functional
 from metalearn.adapters.base import Adapter, Capabilities, LossFn, Piece, SplitLoss
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.functional import Weights
@@ -115,10 +113,7 @@ def in_precision(fn: MetricFn, dtype: tf.DType) -> MetricFn:
     try:
         return type(fn).from_config({**fn.get_config(), "dtype": "float64"})
     except (TypeError, ValueError, NotImplementedError):  # a subclass without dtype
-        rebuilt = copy.copy(fn)
-        rebuilt._dtype_policy = keras.dtype_policies.get("float64")
-        rebuilt._dtype = "float64"
-        return rebuilt
+        return _compat.loss_in_dtype(fn, "float64")
 
 
 def name_of(fn: Any) -> str:

@@ -9,9 +9,9 @@ import gin
 import keras
 
 from metalearn.adapters.base import Adapter
+from metalearn.functional import softmax_cross_entropy
 from metalearn.heads.prototypes import PrototypeHead
-from metalearn.learners.embedding import (EmbeddingLearner, check_ways,
-                                          softmax_cross_entropy)
+from metalearn.learners.embedding import EmbeddingLearner, check_ways
 from metalearn.learners.learner import Learner, MetricFn
 from metalearn.learners.task_init import PrototypeInit
 

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from metalearn.tasks.augmentation import ImageAugmentation
 from metalearn.tasks.base import SPLITS, TaskSampler
-from metalearn.tasks.datasets.base import LabelledImages
+from metalearn.tasks.datasets.base import LabelledImages, split_class_names
 from metalearn.tasks.episode import Episode
 
 SPLIT_BY = ("class", "group")
@@ -31,13 +31,6 @@ def _choices(name: str, value: IntOrChoices) -> Tuple[int, ...]:
         raise ValueError(f"{name} must be a positive integer or a non-empty sequence of "
                          f"them, got {value!r}")
     return tuple(sorted(set(int(v) for v in values)))
-
-
-def _check_names(kind: str, names: Sequence[str], known: Sequence[str], split: str) -> None:
-    unknown = sorted(set(names) - set(known))
-    if unknown:
-        raise ValueError(f"unknown {kind} {unknown} in the {split!r} split; the data set has "
-                         f"{sorted(set(known))[:20]}{' ...' if len(set(known)) > 20 else ''}")
 
 
 @gin.configurable
@@ -229,6 +222,16 @@ class FewShotClassification(TaskSampler):
         """The class names of each split (rotated classes named ``.../rot90`` ...)."""
         return {s: tuple(v["names"]) for s, v in self._prepare().items()}
 
+    def pool(self, split: str) -> Dict[str, np.ndarray]:
+        """``split``'s pool of classes as episodes draw from it, one entry per class and
+        rotation (a rotated class is a class of its own): ``pool_class [entries]`` (the
+        entry's class, ``0 ..`` in the split's order), ``pool_rotation [entries]`` (its
+        quarter turns), and per class ``counts`` (examples) and ``offsets`` (the first
+        example's index among the split's stored examples, which :meth:`examples` reads;
+        a class's examples are stored together). The data are loaded first if need be."""
+        info = self._prepare()[split]
+        return {key: info[key] for key in ("pool_class", "pool_rotation", "counts", "offsets")}
+
     # --- construction ------------------------------------------------------------
 
     def _split_names(self, dataset, given, fractions, sizes, seed):
@@ -240,34 +243,11 @@ class FewShotClassification(TaskSampler):
         else:
             universe = list(dataset.class_names)
         if any(v is not None for v in given.values()):
-            names = {s: tuple(v or ()) for s, v in given.items()}
-            owner: Dict[str, str] = {}
-            for split, members in names.items():
-                _check_names(self.split_by, members, universe, split)
-                for name in members:
-                    if name in owner:
-                        raise ValueError(f"{self.split_by} {name!r} is in both the "
-                                         f"{owner[name]!r} and the {split!r} split")
-                    owner[name] = split
-            return names
-        order = np.random.default_rng(seed).permutation(len(universe))
-        shuffled = [universe[i] for i in order]
-        if sizes is not None:
-            sizes = tuple(int(n) for n in sizes)
-            if len(sizes) != 2 or min(sizes) < 0 or sum(sizes) > len(universe):
-                raise ValueError("split_sizes must be (train, validation) counts summing to "
-                                 f"at most the {len(universe)} {self.split_by}s, got {sizes!r}")
-            cuts = np.cumsum(sizes)
-        else:
-            fractions = tuple(float(f) for f in fractions)
-            if (len(fractions) != 3 or min(fractions) < 0
-                    or not 0.999 <= sum(fractions) <= 1.001):
-                raise ValueError("split_fractions must be 3 non-negative numbers summing "
-                                 f"to 1, got {fractions!r}")
-            cuts = np.round(np.cumsum(fractions) * len(universe)).astype(int)
-        return {"train": tuple(shuffled[:cuts[0]]),
-                "validation": tuple(shuffled[cuts[0]:cuts[1]]),
-                "test": tuple(shuffled[cuts[1]:])}
+            fractions = sizes = None  # the names given decide
+        elif sizes is not None:
+            fractions = None
+        return split_class_names(universe, **given, fractions=fractions, seed=seed,
+                                 sizes=sizes, kind=self.split_by, keep_order=True)
 
     def _build_split(self, split, dataset: LabelledImages, names) -> Dict[str, Any]:
         if tuple(dataset.images.shape[1:]) != self.image_shape:

@@ -63,7 +63,7 @@ class WholeClassBatches(TaskSampler):
     # --- what the training split holds ---------------------------------------------
 
     def _entries(self):
-        info = self.episodes._prepare()["train"]
+        info = self.episodes.pool("train")
         counts = info["counts"][info["pool_class"]].astype(np.int64)  # per class, rotation
         return info, counts, np.cumsum(counts)
 

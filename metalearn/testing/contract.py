@@ -28,6 +28,7 @@ import tensorflow as tf
 
 import metalearn
 from metalearn import models
+from metalearn.functional import softmax_cross_entropy
 from metalearn.tasks import Episode
 
 WAYS, SHOTS, QUERIES, DIM = 3, 2, 4, 6
@@ -60,10 +61,6 @@ def uninformative_support(episodes: Episode, seed: int = 0) -> Episode:
     shuffled = tf.stack([tf.gather(labels[i], tf.argsort(tf.random.stateless_uniform(
         [labels.shape[1]], keys[i]))) for i in range(labels.shape[0])])
     return episodes._replace(support_y=shuffled)
-
-
-def softmax_cross_entropy(y_true, logits):
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(tf.cast(y_true, tf.int32), logits)
 
 
 def contract_model(dtype: Optional[str] = None, hidden=(16,), ways: int = WAYS) -> keras.Model:

@@ -11,6 +11,7 @@ import tensorflow as tf
 import metalearn
 from metalearn import models
 from metalearn.adapters import GradientDescent, GradientStep, Mask
+from metalearn.functional import softmax_cross_entropy
 from metalearn.tasks import Episode
 
 
@@ -21,8 +22,7 @@ def mse(y, p):
 
 def softmax_xent(y, logits):
     """Mean softmax cross-entropy of integer labels, a scalar."""
-    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-        tf.cast(y, tf.int32), logits))
+    return tf.reduce_mean(softmax_cross_entropy(y, logits))
 
 
 def regression_episodes(tasks: int = 3, shots: int = 4, dim: int = 2, seed: int = 0

@@ -68,16 +68,26 @@ def split_class_names(names: Sequence[str], train: Optional[Sequence[str]] = Non
                       validation: Optional[Sequence[str]] = None,
                       test: Optional[Sequence[str]] = None,
                       fractions: Optional[Sequence[float]] = None, seed: int = 0,
-                      where: str = "the data set") -> Dict[str, Tuple[str, ...]]:
-    """Class names per split, given by lists or cut by fractions (deterministic).
+                      where: str = "the data set", *, sizes: Optional[Sequence[int]] = None,
+                      kind: str = "class", keep_order: bool = False
+                      ) -> Dict[str, Tuple[str, ...]]:
+    """Class names per split, given by lists or cut by fractions or sizes (deterministic):
+    the one class split, of the image loaders and of :class:`FewShotClassification`.
 
     Args:
-      names: every class name of the data.
+      names: every class name of the data (or group name: ``kind="group"``).
       train, validation, test: the names in each split; names given nowhere are left
         out. A name in two splits or unknown to ``names`` is an error.
-      fractions: ``(train, validation, test)`` fractions instead: the sorted names are
-        shuffled with ``seed`` (NumPy's PCG64, the same on every machine) and cut.
+      fractions: ``(train, validation, test)`` fractions instead (default ``(0.7, 0.1,
+        0.2)``): the sorted names are shuffled with ``seed`` (NumPy's PCG64, the same on
+        every machine) and cut.
+      seed: the shuffle's seed.
       where: what the names come from, for error messages (a folder, a file).
+      sizes: ``(train, validation)`` counts instead of fractions (the test split gets
+        the rest).
+      kind: what a name is, for error messages (``"class"``, ``"group"``).
+      keep_order: shuffle ``names`` in their own order instead of sorted (duplicates
+        kept).
 
     Returns:
       ``{"train": names, "validation": names, "test": names}`` (given order kept; cut
@@ -86,31 +96,41 @@ def split_class_names(names: Sequence[str], train: Optional[Sequence[str]] = Non
     known = set(names)
     given = {"train": train, "validation": validation, "test": test}
     if any(v is not None for v in given.values()):
-        if fractions is not None:
-            raise ValueError("give the split either as class lists or as fractions, not both")
+        if fractions is not None or sizes is not None:
+            raise ValueError(f"give the split either as {kind} lists or as "
+                             f"{'fractions' if sizes is None else 'sizes'}, not both")
         owner: Dict[str, str] = {}
         result = {}
         for split, members in given.items():
             members = tuple(members or ())
             unknown = sorted(set(members) - known)
             if unknown:
-                raise ValueError(f"unknown class {unknown[:10]} in the {split!r} split; "
+                raise ValueError(f"unknown {kind} {unknown[:10]} in the {split!r} split; "
                                  f"{where} has {sorted(known)[:20]}"
                                  f"{' ...' if len(known) > 20 else ''}")
             for name in members:
                 if name in owner:
-                    raise ValueError(f"class {name!r} is in both the {owner[name]!r} and "
+                    raise ValueError(f"{kind} {name!r} is in both the {owner[name]!r} and "
                                      f"the {split!r} split")
                 owner[name] = split
             result[split] = members
         return result
-    fractions = tuple(float(f) for f in (fractions or (0.7, 0.1, 0.2)))
-    if len(fractions) != 3 or min(fractions) < 0 or not 0.999 <= sum(fractions) <= 1.001:
-        raise ValueError("split fractions must be 3 non-negative numbers summing to 1, got "
-                         f"{fractions!r}")
-    ordered = sorted(known)
+    ordered = list(names) if keep_order else sorted(known)
+    if sizes is not None:
+        if fractions is not None:
+            raise ValueError("give the split either as fractions or as sizes, not both")
+        sizes = tuple(int(n) for n in sizes)
+        if len(sizes) != 2 or min(sizes) < 0 or sum(sizes) > len(ordered):
+            raise ValueError("split_sizes must be (train, validation) counts summing to at "
+                             f"most the {len(ordered)} {kind}s, got {sizes!r}")
+        cuts = np.cumsum(sizes)
+    else:
+        fractions = tuple(float(f) for f in (fractions or (0.7, 0.1, 0.2)))
+        if len(fractions) != 3 or min(fractions) < 0 or not 0.999 <= sum(fractions) <= 1.001:
+            raise ValueError("split_fractions must be 3 non-negative numbers summing to 1, "
+                             f"got {fractions!r}")
+        cuts = np.round(np.cumsum(fractions) * len(ordered)).astype(int)
     shuffled = [ordered[i] for i in np.random.default_rng(int(seed)).permutation(len(ordered))]
-    cuts = np.round(np.cumsum(fractions) * len(ordered)).astype(int)
     return {"train": tuple(shuffled[:cuts[0]]),
             "validation": tuple(shuffled[cuts[0]:cuts[1]]),
             "test": tuple(shuffled[cuts[1]:])}
