@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
+from typing import Dict, Mapping, Optional
 
 import gin
 import keras
@@ -101,3 +104,48 @@ def inherited(instance: object, owner: type, name: str, value):
         if cls is owner:
             break
     return value
+
+
+MOVED: Dict[str, Dict[str, str]] = {}
+"""Keywords that moved, by configurable name: ``{old keyword: the message naming its new
+spelling}`` (filled by :func:`moved_keywords`; read by ``metalearn.runs.validation``
+for a gin binding that gin refuses at parse time)."""
+
+MOVED_MESSAGE = "{owner}({name}=...) moved in metalearn 0.3: use {new} (BUILD.md, 'Migration')"
+
+
+def moved_keywords(table: Mapping[str, str], message: str = MOVED_MESSAGE):
+    """Class decorator: keywords of the constructor that moved elsewhere.
+
+    A Python call passing one raises ``TypeError`` naming its new spelling (``message``,
+    formatted with ``owner``, ``name``, ``new``). The constructor's signature as gin
+    reads it stays strict, so gin refuses an unknown or moved binding when the config is
+    parsed, before anything is built; :data:`MOVED` lets that error name the new
+    spelling too.
+    """
+    def decorate(cls):
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            for name in kwargs:
+                if name in table:
+                    raise TypeError(message.format(owner=type(self).__name__, name=name,
+                                                   new=table[name]))
+            init(self, *args, **kwargs)
+
+        # the constructor's own signature for gin (which binds by it): positional
+        # arguments are then known as given, and unknown bindings refused at parse time
+        __init__.__signature__ = inspect.signature(init)
+        cls.__init__ = __init__
+        MOVED.setdefault(cls.__name__, {}).update(
+            {name: message.format(owner=cls.__name__, name=name, new=new)
+             for name, new in table.items()})
+        return cls
+    return decorate
+
+
+def moved_binding(configurable: str, parameter: str) -> Optional[str]:
+    """The message naming the new spelling of ``configurable.parameter`` if that keyword
+    moved, else ``None`` (``configurable`` may carry a module or scope prefix)."""
+    return MOVED.get(configurable.rsplit(".", 1)[-1].rsplit("/", 1)[-1], {}).get(parameter)

@@ -11,7 +11,7 @@ import tensorflow as tf
 import metalearn
 from metalearn import execution
 from metalearn.adapters import GradientDescent
-from metalearn.outer import ClipByGlobalNorm
+from metalearn.outer import ClipDirections
 from metalearn.tasks import Episode
 from metalearn.training import distribute
 from metalearn.training import step as step_builder
@@ -55,7 +55,7 @@ def build(strategy: tf.distribute.Strategy, clipnorm=None):
                                     loss=loss)
         rule = metalearn.MetaGradient(keras.optimizers.Adam(0.01))
         if clipnorm is not None:
-            rule = ClipByGlobalNorm(rule, clipnorm)
+            rule = ClipDirections(rule, clipnorm)
         rule.build(learner)
     return learner, rule
 

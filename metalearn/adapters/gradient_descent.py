@@ -10,40 +10,34 @@ The loop asks them which weights to adapt, what they need and what they learn.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Union
 
 import gin
 import keras
 import tensorflow as tf
 
+from metalearn import configurables
 from metalearn.adapters.base import Adapter, Capabilities, LossFn
 from metalearn.adapters.updates import (Chain, FirstOrder, GradientStep, StepInfo,
                                         Update, as_update)
 from metalearn.adapters.wrappers import StepWrapper
 from metalearn.functional import Weights
 
-_MOVED = {
+MOVED = {
     "adapt": "update=[Mask(patterns), GradientStep(learning_rate)]",
     "first_order_steps": "update=[AnnealOrder(first_order_steps), GradientStep(learning_rate)]",
     "per_step": "wrappers=[PerStepWeights(patterns)]",
     "recompute": "wrappers=[Recompute()]",
     "batch_size": "wrappers=[MiniBatches(batch_size)]",
 }
+"""Options of metalearn 0.1 that became pieces, with the piece that replaced each."""
 
-
-def check_moved(owner: str, moved: Dict[str, Any]) -> None:
-    """Raises ``TypeError`` for the keyword arguments ``moved`` that ``owner``'s
-    constructor did not take: naming the piece that replaced an option that became one
-    (``adapt=``, ``per_step=``, ...), else as Python does for an unexpected argument."""
-    for name in moved:
-        if name in _MOVED:
-            raise TypeError(f"{owner}({name}=...) is a piece since metalearn 0.2: use "
-                            f"{owner}({_MOVED[name]}) (metalearn.adapters; BUILD.md, "
-                            "'Migration')")
-        raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
+MOVED_MESSAGE = ("{owner}({name}=...) is a piece since metalearn 0.2: use {owner}({new}) "
+                 "(metalearn.adapters; BUILD.md, 'Migration')")
 
 
 @gin.configurable
+@configurables.moved_keywords(MOVED, MOVED_MESSAGE)
 class GradientDescent(Adapter):
     """``steps`` gradient steps on the support loss, differentiable end to end.
 
@@ -74,10 +68,8 @@ class GradientDescent(Adapter):
     def __init__(self, steps: int = 1, learning_rate: Optional[float] = None,
                  first_order: bool = False,
                  update: Union[Update, Sequence[Update], None] = None,
-                 wrappers: Sequence[StepWrapper] = (), name: Optional[str] = None,
-                 **moved: Any):
+                 wrappers: Sequence[StepWrapper] = (), name: Optional[str] = None):
         super().__init__(name=name)
-        check_moved(type(self).__name__, moved)
         if int(steps) < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
         update = as_update(update)

@@ -9,20 +9,21 @@ from typing import Any, Dict, Optional, Sequence
 import gin
 import keras
 
-from metalearn.adapters.gradient_descent import GradientDescent, check_moved
+from metalearn import configurables
+from metalearn.adapters import gradient_descent
+from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.adapters.updates import LearnedRates
 from metalearn.adapters.wrappers import StepWrapper
 
 
+@configurables.moved_keywords(gradient_descent.MOVED, gradient_descent.MOVED_MESSAGE)
 class _LearnedRatesDoor(GradientDescent):
     _per = "element"
 
     def __init__(self, steps: int = 1, learning_rate: float = 0.01,
                  first_order: bool = False, max_learning_rate: Optional[float] = None,
                  min_learning_rate: Optional[float] = None,
-                 wrappers: Sequence[StepWrapper] = (), name: Optional[str] = None,
-                 **moved: Any):
-        check_moved(type(self).__name__, moved)
+                 wrappers: Sequence[StepWrapper] = (), name: Optional[str] = None):
         rates = LearnedRates(self._per, initial=learning_rate,
                              max_learning_rate=max_learning_rate,
                              min_learning_rate=min_learning_rate)

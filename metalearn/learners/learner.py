@@ -8,7 +8,7 @@ import gin
 import keras
 import tensorflow as tf
 
-from metalearn import _compat, execution, functional
+from metalearn import _compat, configurables, execution, functional
 from metalearn.adapters.base import Adapter, Capabilities, LossFn, Piece, SplitLoss
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.functional import Weights
@@ -29,16 +29,6 @@ _MOVED = {
     "zero_init": "task_init=[ZeroInit(patterns)] (metalearn.learners.ZeroInit; gin: "
                  "Learner.task_init = [@ZeroInit()], ZeroInit.patterns = ('head',))",
 }
-
-
-def check_moved(owner: str, moved: Mapping[str, Any], table: Mapping[str, str]) -> None:
-    """Raises ``TypeError`` for keywords that moved elsewhere (naming the new
-    spelling from ``table``) or never existed."""
-    for name in moved:
-        if name in table:
-            raise TypeError(f"{owner}({name}=...) moved in metalearn 0.3: use {table[name]} "
-                            "(BUILD.md, 'Migration')")
-        raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
 
 
 @gin.configurable
@@ -189,6 +179,7 @@ def check_loss_shapes(what: str, y_true: Any, y_pred: Any, values: Any = None) -
 
 
 @gin.configurable
+@configurables.moved_keywords(_MOVED)
 class Learner(tf.Module):
     """A Keras model, an inner-loop adapter and a task loss.
 
@@ -249,8 +240,7 @@ class Learner(tf.Module):
                  loss: Optional[Union[str, MetricFn]] = None,
                  metrics: Optional[Mapping[str, Union[str, MetricFn]]] = None,
                  query_training: bool = True, task_init: Sequence[TaskInit] = (),
-                 name: Optional[str] = None, **moved: Any):
-        check_moved(type(self).__name__, moved, _MOVED)
+                 name: Optional[str] = None):
         super().__init__(name=name)
         functional.check_built(model)
         model_weights = functional.weights(model)

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import gin
 import keras
 import tensorflow as tf
 
-from metalearn.learners.learner import Learner, check_moved
+from metalearn import configurables
+from metalearn.learners.learner import Learner
 from metalearn.outer.rule import OptimizerRule
 
 
 @gin.configurable
+@configurables.moved_keywords({
+    "clipnorm": "a guard: ClipDirections(Reptile(optimizer), max_norm) (metalearn.outer)"})
 class Reptile(OptimizerRule):
     """Reptile (Nichol et al., 2018): move the initial weights towards the adapted ones.
 
@@ -35,10 +38,7 @@ class Reptile(OptimizerRule):
     """
 
     def __init__(self, optimizer: Optional[keras.optimizers.Optimizer] = None,
-                 inner_steps: Optional[int] = None, serial: bool = False, **moved: Any):
-        check_moved(type(self).__name__, moved, {
-            "clipnorm": "a guard: ClipDirections(Reptile(optimizer), max_norm) "
-                        "(metalearn.outer)"})
+                 inner_steps: Optional[int] = None, serial: bool = False):
         if serial and not isinstance(self, SerialReptile):
             raise TypeError("Reptile(serial=True) is its own outer rule since metalearn "
                             "0.2: use SerialReptile(...) (gin: @SerialReptile())")
@@ -94,8 +94,8 @@ class SerialReptile(Reptile):
     interleaves_updates = True
 
     def __init__(self, optimizer: Optional[keras.optimizers.Optimizer] = None,
-                 inner_steps: Optional[int] = None, **moved: Any):
-        super().__init__(optimizer, inner_steps=inner_steps, serial=True, **moved)
+                 inner_steps: Optional[int] = None):
+        super().__init__(optimizer, inner_steps=inner_steps, serial=True)
 
     def step(self, learner, episodes, formulation, apply=None, jit_compile=False):
         """Directions and ``apply`` once per task, in turn; the figures a guard adds

@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from metalearn import _compat, configurables
 from metalearn.execution import Formulation
-from metalearn.learners.learner import Learner, check_moved
+from metalearn.learners.learner import Learner
 from metalearn.outer import replicas
 from metalearn.tasks.episode import Episode
 
@@ -171,6 +171,10 @@ class OptimizerRule(OuterRule):
 
 
 @gin.configurable
+@configurables.moved_keywords({
+    "clipnorm": "a guard: ClipDirections(MetaGradient(optimizer), max_norm) "
+                "(metalearn.outer; gin: Experiment.outer_rule = @ClipDirections(), "
+                "ClipDirections.rule = @MetaGradient(), ClipDirections.max_norm = ...)"})
 class MetaGradient(OptimizerRule):
     """Gradient descent on the meta-loss with any Keras optimizer: the directions are
     the meta-gradient of the mean query loss over the meta-batch with respect to
@@ -182,13 +186,7 @@ class MetaGradient(OptimizerRule):
         subclass, what gin binds to ``MetaGradient.optimizer``).
     """
 
-    def __init__(self, optimizer: Optional[keras.optimizers.Optimizer] = None,
-                 **moved: Any):
-        check_moved(type(self).__name__, moved, {
-            "clipnorm": "a guard: ClipDirections(MetaGradient(optimizer), max_norm) "
-                        "(metalearn.outer; gin: Experiment.outer_rule = "
-                        "@ClipDirections(), ClipDirections.rule = @MetaGradient(), "
-                        "ClipDirections.max_norm = ...)"})
+    def __init__(self, optimizer: Optional[keras.optimizers.Optimizer] = None):
         super().__init__(optimizer)
 
     @classmethod

@@ -10,7 +10,8 @@ import numpy as np
 import tensorflow as tf
 
 from metalearn import execution
-from metalearn.learners.learner import Learner, check_moved
+from metalearn import configurables
+from metalearn.learners.learner import Learner
 from metalearn.outer import MetaGradient, OuterRule
 from metalearn.tasks.base import TaskSampler
 from metalearn.runs import modules as user_modules, validation
@@ -28,7 +29,7 @@ _MOVED = {
     "dtype_policy": "Runtime.dtype_policy",
     "deterministic": "Runtime.deterministic",
     "threads": "Runtime.threads",
-    "num_steps": "Loop.num_steps (metalearn.runs.Loop: what may change on resume)",
+    "num_steps": "Loop.num_steps (metalearn.training.Loop: what may change on resume)",
     "log_every": "Loop.log_every",
     "log_average": "Loop.log_average",
     "checkpoint_every": "Loop.checkpoint_every",
@@ -95,6 +96,7 @@ class Loop:
 
 
 @gin.configurable
+@configurables.moved_keywords(_MOVED)
 class Experiment:
     """The learner, task sampler, outer rule, formulation and schedule of one run.
 
@@ -125,8 +127,7 @@ class Experiment:
                  formulation: Optional[execution.Formulation] = None,
                  meta_batch_size: int = 25, runtime: Optional[execution.Runtime] = None,
                  loop: Optional[Loop] = None,
-                 warm_start: Optional[Callable[[Learner], object]] = None, **moved):
-        check_moved("Experiment", moved, {k: v for k, v in _MOVED.items()})
+                 warm_start: Optional[Callable[[Learner], object]] = None):
         self.meta_batch_size = _whole("Experiment", "meta_batch_size", meta_batch_size)
         if not isinstance(learner, Learner):
             raise TypeError(f"Experiment.learner must be a metalearn.Learner, got {learner!r}")
@@ -216,7 +217,6 @@ def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
       metalearn.runs.modules.ModuleImportError: a module file does not exist or fails
         to import (the message names it).
     """
-    from metalearn import configurables  # noqa: F401  (registers Keras configurables)
     gin.clear_config()
     recorded = user_modules.recorded(workdir) if workdir is not None else []
     user_modules.use(user_modules.import_modules(list(recorded) + list(modules)))

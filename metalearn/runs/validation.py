@@ -33,6 +33,7 @@ import gin
 import tensorflow as tf
 
 from metalearn import _compat
+from metalearn import configurables as gin_plumbing
 from metalearn.learners.learner import name_of
 from metalearn.runs.gin_text import (Binding, GinIncludeError, Source,  # noqa: F401
                                      binding_sources, config_bindings, config_text_bindings)
@@ -114,6 +115,11 @@ def raise_with_sources(error: BaseException, configurables: Sequence[str] = (),
         raise type(error)(f"gin macro %{name} is used but never given a value (a line "
                           f"'{name} = ...' in a gin file, or --gin_param='{name} = ...')"
                           f"{uses}") from None
+    unknown = re.search(r"Configurable '([\w./]+)' doesn't have a parameter named '(\w+)'",
+                        message)
+    moved = unknown and gin_plumbing.moved_binding(unknown.group(1), unknown.group(2))
+    if moved:  # a keyword that moved: say where to (gin's message says where it is)
+        raise ValueError(f"{moved}\n{message}") from None
     names = list(configurables) + re.findall(r"In call to configurable '([\w.]+)'", message)
     sources = [s for s in sources_for(names, message, params) if str(s) not in message]
     if not sources:
