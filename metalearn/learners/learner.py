@@ -11,11 +11,12 @@ import keras
 import tensorflow as tf
 
 from metalearn import functional
-from metalearn.adapters.base import Adapter, Capabilities, LossFn, Piece, SplitLoss
+from metalearn.adapters.base import Adapter
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.functional import Weights, batched, memory
 from metalearn.learners import task_batching as task_batching_lib
 from metalearn.learners.task_init import TaskInit, ZeroInit
+from metalearn.pieces import Capabilities, LossFn, Piece, SplitLoss
 from metalearn.tasks.episode import Episode, example_mask, restrict_to_classes, unmask
 
 MetricFn = Callable[[Any, Any], tf.Tensor]
