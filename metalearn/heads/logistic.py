@@ -36,10 +36,9 @@ from typing import Any, Dict, Optional, Tuple
 import gin
 import tensorflow as tf
 
-from metalearn.pieces import Capabilities
-from metalearn.pieces import implicit_solution
 from metalearn.heads.base import solve_flat, support_targets
 from metalearn.heads.ridge import RidgeHead
+from metalearn.pieces import Capabilities, implicit_solution
 from metalearn.tasks.episode import restrict_to_classes
 
 GRADIENTS = ("implicit", "unrolled")

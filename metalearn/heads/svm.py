@@ -27,9 +27,8 @@ import gin
 import keras
 import tensorflow as tf
 
-from metalearn.pieces import Capabilities
-from metalearn.pieces import implicit_solution
 from metalearn.heads.base import Head, solve_flat, support_targets
+from metalearn.pieces import Capabilities, implicit_solution
 
 
 def simplex_projection(z: tf.Tensor, total: tf.Tensor,
