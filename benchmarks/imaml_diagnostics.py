@@ -12,7 +12,7 @@ tasks, prints per task and as medians:
   smallest curvature ``p^T A p / p^T p``), and the direction's cosine with a 100-step solve;
 - the extreme eigenvalues of the support Hessian ``H`` at phi (power iterations);
 - the cosine between the implicit meta-gradient and the derivative of the very inner
-  loop the run uses (its steps unrolled and differentiated), i.e. how well the implicit
+  loop the run uses (its own inner solve, differentiated), i.e. how well the implicit
   gradient describes what the inner loop does.
 
   PYTHONPATH=. python benchmarks/imaml_diagnostics.py --workdir=runs/omniglot_min_imaml_5w1s
@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from metalearn.adapters.implicit_diff import ConjugateGradient, dot
+from metalearn.pieces.implicit_diff import ConjugateGradient, dot
 from metalearn.runs.experiment import build_experiment, parse_config
 from metalearn.training.checkpoint import restore
 
@@ -107,17 +107,13 @@ def task_figures(learner, episode, power_steps):
     implicit = [lam * t for t in u]
     top, bottom = _extreme_eigenvalues(lambda v: hvp(phi, v), phi, power_steps)
 
-    # The derivative of the inner loop as the run computes it (steps unrolled).
+    # The derivative of the inner loop as the run computes it: the adapter's own inner
+    # solve (a GradientDescent of pieces, the proximal term included), differentiated.
     with tf.GradientTape() as tape:
         tape.watch(theta)
-        x = list(theta)
-        for _ in range(adapter.steps):
-            _, g = gradient(support_loss, x)
-            step = [gi + lam * (xi - ti) for gi, xi, ti in zip(g, x, theta)]
-            if adapter.clip_norm is not None:
-                step, _ = tf.clip_by_global_norm(step, adapter.clip_norm)
-            x = [xi - adapter.learning_rate * si for xi, si in zip(x, step)]
-        unrolled_query = query_loss(x)
+        x = adapter.inner.adapt(dict(zip(paths, theta)), support_x, support_y,
+                                learner.support_loss)
+        unrolled_query = query_loss([x[p] for p in paths])
     unrolled_grad = tape.gradient(unrolled_query, theta)
     accuracy = float(tf.reduce_mean(tf.cast(tf.equal(
         tf.argmax(learner.predict(adapted, query_x), -1, output_type=tf.int64),

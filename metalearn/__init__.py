@@ -4,6 +4,8 @@ The public surface (folders by role; docs/architecture.md has the whole picture)
 
     metalearn.functional         the Keras seam: weights as tensors, forward with given
                                  weights, exact batch moments, batched layer rules
+    metalearn.pieces             what adapters, heads and learners build on: Piece,
+                                 Capabilities, SplitLoss, implicit differentiation
     metalearn.adapters           inner loops and their pieces: GradientDescent, update
                                  transforms (SGD, Mask, LearnedRates, ...), step wrappers
                                  (PerStepWeights, Recompute, MiniBatches), Hypernetwork,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from metalearn.adapters.implicit_diff import ConjugateGradient, Neumann, implicit_solution
+from metalearn.pieces.implicit_diff import ConjugateGradient, Neumann, implicit_solution
 
 
 def _ridge(seed=0, n=6, d=3, mu=0.5):

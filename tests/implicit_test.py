@@ -186,7 +186,7 @@ def test_training_reports_the_inner_fit_and_the_solve(tmp_path):
 def test_solve_diagnostics_are_those_of_each_task(task_batching):
     """The meta-step's cg_* metrics equal each task's own solve, by hand (mean over
     tasks, whatever the formulation), and inner_* are the support loss at phi etc."""
-    from metalearn.adapters.implicit_diff import ConjugateGradient
+    from metalearn.pieces.implicit_diff import ConjugateGradient
     learner = _linear_learner(steps=250, cg_steps=2, task_batching=task_batching)
     episodes = regression_episodes(tasks=3, shots=5)
     gradients, metrics = tf.function(metalearn.MetaOptimizer().compute_gradients)(

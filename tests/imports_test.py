@@ -63,14 +63,15 @@ FLOORS = {
     "metalearn._compat": 0, "metalearn.repository": 0, "metalearn.statistics": 0,
     "metalearn.functional": 1, "metalearn.tasks": 1, "metalearn.models": 1,
     "metalearn.layers": 1, "metalearn.configurables": 1, "metalearn.flags": 1,
-    "metalearn.adapters": 2, "metalearn.heads": 2,
-    "metalearn.execution": 3, "metalearn.learners": 3,
-    "metalearn.outer": 4,
-    "metalearn.runs": 5,
-    "metalearn.training": 6, "metalearn": 6,
-    "metalearn.studies": 7, "metalearn.testing": 7,
-    "metalearn.train": 8, "metalearn.evaluate": 8, "metalearn.sweep": 8,
-    "metalearn.report": 8,
+    "metalearn.pieces": 2,
+    "metalearn.adapters": 3, "metalearn.heads": 3,
+    "metalearn.execution": 4, "metalearn.learners": 4,
+    "metalearn.outer": 5,
+    "metalearn.runs": 6,
+    "metalearn.training": 7, "metalearn": 7,
+    "metalearn.studies": 8, "metalearn.testing": 8,
+    "metalearn.train": 9, "metalearn.evaluate": 9, "metalearn.sweep": 9,
+    "metalearn.report": 9,
 }
 """The one copy of the floor table in code: a module's floor is its longest dotted
 prefix's (``"metalearn"``, the package's public surface, is the root module only).

@@ -1095,6 +1095,14 @@ CASES: List[Case] = [
          "overrides `support_loss`", ValueError,
          "needs the support loss as model outputs and a loss of them",
          lambda p: _gauss_newton_with_opaque_loss(), None, "the loss and what to do"),
+    Case("a meta-learned hyperparameter in iMAML's inner solve",
+         "`ImplicitGradientDescent(update=GradientStep(Learned(0.1)))`", ValueError,
+         "ImplicitGradientDescent's inner solve cannot meta-learn",
+         lambda p: metalearn.Learner(
+             metalearn.models.mlp((1,), hidden=(), outputs=1),
+             metalearn.adapters.ImplicitGradientDescent(update=metalearn.adapters.GradientStep(
+                 metalearn.adapters.Learned(0.1))), loss="mse"),
+         None, "the variables and what to do"),
     Case("two wrappers that run the inner steps",
          "`GradientDescent(wrappers=[WhileLoop(), WhileLoop()])`", ValueError,
          "at most one wrapper may run the inner steps, got ['WhileLoop', 'WhileLoop']",

@@ -5,16 +5,20 @@
   :class:`Hypernetwork`, :class:`NoAdaptation`;
 * update transforms (:mod:`metalearn.adapters.updates`): :class:`GradientStep`,
   :class:`FirstOrder`, :class:`AnnealOrder`, :class:`Mask`, :class:`LearnedRates`,
-  :class:`ClipByGlobalNorm`, :class:`Chain`; any hyperparameter :class:`Learned`;
+  :class:`ClipByGlobalNorm`, :class:`Proximal`, :class:`Chain`; any hyperparameter
+  :class:`Learned`;
 * differentiable inner optimizers (:mod:`metalearn.adapters.optimizers`):
   :class:`InnerMomentum` (and Nesterov), :class:`InnerAdam`, :class:`InnerRMSProp`;
 * step wrappers (:mod:`metalearn.adapters.wrappers`): :class:`PerStepWeights`,
   :class:`Recompute`, :class:`MiniBatches`, :class:`WhileLoop`,
   :class:`SupportFromWeights`.
+
+The piece vocabulary they speak (:class:`Piece`, :class:`Capabilities`,
+:class:`SplitLoss`, :data:`LossFn`, :data:`CallFn`) is :mod:`metalearn.pieces`', one floor
+below; it stays importable from here.
 """
 
-from metalearn.adapters.base import (Adapter, CallFn, Capabilities, LossFn, NoAdaptation,
-                                     Piece, SplitLoss)
+from metalearn.adapters.base import Adapter, NoAdaptation
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.adapters.hypernetwork import Hypernetwork
 from metalearn.adapters.implicit import ImplicitGradientDescent
@@ -23,14 +27,15 @@ from metalearn.adapters.learned_rates import MetaSGD, PerStepLearningRates
 from metalearn.adapters.optimizers import InnerAdam, InnerMomentum, InnerRMSProp
 from metalearn.adapters.updates import (AnnealOrder, Chain, ClipByGlobalNorm,
                                         FirstOrder, GradientStep, LearnedRates, Mask,
-                                        StepInfo, Update)
+                                        Proximal, StepInfo, Update)
 from metalearn.adapters.wrappers import (MiniBatches, PerStepWeights, Recompute, StepWrapper,
                                         SupportFromWeights, WhileLoop)
+from metalearn.pieces import CallFn, Capabilities, LossFn, Piece, SplitLoss
 
 __all__ = ["Adapter", "AnnealOrder", "CallFn", "Capabilities", "Chain", "ClipByGlobalNorm",
            "FirstOrder", "GradientDescent", "GradientStep", "Hypernetwork",
            "ImplicitGradientDescent", "InnerAdam", "InnerMomentum", "InnerRMSProp",
            "Learned", "LearnedRates", "LossFn", "Mask", "MetaSGD", "MiniBatches",
-           "NoAdaptation", "PerStepLearningRates", "PerStepWeights", "Piece", "Recompute",
-           "SplitLoss", "StepInfo", "StepWrapper", "SupportFromWeights", "Update",
-           "WhileLoop"]
+           "NoAdaptation", "PerStepLearningRates", "PerStepWeights", "Piece", "Proximal",
+           "Recompute", "SplitLoss", "StepInfo", "StepWrapper", "SupportFromWeights",
+           "Update", "WhileLoop"]

@@ -17,11 +17,12 @@ import keras
 import tensorflow as tf
 
 from metalearn import configurables
-from metalearn.adapters.base import Adapter, Capabilities, LossFn
+from metalearn.adapters.base import Adapter
 from metalearn.adapters.updates import (Chain, FirstOrder, GradientStep, StepInfo,
-                                        Update, as_update)
+                                        Update, update_or_rate)
 from metalearn.adapters.wrappers import StepWrapper
 from metalearn.functional import Weights
+from metalearn.pieces import Capabilities, LossFn
 
 MOVED = {
     "adapt": "update=[Mask(patterns), GradientStep(learning_rate)]",
@@ -72,13 +73,7 @@ class GradientDescent(Adapter):
         super().__init__(name=name)
         if int(steps) < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
-        update = as_update(update)
-        if update is not None and learning_rate is not None:
-            raise ValueError(f"give GradientDescent either learning_rate "
-                             f"({learning_rate}) or update ({update.name}), not both: put "
-                             "the rate in the update, e.g. update=[..., GradientStep(rate)]")
-        if update is None:
-            update = GradientStep(0.01 if learning_rate is None else learning_rate)
+        update = update_or_rate("GradientDescent", learning_rate, update)
         if first_order:
             update = Chain(FirstOrder(), update)
         for wrapper in wrappers:

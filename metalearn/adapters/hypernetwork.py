@@ -45,8 +45,9 @@ import numpy as np
 import tensorflow as tf
 
 from metalearn import functional
-from metalearn.adapters.base import Adapter, CallFn, LossFn, select_paths
+from metalearn.adapters.base import Adapter
 from metalearn.functional import Weights
+from metalearn.pieces import CallFn, LossFn, select_paths
 
 CONDITIONS = ("support", "input")
 POOLINGS = ("class_means", "mean")

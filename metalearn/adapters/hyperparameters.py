@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from metalearn.adapters.base import clamp_step
+from metalearn.pieces import clamp_step
 from metalearn.functional import Weights
 
 PER = ("scalar", "layer", "step", "layer_step", "element")

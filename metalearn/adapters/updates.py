@@ -32,9 +32,9 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 import gin
 import tensorflow as tf
 
-from metalearn.adapters.base import Capabilities, Piece, check_patterns, select_paths
 from metalearn.adapters.hyperparameters import HyperparameterSet, Learned, Value
 from metalearn.functional import Weights
+from metalearn.pieces import Capabilities, Piece, check_patterns, select_paths
 
 State = Any
 """A transform's state between inner steps: any nest of tensors (``()`` for none)."""
@@ -47,7 +47,7 @@ class StepInfo(NamedTuple):
       step: the inner step, from 0: a Python int where the inner loop is unrolled (the
         default), a scalar int32 tensor where its steps run in a ``tf.while_loop``
         (:class:`~metalearn.adapters.wrappers.WhileLoop`); index with
-        :func:`~metalearn.adapters.base.clamp_step` to take both.
+        :func:`~metalearn.pieces.clamp_step` to take both.
       steps: the number of inner steps the transform was built for.
     """
 
@@ -112,6 +112,21 @@ def as_update(update: Union["Update", Sequence["Update"], None]) -> Optional["Up
         return Chain(*update)
     raise TypeError(f"an inner update must be a metalearn.adapters.updates.Update or a "
                     f"list of them, got {update!r}")
+
+
+def update_or_rate(owner: str, learning_rate: Optional[float],
+                   update: Union["Update", Sequence["Update"], None]) -> "Update":
+    """An inner loop's update from its arguments: ``update`` (a transform or a list of
+    them, chained) or a plain ``GradientStep(learning_rate)`` (0.01 when neither is
+    given); ``owner`` (the loop's name) is named in the error when both are."""
+    update = as_update(update)
+    if update is not None and learning_rate is not None:
+        raise ValueError(f"give {owner} either learning_rate ({learning_rate}) or update "
+                         f"({update.name}), not both: put the rate in the update, e.g. "
+                         "update=[..., GradientStep(rate)]")
+    if update is None:  # name given: a base file's gin binding of GradientStep is not ours
+        update = GradientStep(0.01 if learning_rate is None else learning_rate, name=None)
+    return update
 
 
 @gin.configurable
@@ -244,6 +259,33 @@ class ClipByGlobalNorm(Update):
         paths = list(grads)
         clipped, _ = tf.clip_by_global_norm([grads[p] for p in paths], self.max_norm)
         return dict(zip(paths, clipped)), state
+
+
+@gin.configurable
+class Proximal(Update):
+    """The gradient of a proximal term ``regularization / 2 * ||w - w_0||^2`` added to the
+    incoming gradients, ``w_0`` the weights the inner loop started from:
+    ``updates = grads + regularization * (w - w_0)``.
+
+    Put it first in a chain (``[Proximal(lam), GradientStep(lr)]``): the loop then
+    descends the proximally regularised support loss, iMAML's inner problem
+    (:class:`~metalearn.adapters.ImplicitGradientDescent` builds its inner solve so).
+    State: ``w_0``, the weights :meth:`init` saw (differentiable, as every state is).
+    Elementwise: works on a task axis.
+    """
+
+    def __init__(self, regularization: float = gin.REQUIRED, name: Optional[str] = None):
+        super().__init__(name=name)
+        if regularization is gin.REQUIRED or not float(regularization) > 0:
+            raise ValueError(f"regularization (lambda) must be > 0, got {regularization!r}")
+        self.regularization = float(regularization)
+
+    def init(self, weights):
+        return dict(weights)
+
+    def update(self, grads, state, weights, info):
+        lam = self.regularization
+        return {p: g + lam * (weights[p] - state[p]) for p, g in grads.items()}, state
 
 
 RATES = ("element", "layer_step")

@@ -25,11 +25,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from metalearn.adapters.base import (Capabilities, Piece, check_patterns, clamp_step,
-                                     select_paths)
 from metalearn.adapters.hyperparameters import variable_name
 from metalearn.adapters.updates import State
 from metalearn.functional import Weights
+from metalearn.pieces import Capabilities, Piece, check_patterns, clamp_step, select_paths
 
 StepFn = Callable[[Weights, State, int, Any, Any], Tuple[Weights, State]]
 OneStep = Callable[[Weights, State, Any], Tuple[Weights, State]]

@@ -6,7 +6,7 @@ from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
-from metalearn.adapters.base import Capabilities, Piece
+from metalearn.pieces import Capabilities, Piece
 from metalearn.tasks.episode import unmask
 
 

@@ -21,7 +21,7 @@ takes the steps from ``A = 0, b = 0``, batched over leading axes.
 The gradient reaches the embeddings (and ``lambda``) in one of two ways:
 
 - ``"implicit"`` (LR-D2): through the conditions at the solution by
-  :func:`~metalearn.adapters.implicit_diff.implicit_solution`, whose linear system is the
+  :func:`~metalearn.pieces.implicit_diff.implicit_solution`, whose linear system is the
   (transposed) Newton Jacobian at the solution (the intercept's shift fixed exactly,
   not damped: :func:`logistic_jacobian`), solved directly. The steps are not
   differentiated, so memory does not grow with them; exact at a root (enough steps).
@@ -36,10 +36,9 @@ from typing import Any, Dict, Optional, Tuple
 import gin
 import tensorflow as tf
 
-from metalearn.adapters.base import Capabilities
-from metalearn.adapters.implicit_diff import implicit_solution
 from metalearn.heads.base import solve_flat, support_targets
 from metalearn.heads.ridge import RidgeHead
+from metalearn.pieces import Capabilities, implicit_solution
 from metalearn.tasks.episode import restrict_to_classes
 
 GRADIENTS = ("implicit", "unrolled")

@@ -14,7 +14,7 @@ for a fixed number of steps, which finds the active set (the projection gives ex
 zeros), then one Newton step on that face, exact when the face is right. The gradient
 reaches ``X`` through the face's stationarity condition ``P (K alpha - Y) = 0`` (``P``
 the projector onto the face's tangent space) by
-:func:`~metalearn.adapters.implicit_diff.implicit_solution`, not by unrolling; that
+:func:`~metalearn.pieces.implicit_diff.implicit_solution`, not by unrolling; that
 condition's Jacobian is the ``n * ways`` face matrix, so the linear system is solved
 directly.
 """
@@ -27,9 +27,8 @@ import gin
 import keras
 import tensorflow as tf
 
-from metalearn.adapters.base import Capabilities
-from metalearn.adapters.implicit_diff import implicit_solution
 from metalearn.heads.base import Head, solve_flat, support_targets
+from metalearn.pieces import Capabilities, implicit_solution
 
 
 def simplex_projection(z: tf.Tensor, total: tf.Tensor,

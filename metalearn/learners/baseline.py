@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from metalearn import functional
-from metalearn.adapters.base import Piece
+from metalearn.pieces import Piece
 from metalearn.functional import Weights
 from metalearn.heads.base import Head
 from metalearn.heads.linear import check_classifier, classifier_logits

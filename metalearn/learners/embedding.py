@@ -14,11 +14,12 @@ import keras
 import tensorflow as tf
 
 from metalearn import functional
-from metalearn.adapters.base import Adapter, NoAdaptation, Piece
+from metalearn.adapters.base import Adapter, NoAdaptation
 from metalearn.functional import Weights, softmax_cross_entropy
 from metalearn.heads.base import Head
 from metalearn.heads.prototypes import flat
 from metalearn.learners.learner import Learner, MetricFn
+from metalearn.pieces import Piece
 from metalearn.tasks.episode import MaskedLabels, example_mask
 
 

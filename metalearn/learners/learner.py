@@ -9,10 +9,11 @@ import keras
 import tensorflow as tf
 
 from metalearn import _compat, configurables, execution, functional
-from metalearn.adapters.base import Adapter, Capabilities, LossFn, Piece, SplitLoss
+from metalearn.adapters.base import Adapter
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.functional import Weights
 from metalearn.learners.task_init import TaskInit
+from metalearn.pieces import Capabilities, LossFn, Piece, SplitLoss
 from metalearn.tasks.episode import Episode, example_mask, restrict_to_classes, unmask
 
 MetricFn = Callable[[Any, Any], tf.Tensor]

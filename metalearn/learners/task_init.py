@@ -17,7 +17,7 @@ import keras
 import tensorflow as tf
 
 from metalearn import functional
-from metalearn.adapters.base import Capabilities, Piece, check_patterns, select_paths
+from metalearn.pieces import Capabilities, Piece, check_patterns, select_paths
 from metalearn.functional import Weights
 from metalearn.heads.prototypes import class_prototypes, flat
 from metalearn.tasks.episode import example_mask

@@ -1,0 +1,24 @@
+"""The floor below adapters, heads and learners: what they all build on.
+
+* :mod:`metalearn.pieces.piece`: the piece vocabulary, :class:`Piece` (a part of an inner
+  loop, a head, a task initialiser; what a composite needs is computed over its parts),
+  :class:`Capabilities`, the path selection every piece uses (:func:`select_paths`,
+  :func:`check_patterns`), :func:`clamp_step` (an inner-step index that is an int or a
+  tensor), and what a learner hands an adapter: :data:`LossFn`, :data:`CallFn`,
+  :class:`SplitLoss`;
+* :mod:`metalearn.pieces.implicit_diff`: the implicit-differentiation primitive
+  :func:`implicit_solution` and its linear solvers :class:`ConjugateGradient`,
+  :class:`Neumann` (iMAML's inner solve, the SVM and logistic heads).
+
+The same names are importable from :mod:`metalearn.adapters` (and
+``metalearn.adapters.base``, ``metalearn.adapters.implicit_diff``) as before.
+"""
+
+from metalearn.pieces.implicit_diff import (ConjugateGradient, LinearSolver, Neumann,
+                                            implicit_solution)
+from metalearn.pieces.piece import (CallFn, Capabilities, LossFn, Piece, SplitLoss,
+                                    check_patterns, clamp_step, select_paths)
+
+__all__ = ["CallFn", "Capabilities", "ConjugateGradient", "LinearSolver", "LossFn",
+           "Neumann", "Piece", "SplitLoss", "check_patterns", "clamp_step",
+           "implicit_solution", "select_paths"]
