@@ -463,7 +463,7 @@ class Accumulate(Formulation):
     is flat in the meta-batch. Each task's tape lives inside the loop body, so custom
     gradients (implicit differentiation, recomputed steps) are honoured; functions of
     one episode (:meth:`per_task`) run in the same loop, their results written to
-    ``tf.TensorArray``\\ s.
+    ``tf.TensorArray``\\ s (unrolled where a piece has a custom gradient).
 
     Args:
       parallel_iterations: tasks in flight at once.
@@ -475,6 +475,10 @@ class Accumulate(Formulation):
         self.parallel_iterations = _check_parallel(parallel_iterations, "Accumulate")
 
     def per_task(self, learner, fn, episodes, signature):
+        if learner.capabilities.custom_gradient:
+            # a custom gradient inside the loop cannot take tensors from outside it
+            # (``fn`` closes over the weights read once): one copy per task instead
+            return _unrolled(fn, episodes)
         tasks = _num_tasks(episodes)
         specs = tf.nest.flatten(signature)
 

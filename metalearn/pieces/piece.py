@@ -104,8 +104,8 @@ class Capabilities:
         unrolled. Any part having it gives it to the whole.
       task_axis: the loop also works on weights with a leading task axis
         (``[tasks, *shape]``) and a ``loss_fn`` returning one loss per task, treating
-        tasks independently (``Learner(task_batching="batched")`` needs it). Elementwise
-        steps qualify; anything that mixes values across a whole weight vector (a
+        tasks independently (the ``Batched`` formulation of :mod:`metalearn.execution`
+        needs it). Elementwise steps qualify; anything that mixes values across a whole weight vector (a
         global norm, a dot product) or indexes one task's examples does not. Every part
         must have it.
     """
