@@ -389,8 +389,25 @@ def batched_unavailable(learner: Any) -> List[str]:
     if reason:
         reasons.append(reason)
     reasons += [f"{type(learner).__name__} overrides {method}()"
-                for method in learner.overridden_task_methods()]
+                for method in overridden(learner, PER_TASK_METHODS)]
     return reasons
+
+
+PER_TASK_METHODS = ("forward", "predict", "task_initial_weights", "episode_metrics",
+                    "query_data")
+"""The learner's per-task methods, which :class:`Batched` (every task at once through
+the model's layers) runs as ``Learner`` defines them, and so cannot follow an override of."""
+
+
+def overridden(learner: Any, methods: Sequence[str]) -> List[str]:
+    """Those of ``methods`` that ``learner``'s class defines below ``Learner`` (the
+    class named so, where each method is first defined)."""
+    found = []
+    for method in methods:
+        owner = next((c for c in type(learner).__mro__ if method in vars(c)), None)
+        if owner is not None and owner.__name__ != "Learner":
+            found.append(method)
+    return found
 
 
 @gin.configurable

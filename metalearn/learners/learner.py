@@ -304,14 +304,6 @@ class Learner(tf.Module):
             result = result & piece.capabilities
         return result
 
-    def overridden_task_methods(self) -> List[str]:
-        """The per-task methods this learner's class overrides (what the
-        :class:`~metalearn.execution.Batched` formulation, which runs every task at
-        once through the model's layers, cannot follow)."""
-        return [m for m in ("forward", "predict", "task_initial_weights", "episode_metrics",
-                            "query_data")
-                if getattr(type(self), m) is not getattr(Learner, m)]
-
     # --- what the outer step trains ----------------------------------------------
 
     @property
