@@ -28,6 +28,9 @@ from metalearn.training import (Experiment, build_experiment, evaluate, parse_co
 from metalearn.training.checkpoint import (DamagedCheckpointError, UnmatchedCheckpointError,
                                            find_checkpoint)
 
+# Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group(__name__)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAML = os.path.join(ROOT, "experiments", "sinusoid", "maml.gin")
 METASGD = os.path.join(ROOT, "experiments", "sinusoid", "metasgd.gin")

@@ -11,6 +11,9 @@ import pytest
 
 from metalearn.runs import sweeps
 
+# Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group(__name__)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["Experiment.num_steps = 30", "Experiment.log_every = 3",
         "Experiment.checkpoint_every = 3", "Experiment.meta_batch_size = 2",
