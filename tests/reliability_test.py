@@ -155,10 +155,14 @@ def test_config_travels_in_the_checkpoint(finished, tmp_path):
     assert (workdir / "config.gin").exists()
 
 
+# metalearn.runs.lock loaded by its path: the holder needs neither metalearn's package
+# (Keras and TensorFlow, seconds of imports) nor anything else of it.
 HOLD = textwrap.dedent("""
-    import sys, time
-    from metalearn.runs.lock import WorkdirLock
-    WorkdirLock(sys.argv[1]).acquire()
+    import importlib.util, sys, time
+    spec = importlib.util.spec_from_file_location("lock", sys.argv[2])
+    lock = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lock)
+    lock.WorkdirLock(sys.argv[1]).acquire()
     print("locked", flush=True)
     time.sleep(120)
 """)
@@ -166,7 +170,8 @@ HOLD = textwrap.dedent("""
 
 def test_a_second_process_on_a_workdir_stops_naming_the_holder(tmp_path):
     workdir = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(workdir)],
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(workdir),
+                               os.path.join(ROOT, "metalearn", "runs", "lock.py")],
                               env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
                               text=True)
     try:
