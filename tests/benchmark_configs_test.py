@@ -13,6 +13,9 @@ from metalearn.tasks.datasets import cifar
 from metalearn.training import build_experiment, evaluate, parse_config, train
 from tests import benchmark_fixtures as fixtures
 
+# Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group(__name__)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = ("mini_imagenet", "tiered_imagenet", "cifar_fs", "fc100", "cub")
 CONFIGS = [(b, os.path.basename(f)) for b in BENCHMARKS

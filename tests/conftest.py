@@ -19,6 +19,26 @@ SHARED_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."
                                            "data"))
 
 
+def pytest_configure(config):
+    """Under ``-n 2`` xdist's default "load" scheduling deals tests out one by one, so
+    the tests of one module land on both workers and each worker builds the module's
+    scoped fixtures (a trained run, killed and resumed processes) again. "loadgroup"
+    keeps the tests marked ``xdist_group`` on one worker (a module with such a fixture
+    marks itself, ``tests/suite_test.py`` checks) and deals out the rest as "load" does."""
+    config.addinivalue_line("markers", "xdist_group(name): run these tests on one worker")
+    if getattr(config.option, "dist", None) == "load":  # the controller
+        config.option.dist = "loadgroup"
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and "loadgroup" in workerinput:  # a worker: it parsed
+        config.option.loadgroup = workerinput["loadgroup"]  # `-n 2` as "load" itself
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """Tells each xdist worker what the controller chose (it names the tests by group)."""
+    node.workerinput["loadgroup"] = node.config.option.dist == "loadgroup"
+
+
 @pytest.fixture
 def shared_data() -> str:
     if not os.path.isdir(SHARED_DATA):

@@ -15,6 +15,9 @@ from metalearn.tasks import MetaDataset
 from metalearn.tasks.datasets import load_meta_dataset_source
 from tests import benchmark_fixtures as fixtures
 
+# Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group(__name__)
+
 SOURCES = ("ilsvrc_2012", "omniglot", "aircraft")
 
 

@@ -22,6 +22,9 @@ from metalearn.testing import contract
 from metalearn.training import Experiment, WarmStart, restore_weights, train
 from metalearn.training.checkpoint import UnmatchedCheckpointError
 
+# Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group(__name__)
+
 CLASSES = [f"c{i}" for i in range(8)]
 
 

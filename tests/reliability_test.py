@@ -30,6 +30,9 @@ from metalearn.training import (Experiment, build_experiment, evaluate, parse_co
 from metalearn.training.checkpoint import (DamagedCheckpointError, UnmatchedCheckpointError,
                                            find_checkpoint)
 
+# Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group(__name__)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAML = os.path.join(ROOT, "experiments", "sinusoid", "maml.gin")
 METASGD = os.path.join(ROOT, "experiments", "sinusoid", "metasgd.gin")
@@ -154,10 +157,14 @@ def test_config_travels_in_the_checkpoint(finished, tmp_path):
     assert (workdir / "config.gin").exists()
 
 
+# metalearn.runs.lock loaded by its path: the holder needs neither metalearn's package
+# (Keras and TensorFlow, seconds of imports) nor anything else of it.
 HOLD = textwrap.dedent("""
-    import sys, time
-    from metalearn.runs.lock import WorkdirLock
-    WorkdirLock(sys.argv[1]).acquire()
+    import importlib.util, sys, time
+    spec = importlib.util.spec_from_file_location("lock", sys.argv[2])
+    lock = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lock)
+    lock.WorkdirLock(sys.argv[1]).acquire()
     print("locked", flush=True)
     time.sleep(120)
 """)
@@ -165,7 +172,8 @@ HOLD = textwrap.dedent("""
 
 def test_a_second_process_on_a_workdir_stops_naming_the_holder(tmp_path):
     workdir = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(workdir)],
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(workdir),
+                               os.path.join(ROOT, "metalearn", "runs", "lock.py")],
                               env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
                               text=True)
     try:

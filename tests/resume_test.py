@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+# Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group(__name__)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SINUSOID = os.path.join(ROOT, "experiments", "sinusoid", "maml.gin")
 # 40 steps; log windows of 8 and checkpoints every 5 do not line up, so resumed runs

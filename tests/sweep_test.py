@@ -12,6 +12,9 @@ import pytest
 from metalearn.runs.workdir import Workdir
 from metalearn.studies import sweeps
 
+# Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group(__name__)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["Loop.num_steps = 30", "Loop.log_every = 3",
         "Loop.checkpoint_every = 3", "Experiment.meta_batch_size = 2",

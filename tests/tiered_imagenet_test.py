@@ -9,6 +9,9 @@ from metalearn.tasks import FewShotClassification
 from metalearn.tasks.datasets import load_tiered_imagenet, plain_pickle, tiered_imagenet
 from tests import benchmark_fixtures as fixtures
 
+# Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group(__name__)
+
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():

@@ -20,16 +20,28 @@ SMALL = ["Loop.num_steps = 20", "Loop.log_every = 5",
          "Loop.checkpoint_every = 5", "Experiment.meta_batch_size = 4",
          "mlp.hidden = (8,)", "evaluate.num_tasks = 10", "evaluate.batch_size = 5"]
 
+# Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group(__name__)
+
 
 def _final_weights(workdir):
     experiment = restore(workdir)
     return [v.numpy() for v in experiment.learner.meta_variables], experiment
 
 
-def test_train_writes_everything_and_evaluates(tmp_path):
-    workdir = str(tmp_path / "run")
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """One uninterrupted run of SMALL: the run the next test inspects (it only reads it),
+    and the reference that the resumed run and a second run of the config must equal."""
+    workdir = str(tmp_path_factory.mktemp("small") / "run")
     parse_config([SINUSOID], SMALL)
     metrics = train(build_experiment(), workdir)
+    gin.clear_config()
+    return workdir, metrics
+
+
+def test_train_writes_everything_and_evaluates(small_run):
+    workdir, metrics = small_run
     assert metrics["step"] == 20 and np.isfinite(metrics["loss"])
     for name in ("config.gin", "operative_config.gin", "metrics.json"):
         assert os.path.isfile(os.path.join(workdir, name)), name
@@ -44,10 +56,8 @@ def test_train_writes_everything_and_evaluates(tmp_path):
         assert steps["loss"]["ci95"] > 0
 
 
-def test_killed_run_resumes_to_the_same_weights(tmp_path):
-    uninterrupted, interrupted = str(tmp_path / "a"), str(tmp_path / "b")
-    parse_config([SINUSOID], SMALL)
-    train(build_experiment(), uninterrupted)
+def test_killed_run_resumes_to_the_same_weights(small_run, tmp_path):
+    uninterrupted, interrupted = small_run[0], str(tmp_path / "b")
     parse_config([SINUSOID], SMALL + ["Loop.num_steps = 10"])  # "dies" at step 10
     train(build_experiment(), interrupted)
     parse_config([SINUSOID], SMALL)
@@ -58,12 +68,11 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-def test_same_config_same_result(tmp_path):
-    results = []
-    for name in ("a", "b"):
-        parse_config([SINUSOID], SMALL)
-        results.append(train(build_experiment(), str(tmp_path / name))["loss"])
-    assert results[0] == results[1]
+def test_same_config_same_result(small_run, tmp_path):
+    parse_config([SINUSOID], SMALL)  # a second run, in this process, after other tests
+    again = train(build_experiment(), str(tmp_path / "b"))
+    assert again["loss"] == small_run[1]["loss"]
+    assert again["step"] == small_run[1]["step"] == 20
 
 
 def test_restore_rejects_a_non_run_directory(tmp_path):
