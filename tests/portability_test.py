@@ -82,7 +82,7 @@ def search_path(tmp_path):
 
 def test_an_include_found_on_the_search_path_logs_no_error(search_path, tmp_path,
                                                            monkeypatch, caplog):
-    (search_path / "zz_included" / "steps.gin").write_text("Experiment.num_steps = 7\n")
+    (search_path / "zz_included" / "steps.gin").write_text("Loop.num_steps = 7\n")
     main = search_path / "main.gin"
     main.write_text("include 'experiments/sinusoid/maml.gin'\n"
                     "include 'zz_included/steps.gin'\n")
@@ -90,7 +90,7 @@ def test_an_include_found_on_the_search_path_logs_no_error(search_path, tmp_path
     monkeypatch.chdir(tmp_path / "elsewhere")
     with caplog.at_level(logging.INFO):
         parse_config([str(main)])
-    assert gin.query_parameter("Experiment.num_steps") == 7
+    assert gin.query_parameter("Loop.num_steps") == 7
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 

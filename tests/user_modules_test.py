@@ -18,8 +18,8 @@ from metalearn.studies import sweeps
 from metalearn.training import build_experiment, parse_config, restore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["Experiment.num_steps = 4", "Experiment.log_every = 2",
-        "Experiment.checkpoint_every = 2", "Experiment.meta_batch_size = 2",
+TINY = ["Loop.num_steps = 4", "Loop.log_every = 2",
+        "Loop.checkpoint_every = 2", "Experiment.meta_batch_size = 2",
         "mlp.hidden = (4,)", "evaluate.num_tasks = 4", "evaluate.batch_size = 2",
         "evaluate.inner_steps = (1,)"]
 
