@@ -484,7 +484,8 @@ class Accumulate(Formulation):
             return i + 1, [a.write(i, v) for a, v in zip(arrays, values)]
 
         arrays = [tf.TensorArray(s.dtype, size=tasks, element_shape=s.shape) for s in specs]
-        _, arrays = tf.while_loop(lambda i, _: i < tasks, body, [tf.constant(0), arrays],
+        # loop variables a tuple, as the body returns them (eager while loops check it)
+        _, arrays = tf.while_loop(lambda i, _: i < tasks, body, (tf.constant(0), arrays),
                                   parallel_iterations=self.parallel_iterations,
                                   maximum_iterations=tasks)
         return tf.nest.pack_sequence_as(signature, [a.stack() for a in arrays])
@@ -521,7 +522,7 @@ class Accumulate(Formulation):
         arrays = [tf.TensorArray(learner.metric_dtype, size=tasks, element_shape=[])
                   for _ in names]
         _, totals, arrays = tf.while_loop(lambda i, *_: i < tasks, body,
-                                          [tf.constant(0), totals, arrays],
+                                          (tf.constant(0), totals, arrays),
                                           parallel_iterations=self.parallel_iterations,
                                           maximum_iterations=tasks)
         _missing_gradients(missing, [None] * len(missing))

@@ -120,20 +120,23 @@ def _by_path(learner, grads: Sequence[Any]) -> Dict[str, np.ndarray]:
     return {v.path: g.numpy() for v, g in zip(learner.meta_variables, grads)}
 
 
-def analytic_meta_gradient(learner, episodes: Episode) -> Dict[str, np.ndarray]:
-    """The meta-gradient of ``learner.meta_loss(episodes)`` by meta-variable path."""
+def analytic_meta_gradient(learner, episodes: Episode, formulation: Any = None
+                           ) -> Dict[str, np.ndarray]:
+    """The meta-gradient of ``learner.meta_loss(episodes)`` by meta-variable path
+    (``formulation``: how the tasks run, :mod:`metalearn.execution`; ``None``: ``Auto()``)."""
     with tf.GradientTape() as tape:
-        loss = learner.meta_loss(episodes)
+        loss = learner.meta_loss(episodes, formulation=formulation)
     return _by_path(learner, tape.gradient(loss, learner.meta_variables))
 
 
-def compiled_meta_gradient(learner, episodes: Episode) -> Dict[str, np.ndarray]:
+def compiled_meta_gradient(learner, episodes: Episode, formulation: Any = None
+                           ) -> Dict[str, np.ndarray]:
     """:func:`analytic_meta_gradient` inside one ``tf.function`` (where ``tf.map_fn`` is a
     graph loop, which ignores custom gradients: what a compiled meta-step sees)."""
     @tf.function
     def meta_gradient(episodes):
         with tf.GradientTape() as tape:
-            loss = learner.meta_loss(episodes)
+            loss = learner.meta_loss(episodes, formulation=formulation)
         return tape.gradient(loss, learner.meta_variables)
     return _by_path(learner, meta_gradient(episodes))
 
