@@ -489,7 +489,8 @@ class Accumulate(Formulation):
             return i + 1, [a.write(i, v) for a, v in zip(arrays, values)]
 
         arrays = [tf.TensorArray(s.dtype, size=tasks, element_shape=s.shape) for s in specs]
-        # loop variables a tuple, as the body returns them (eager while loops check it)
+        # loop variables as a tuple, the body's structure: eagerly, with
+        # maximum_iterations, tf.while_loop compares them exactly (list != tuple)
         _, arrays = tf.while_loop(lambda i, _: i < tasks, body, (tf.constant(0), arrays),
                                   parallel_iterations=self.parallel_iterations,
                                   maximum_iterations=tasks)

@@ -122,8 +122,8 @@ def _by_path(learner, grads: Sequence[Any]) -> Dict[str, np.ndarray]:
 
 def analytic_meta_gradient(learner, episodes: Episode, formulation: Any = None
                            ) -> Dict[str, np.ndarray]:
-    """The meta-gradient of ``learner.meta_loss(episodes)`` by meta-variable path
-    (``formulation``: how the tasks run, :mod:`metalearn.execution`; ``None``: ``Auto()``)."""
+    """The meta-gradient of ``learner.meta_loss(episodes)`` by meta-variable path, the
+    tasks run by ``formulation`` (:mod:`metalearn.execution`; ``None``: ``Auto()``)."""
     with tf.GradientTape() as tape:
         loss = learner.meta_loss(episodes, formulation=formulation)
     return _by_path(learner, tape.gradient(loss, learner.meta_variables))
@@ -142,8 +142,8 @@ def compiled_meta_gradient(learner, episodes: Episode, formulation: Any = None
 
 
 def assert_meta_gradient_matches_finite_differences(
-        learner, episodes: Episode, tolerance: float = 1e-6, eps: float = 1e-5
-) -> Dict[str, np.ndarray]:
+        learner, episodes: Episode, tolerance: float = 1e-6, eps: float = 1e-5,
+        formulation: Any = None) -> Dict[str, np.ndarray]:
     """Checks ``learner``'s meta-gradient on ``episodes`` against central finite
     differences of ``learner.meta_loss(episodes)`` in every element of every meta-variable
     (:func:`finite_difference_variables`): their :func:`relative_error` must be below
@@ -156,6 +156,7 @@ def assert_meta_gradient_matches_finite_differences(
       episodes: the batch of tasks.
       tolerance: the largest relative error accepted.
       eps: the finite differences' step.
+      formulation: how the tasks run (:mod:`metalearn.execution`); ``None``: ``Auto()``.
 
     Returns:
       The analytic meta-gradient by variable path (:func:`analytic_meta_gradient`), for
@@ -165,8 +166,9 @@ def assert_meta_gradient_matches_finite_differences(
       AssertionError: the relative error is not below ``tolerance`` (the message names
         the variables that differ most), or no gradient reaches a meta-variable.
     """
-    analytic = analytic_meta_gradient(learner, episodes)
-    numeric = finite_difference_variables(lambda: learner.meta_loss(episodes),
+    analytic = analytic_meta_gradient(learner, episodes, formulation)
+    numeric = finite_difference_variables(lambda: learner.meta_loss(
+                                              episodes, formulation=formulation),
                                           learner.meta_variables, eps=eps)
     error = relative_error(analytic, numeric)
     if not error < tolerance:
