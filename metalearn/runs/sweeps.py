@@ -269,7 +269,7 @@ def _check(files: Sequence[str], params: Sequence[str], tasks: bool = False) -> 
         if tasks:
             from metalearn.runs.validation import check_tasks_and_outputs
             check_tasks_and_outputs(experiment)
-        return experiment.num_steps
+        return experiment.loop.num_steps
     finally:
         gin.clear_config()
 
