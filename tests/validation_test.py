@@ -459,7 +459,8 @@ def all_steps_skipped(tmp_path) -> None:
     learner = AlwaysNaN(mlp(hidden=(4,)), adapter=GradientDescent(1, 0.01),
                         loss=keras.losses.MeanSquaredError())
     train(metalearn.Experiment(learner, Sinusoid(shots=5, queries=5), meta_batch_size=2,
-                               num_steps=8, log_every=4, on_non_finite="skip"),
+                               loop=metalearn.training.Loop(num_steps=8, log_every=4,
+                                                            on_non_finite="skip")),
           str(tmp_path / "run"))
 
 
@@ -853,12 +854,13 @@ CASES: List[Case] = [
              "Loop.on_non_finite must be one of ('raise', 'skip'), got 'ignore'"),
     gin_case("skipped fraction above 1", "Loop.max_skipped_fraction = 1.5", ValueError,
              "Loop.max_skipped_fraction must be a number in [0, 1], got 1.5"),
-    gin_case("unknown task batching", "Experiment.formulation = @loop()", ValueError,
-             "task_batching must be one of"),
+    gin_case("unknown formulation", "Experiment.formulation = 'loop'", ValueError,
+             "unknown formulation 'loop'"),
     gin_case("thread pools that are not two counts", "Runtime.threads = (2,)",
              ValueError, "Runtime.threads must be (intra_op, inter_op), two whole numbers"),
-    gin_case("memory budget that is not a size", "Learner.memory_budget = '2 gigs'",
-             ValueError, "memory_budget must be bytes or a size like '2GiB'"),
+    gin_case("memory budget that is not a size", "Auto.memory_budget = '2 gigs'",
+             ValueError, "memory_budget must be bytes or a size like '2GiB'",
+             base=SINUSOID + ["Experiment.formulation = @Auto()"]),
     gin_case("unknown loss name", "Learner.loss = 'msee'", ValueError,
              "unknown loss 'msee'"),
     gin_only("a metric named loss", "Learner.metrics = {'loss': 'mse'}", ValueError,
