@@ -480,7 +480,8 @@ class Accumulate(Formulation):
     is flat in the meta-batch. Each task's tape lives inside the loop body, so custom
     gradients (implicit differentiation, recomputed steps) are honoured; functions of
     one episode (:meth:`per_task`) run in the same loop, their results written to
-    ``tf.TensorArray``\\ s (unrolled where a piece has a custom gradient).
+    ``tf.TensorArray``\\ s (unrolled where a piece has a custom gradient, as with
+    :class:`MapFn`: a tape around the loop would not see it).
 
     Args:
       parallel_iterations: tasks in flight at once.
@@ -493,8 +494,8 @@ class Accumulate(Formulation):
 
     def per_task(self, learner, fn, episodes, signature):
         if learner.capabilities.custom_gradient:
-            # a custom gradient inside the loop cannot take tensors from outside it
-            # (``fn`` closes over the weights read once): one copy per task instead
+            # a tape around the loop (meta_metrics under a caller's tape) would not see
+            # the pieces' custom gradients, as in tf.map_fn: unrolled, as MapFn does
             return _unrolled(fn, episodes)
         tasks = _num_tasks(episodes)
         specs = tf.nest.flatten(signature)

@@ -24,10 +24,20 @@ from metalearn.testing import (WAYS, LearnerContract, classification_learner,
 
 
 class TestMAML(LearnerContract):
-    covers = (GradientDescent, GradientStep, metalearn.Learner, metalearn.MetaOptimizer)
+    covers = (GradientDescent, GradientStep, metalearn.Learner, metalearn.MetaGradient)
 
     def make_learner(self):
         return classification_learner(GradientDescent(steps=2, learning_rate=0.1))
+
+
+class TestMAMLClippedAndGuarded(TestMAML):
+    """MAML under the outer guards: directions clipped to a global norm, an update
+    applied only if finite."""
+    covers = (outer.ClipByGlobalNorm, outer.SkipNonFinite)
+
+    def make_outer_rule(self):
+        return outer.SkipNonFinite(outer.ClipByGlobalNorm(
+            metalearn.MetaGradient(keras.optimizers.Adam(learning_rate=0.01)), 10.0))
 
 
 class TestFirstOrderMAML(LearnerContract):
@@ -151,7 +161,7 @@ def _exported(module, base):
 
 
 _ABSTRACT = {adapters.Piece, adapters.Adapter, adapters.Update, adapters.StepWrapper,
-             heads.Head, learners.TaskInit}
+             heads.Head, learners.TaskInit, outer.OuterRule, outer.OptimizerRule, outer.Guard}
 
 
 def test_every_exported_piece_learner_and_outer_rule_has_a_contract_case():
@@ -167,7 +177,7 @@ def test_every_exported_piece_learner_and_outer_rule_has_a_contract_case():
     covered = {cls for case in cases for cls in case.covers}
     exported = (_exported(adapters, adapters.Piece) | _exported(heads, adapters.Piece)
                 | _exported(learners, (metalearn.Learner, adapters.Piece))
-                | _exported(outer, metalearn.MetaOptimizer))
+                | _exported(outer, outer.OuterRule))
     missing = sorted(cls.__name__ for cls in exported - covered)
     assert not missing, f"no contract case covers {missing}"
     assert len(exported) >= 25  # the test sees the exports
@@ -196,14 +206,14 @@ THEN = {
 }
 
 
-def _hypernetwork(then, task_batching):
+def _hypernetwork(then):
     keras.utils.set_random_seed(0)
     generator = keras.Sequential([keras.Input((WAYS * 6,), dtype="float64"),
                                   keras.layers.Dense(16 * WAYS + WAYS, name="dense",
                                                      dtype="float64")], name="generator")
     model = contract_model(dtype="float64")
     return classification_learner(Hypernetwork(generator, generate=("head",), then=then),
-                                  model, task_batching=task_batching)
+                                  model)
 
 
 @pytest.mark.parametrize("then", sorted(THEN))
@@ -214,11 +224,12 @@ def test_hypernetwork_then_every_adapter(then):
     episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
     results = {}
     for batching in ("map_fn", "unrolled"):
-        learner = _hypernetwork(THEN[then](), batching)
+        learner = _hypernetwork(THEN[then]())
         assert all(p.meta_step is learner.meta_step for p in learner.adapter.parts())
         per_task = set(learner.task_paths())
         assert per_task and not per_task & {v.path for v in learner.meta_variables}
-        grads = compiled_meta_gradient(learner, episodes)  # raises on a None gradient
+        grads = compiled_meta_gradient(  # raises on a None gradient
+            learner, episodes, formulation=metalearn.execution.formulation(batching))
         assert all(np.any(g) for g in grads.values()), [p for p, g in grads.items()
                                                        if not np.any(g)]
         results[batching] = grads

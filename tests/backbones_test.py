@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import metalearn
-from metalearn import functional, models
+from metalearn import execution, functional, models
 from metalearn.adapters import GradientDescent
 from metalearn.layers import DropBlock
 from metalearn.tasks import Episode
@@ -43,21 +43,21 @@ BACKBONES = {
 }
 
 
-def _learner(name, task_batching="map_fn"):
+def _learner(name):
     keras.utils.set_random_seed(0)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, dtype="float64")
-    return metalearn.Learner(BACKBONES[name][0](), GradientDescent(1, 0.25), loss=loss,
-                             task_batching=task_batching)
+    return metalearn.Learner(BACKBONES[name][0](), GradientDescent(1, 0.25), loss=loss)
 
 
-def _loss_and_gradient(learner, episodes):
-    if learner.task_batching == "accumulate":
-        run = lambda e: tuple(reversed(metalearn.learners.task_batching.accumulate(
+def _loss_and_gradient(learner, episodes, task_batching):
+    formulation = execution.formulation(task_batching)
+    if task_batching == "accumulate":
+        run = lambda e: tuple(reversed(formulation.gradients(
             learner, e, learner.meta_variables)))
     else:
         def run(episodes):
             with tf.GradientTape() as tape:
-                metrics = learner.meta_metrics(episodes)
+                metrics = learner.meta_metrics(episodes, formulation=formulation)
                 loss = tf.reduce_mean(metrics["loss"])
             return metrics, tape.gradient(loss, learner.meta_variables)
     metrics, grads = tf.function(run)(episodes)
@@ -69,12 +69,14 @@ def _loss_and_gradient(learner, episodes):
 def test_second_order_meta_gradient_and_task_batching(name):
     """MAML, one inner step, second order, BatchNorm in training mode: the meta-gradient
     against finite differences; the batched and accumulating formulations against it."""
-    learner = _learner(name, "unrolled")  # the per-task reference (cheapest to trace)
+    learner = _learner(name)
     episodes = _episodes(size=BACKBONES[name][1])
-    losses, grads = _loss_and_gradient(learner, episodes)
+    # the per-task reference (cheapest to trace)
+    losses, grads = _loss_and_gradient(learner, episodes, "unrolled")
     # A small step: a ReLU or max-pool kink crossed by the step would spoil a difference.
     derivatives, directions = finite_difference_directions(
-        lambda: learner.meta_loss(episodes), learner.meta_variables, directions=2,
+        lambda: learner.meta_loss(episodes, formulation=execution.Unrolled()),
+        learner.meta_variables, directions=2,
         eps=1e-7)
     analytic = directions @ flat(grads)
     error = np.linalg.norm(analytic - derivatives) / np.linalg.norm(derivatives)
@@ -82,7 +84,7 @@ def test_second_order_meta_gradient_and_task_batching(name):
     # accumulate does not depend on the model's layers: checked once, on ResNet-12.
     formulations = {"resnet12": ("batched", "accumulate"), "wide_resnet": ("batched",)}
     for task_batching in formulations.get(name, ()):
-        got_losses, got = _loss_and_gradient(_learner(name, task_batching), episodes)
+        got_losses, got = _loss_and_gradient(_learner(name), episodes, task_batching)
         np.testing.assert_allclose(got_losses, losses, rtol=1e-10, err_msg=task_batching)
         for g, want in zip(got, grads):
             np.testing.assert_allclose(g, want, rtol=1e-9, atol=1e-12, err_msg=task_batching)

@@ -236,8 +236,8 @@ def test_variables_bit_identical_after_adaptation():
 
 def test_meta_step_trains_the_generator_never_the_replaced_weights():
     learner = _input_learner()
-    meta_optimizer = metalearn.MetaOptimizer(keras.optimizers.SGD(0.1))
-    step = metalearn.training.make_meta_step(learner, meta_optimizer)
+    outer_rule = metalearn.MetaGradient(keras.optimizers.SGD(0.1))
+    step = metalearn.training.make_meta_step(learner, outer_rule)
     model_before = [v.numpy().copy() for v in learner.model.variables]
     generator_before = [v.numpy().copy() for v in learner.adapter.generator.variables]
     for _ in range(3):
@@ -366,7 +366,8 @@ def test_mnist_experiment_logs_the_running_mean(tmp_path, shared_data, monkeypat
                                rtol=1e-5)
     assert runs["running"][0]["loss"] == pytest.approx(np.mean(per_step), rel=1e-5)
     with pytest.raises(ValueError, match="log_average must be one of .* got 'ema'"):
-        metalearn.Experiment(experiment.learner, experiment.sampler, log_average="ema")
+        metalearn.Experiment(experiment.learner, experiment.sampler,
+                             loop=metalearn.training.Loop(log_average="ema"))
 
 
 def test_docs_examples_run(tmp_path, shared_data, monkeypatch, capsys):

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import metalearn
-from metalearn import models
+from metalearn import execution, models
 from metalearn.adapters import ImplicitGradientDescent
 from metalearn.adapters.implicit import CURVATURES, conjugate_gradient
 from metalearn.testing import LearnerContract, classification_learner
@@ -17,14 +17,13 @@ from metalearn.testing import finite_difference_gradient, relative_error
 LAMBDA = 1.0
 
 
-def _linear_learner(steps=250, cg_steps=3, task_batching="map_fn", learning_rate=0.12,
-                    clip_norm=None):
+def _linear_learner(steps=250, cg_steps=3, learning_rate=0.12, clip_norm=None):
     keras.utils.set_random_seed(5)
     model = models.mlp((2,), hidden=(), outputs=1, dtype="float64")
     adapter = ImplicitGradientDescent(steps=steps, learning_rate=learning_rate,
                                       regularization=LAMBDA, cg_steps=cg_steps,
                                       clip_norm=clip_norm)
-    return metalearn.Learner(model, adapter, loss=mse, task_batching=task_batching)
+    return metalearn.Learner(model, adapter, loss=mse)
 
 
 def _closed_form(theta, episodes):
@@ -48,14 +47,14 @@ def _closed_form(theta, episodes):
 def test_meta_gradient_equals_exact_implicit_gradient(task_batching, clip_norm):
     # clip_norm=0.05 clips the first inner steps (another trajectory, the same optimum):
     # the implicit meta-gradient depends only on the point reached.
-    learner = _linear_learner(task_batching=task_batching, clip_norm=clip_norm,
-                              steps=250 if clip_norm is None else 600)
+    learner = _linear_learner(clip_norm=clip_norm, steps=250 if clip_norm is None else 600)
+    formulation = execution.formulation(task_batching)
     episodes = regression_episodes(tasks=3, shots=5)
     w, b = learner.meta_variables
 
     def meta_gradient(batch):
         with tf.GradientTape() as tape:
-            loss = learner.meta_loss(batch)
+            loss = learner.meta_loss(batch, formulation=formulation)
         return tape.gradient(loss, learner.meta_variables)
 
     grad_w, grad_b = tf.function(meta_gradient)(episodes)
@@ -187,10 +186,10 @@ def test_solve_diagnostics_are_those_of_each_task(task_batching):
     """The meta-step's cg_* metrics equal each task's own solve, by hand (mean over
     tasks, whatever the formulation), and inner_* are the support loss at phi etc."""
     from metalearn.pieces.implicit_diff import ConjugateGradient
-    learner = _linear_learner(steps=250, cg_steps=2, task_batching=task_batching)
+    learner = _linear_learner(steps=250, cg_steps=2)
     episodes = regression_episodes(tasks=3, shots=5)
-    gradients, metrics = tf.function(metalearn.MetaOptimizer().compute_gradients)(
-        learner, episodes)
+    gradients, metrics = tf.function(metalearn.MetaGradient().directions)(
+        learner, episodes, execution.formulation(task_batching))
     measure = tf.function(lambda task: learner.adapter.adapt_and_measure(
         learner.initial_weights(), task.support_x, task.support_y, learner.support_loss))
     expected = []
@@ -235,8 +234,7 @@ def _tanh_classifier(curvature="gauss_newton", regularization=0.05, steps=0, cg_
     adapter = ImplicitGradientDescent(steps=steps, learning_rate=0.1,
                                       regularization=regularization, cg_steps=cg_steps,
                                       curvature=curvature)
-    learner = metalearn.Learner(model, adapter, loss=softmax_cross_entropy,
-                                task_batching="unrolled")
+    learner = metalearn.Learner(model, adapter, loss=softmax_cross_entropy)
     episodes = synthetic_classification(seed=2, tasks=3, ways=3, shots=2, queries=2, dim=4,
                                         dtype=tf.float64)
     return learner, episodes
@@ -299,11 +297,11 @@ def test_gauss_newton_on_a_linear_model_equals_the_exact_implicit_gradient(task_
     model = models.mlp((2,), hidden=(), outputs=1, dtype="float64")
     adapter = ImplicitGradientDescent(steps=250, learning_rate=0.12, regularization=LAMBDA,
                                       cg_steps=3, curvature="gauss_newton")
-    learner = metalearn.Learner(model, adapter, loss=mse, task_batching=task_batching)
+    learner = metalearn.Learner(model, adapter, loss=mse)
     episodes = regression_episodes(tasks=3, shots=5)
     w, b = learner.meta_variables
-    grad_w, grad_b = tf.function(metalearn.MetaOptimizer().compute_gradients)(
-        learner, episodes)[0]
+    grad_w, grad_b = tf.function(metalearn.MetaGradient().directions)(
+        learner, episodes, execution.formulation(task_batching))[0]
     theta = np.concatenate([w.numpy(), b.numpy()[None]], axis=0)
     np.testing.assert_allclose(np.concatenate([grad_w, grad_b[None]]),
                                _closed_form(theta, episodes)[1], rtol=1e-8)
@@ -317,8 +315,8 @@ def test_gauss_newton_system_stays_positive_definite_where_the_hessian_does_not(
     found = {}
     for curvature in CURVATURES:
         learner, episodes = _tanh_classifier(curvature=curvature)
-        _, metrics = tf.function(metalearn.MetaOptimizer().compute_gradients)(
-            learner, episodes)
+        _, metrics = tf.function(metalearn.MetaGradient().directions)(
+            learner, episodes, execution.Unrolled())
         found[curvature] = {k: float(np.mean(metrics[k])) for k in SOLVE}
     assert found["hessian"]["cg_positive_definite"] < 1
     assert found["hessian"]["cg_min_curvature"] < 0

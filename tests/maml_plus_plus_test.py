@@ -181,7 +181,7 @@ def test_derivative_order_annealing_switches_at_the_right_step():
     annealed = learner(update=[AnnealOrder(switch), GradientStep(0.3)])
     first, second = learner(learning_rate=0.3, first_order=True), learner(learning_rate=0.3)
     meta_step = metalearn.training.make_meta_step(
-        annealed, metalearn.MetaOptimizer(keras.optimizers.SGD(learning_rate=0.1)))
+        annealed, metalearn.MetaGradient(keras.optimizers.SGD(learning_rate=0.1)))
     orders = []
     for step in range(switch + 2):
         assert int(annealed.meta_step) == step

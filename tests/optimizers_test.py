@@ -114,9 +114,9 @@ def test_inner_optimizers_work_on_a_task_axis(formulation):
     results = {}
     for batching in ("unrolled", formulation):
         learner = metalearn.Learner(_model(), GradientDescent(
-            2, update=InnerAdam(Learned(0.05, "element"), epsilon=1e-4)), loss=mse,
-            task_batching=batching)
-        results[batching] = analytic_meta_gradient(learner, episodes)
+            2, update=InnerAdam(Learned(0.05, "element"), epsilon=1e-4)), loss=mse)
+        results[batching] = analytic_meta_gradient(
+            learner, episodes, formulation=metalearn.execution.formulation(batching))
     assert relative_error(results[formulation], results["unrolled"]) < 1e-10
 
 

@@ -147,14 +147,15 @@ def padded():
     ("probe_cosine", True, "accumulate")])
 def test_padded_batch_equals_per_episode_reference(kind, first_order, task_batching):
     expected_grads, expected = reference(kind, first_order)
-    learner = make(kind, MAX_WAYS, body(), first_order, task_batching=task_batching)
+    learner = make(kind, MAX_WAYS, body(), first_order)
+    formulation = metalearn.execution.formulation(task_batching)
     variables = learner.meta_variables
     batch = padded()
     if task_batching == "accumulate":
-        grads, per_task = metalearn.learners.task_batching.accumulate(learner, batch, variables)
+        grads, per_task = formulation.gradients(learner, batch, variables)
     else:
         with tf.GradientTape() as tape:
-            per_task = learner.meta_metrics(batch)
+            per_task = learner.meta_metrics(batch, formulation=formulation)
             loss = tf.reduce_mean(per_task["loss"])
         grads = tape.gradient(loss, variables)
     for name, value in expected.items():
@@ -165,7 +166,7 @@ def test_padded_batch_equals_per_episode_reference(kind, first_order, task_batch
 
 def _step_gradients(learner, strategy=None):
     """make_meta_step with SGD at rate 0.5: the meta-gradient is (before - after) / 0.5."""
-    outer = metalearn.MetaOptimizer(keras.optimizers.SGD(learning_rate=0.5))
+    outer = metalearn.MetaGradient(keras.optimizers.SGD(learning_rate=0.5))
     step = make_meta_step(learner, outer, strategy=strategy)
     before = [v.numpy().copy() for v in learner.meta_variables]
     batch = padded()

@@ -19,7 +19,7 @@ from metalearn.testing import (DIM, WAYS, LearnerContract,
                                assert_meta_gradient_matches_finite_differences,
                                synthetic_classification, uninformative_support)
 from metalearn.testing import contract
-from metalearn.training import Experiment, WarmStart, restore_weights, train
+from metalearn.training import Experiment, Loop, WarmStart, restore_weights, train
 from metalearn.training.checkpoint import UnmatchedCheckpointError
 
 # Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
@@ -88,10 +88,10 @@ def _pretraining(num_steps: int, **kwargs) -> Experiment:
     keras.utils.set_random_seed(1)
     learner = ClassifierBaseline(_backbone(), classes=10, ways=3, drop_head="head",
                                  metrics={"accuracy": "accuracy"}, **kwargs)
-    optimizer = metalearn.MetaOptimizer(keras.optimizers.SGD(0.25, momentum=0.5))
+    optimizer = metalearn.MetaGradient(keras.optimizers.SGD(0.25, momentum=0.5))
     return Experiment(learner, WholeClassBatches(episodes_sampler(), batch_size=10),
-                      meta_optimizer=optimizer, meta_batch_size=1, num_steps=num_steps,
-                      log_every=2, checkpoint_every=2)
+                      outer_rule=optimizer, meta_batch_size=1,
+                      loop=Loop(num_steps=num_steps, log_every=2, checkpoint_every=2))
 
 
 def _state(learner):
@@ -286,7 +286,7 @@ def test_warm_start_applies_when_a_run_starts_not_when_it_resumes(pretrained, tm
                 np.testing.assert_array_equal(v.numpy(), saved[v.path])
             return matched
         return Experiment(learner, episodes_sampler(), meta_batch_size=2,
-                          num_steps=num_steps, log_every=1, checkpoint_every=1,
+                          loop=Loop(num_steps=num_steps, log_every=1, checkpoint_every=1),
                           warm_start=counted)
 
     train(experiment(1), str(tmp_path / "meta"))

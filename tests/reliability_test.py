@@ -25,7 +25,7 @@ from metalearn.runs.lock import WorkdirLock, WorkdirLockedError
 from metalearn.runs.workdir import Workdir
 from metalearn.studies import sweeps
 from metalearn.tasks import Sinusoid
-from metalearn.training import (Experiment, build_experiment, evaluate, parse_config,
+from metalearn.training import (Experiment, Loop, build_experiment, evaluate, parse_config,
                                 restore, train)
 from metalearn.training.checkpoint import (DamagedCheckpointError, UnmatchedCheckpointError,
                                            find_checkpoint)
@@ -232,13 +232,13 @@ class AlwaysNaN(metalearn.Learner):
         return results
 
 
-def _nan_experiment(**kwargs):
+def _nan_experiment(**loop):
     keras.utils.set_random_seed(0)
     learner = AlwaysNaN(mlp(hidden=(4,)), adapter=GradientDescent(1, 0.01),
                         loss=keras.losses.MeanSquaredError())
     return Experiment(learner, Sinusoid(shots=5, queries=5), meta_batch_size=2,
-                      num_steps=8, log_every=4, checkpoint_every=4, on_non_finite="skip",
-                      **kwargs)
+                      loop=Loop(num_steps=8, log_every=4, checkpoint_every=4,
+                                on_non_finite="skip", **loop))
 
 
 def test_too_many_skipped_steps_fail_the_run(tmp_path):

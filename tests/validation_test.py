@@ -466,7 +466,8 @@ def all_steps_skipped(tmp_path) -> None:
     learner = AlwaysNaN(mlp(hidden=(4,)), adapter=GradientDescent(1, 0.01),
                         loss=keras.losses.MeanSquaredError())
     train(metalearn.Experiment(learner, Sinusoid(shots=5, queries=5), meta_batch_size=2,
-                               num_steps=8, log_every=4, on_non_finite="skip"),
+                               loop=metalearn.training.Loop(num_steps=8, log_every=4,
+                                                            on_non_finite="skip")),
           str(tmp_path / "run"))
 
 

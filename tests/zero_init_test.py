@@ -1,4 +1,4 @@
-"""Learner(zero_init=...): the zeroing trick. Every task starts its head at zero, the
+"""Learner(task_init=[ZeroInit(...)]): the zeroing trick. Every task starts its head at zero, the
 meta-loss then cannot depend on how labels are numbered, and the meta-gradient equals
 finite differences and a hand-zeroed copy of the model."""
 
@@ -10,6 +10,7 @@ import tensorflow as tf
 import metalearn
 from metalearn import models
 from metalearn.adapters import GradientDescent, PerStepWeights
+from metalearn.learners import ZeroInit
 from metalearn.testing import (DIM, WAYS, LearnerContract, classification_learner,
                             softmax_cross_entropy, synthetic_classification)
 from metalearn.testing import analytic_meta_gradient, image_episodes
@@ -32,7 +33,7 @@ def _conv(seed=0):
 
 def _learner(model, steps=2, **kwargs):
     return classification_learner(GradientDescent(steps=steps, learning_rate=0.5),
-                                  model=model, zero_init=("head",), **kwargs)
+                                  model=model, task_init=[ZeroInit(("head",))], **kwargs)
 
 
 def _relabel(episodes, permutation):
@@ -80,13 +81,14 @@ def test_meta_gradient_equals_finite_differences():
 @pytest.mark.parametrize("task_batching", ["map_fn", "batched"])
 def test_meta_gradient_equals_a_plain_learner_on_a_zeroed_model(task_batching):
     episodes = image_episodes(tasks=3)
-    learner = _learner(_conv(), task_batching=task_batching)
+    learner = _learner(_conv())
     reference_model = _conv()
     for variable in reference_model.get_layer("head").weights:
         variable.assign(tf.zeros_like(variable))
     reference = classification_learner(GradientDescent(steps=2, learning_rate=0.5),
                                        reference_model)
-    ours = analytic_meta_gradient(learner, episodes)
+    ours = analytic_meta_gradient(learner, episodes,
+                                  formulation=metalearn.execution.formulation(task_batching))
     theirs = {p: g for p, g in analytic_meta_gradient(reference, episodes).items()
               if p not in HEAD}
     assert sorted(ours) == sorted(theirs)
@@ -108,11 +110,12 @@ def test_reptile_moves_the_body_and_leaves_the_zeroed_head():
 
 def test_bad_zero_init_is_named():
     with pytest.raises(ValueError, match=r"zero_init=\('classifier',\) matches none"):
-        classification_learner(GradientDescent(), _mlp(), zero_init=("classifier",))
+        classification_learner(GradientDescent(), _mlp(),
+                               task_init=[ZeroInit(("classifier",))])
     with pytest.raises(ValueError, match="ZeroInit sets weights that the adapter "
                                          "GradientDescent sets per task.*model/head/bias"):
         classification_learner(GradientDescent(wrappers=[PerStepWeights(("head/bias",))]),
-                               _mlp(), zero_init=("head",))
+                               _mlp(), task_init=[ZeroInit(("head",))])
 
 
 class TestZeroInitMAML(LearnerContract):
@@ -120,4 +123,4 @@ class TestZeroInitMAML(LearnerContract):
 
     def make_learner(self):
         return classification_learner(GradientDescent(steps=2, learning_rate=0.5),
-                                      zero_init=("head",))
+                                      task_init=[ZeroInit(("head",))])

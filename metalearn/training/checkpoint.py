@@ -330,11 +330,17 @@ def load(experiment: Experiment, step: tf.Variable, path: str,
         build, or the reverse.
     """
     saved = {key.split("/", 1)[0] for key in _keys(path)}
-    parts = [name for name in PARTS if name in ("step", "learner", "optimizer")
-             or (name in saved and (name != "progress" or progress is not None))]
+    # the outer rule's state: its Keras optimizer's, or its own (checkpoint_for)
+    rule = "optimizer" if getattr(experiment.outer_rule, "optimizer", None) is not None \
+        else "outer_rule"
+    unused = {"optimizer", "outer_rule"} - {rule}
+    parts = [name for name in PARTS if name in ("step", "learner", rule)
+             or (name in saved and name not in unused
+                 and (name != "progress" or progress is not None))]
     if progress is not None and "progress" not in parts:
         progress.reset()  # written before the loop's progress was checkpointed
-    whole = [name for name in PARTS if name != "progress" or progress is not None]
+    whole = [name for name in PARTS if name not in unused
+             and (name != "progress" or progress is not None)]
     checkpoint = into if into is not None and parts == whole else \
         checkpoint_for(experiment, step, progress, parts=parts)
     _check_matched(experiment, path)
