@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import metalearn
+from metalearn import execution
 from metalearn import models
 from metalearn.adapters import (GradientDescent, GradientStep, ImplicitGradientDescent,
                                 InnerAdam, InnerMomentum, Learned, Mask, Proximal, WhileLoop)
@@ -47,17 +48,18 @@ def _closed_form(kernel, bias, episodes, masked):
     return np.mean(grads_k, axis=0), np.mean(grads_b, axis=0)
 
 
-def _meta_gradient(adapter, task_batching="unrolled"):
+def _meta_gradient(adapter, formulation="unrolled"):
     keras.utils.set_random_seed(5)
     model = models.mlp((2,), hidden=(), outputs=1, dtype="float64")
-    learner = metalearn.Learner(model, adapter, loss=mse, task_batching=task_batching)
+    learner = metalearn.Learner(model, adapter, loss=mse)
     episodes = regression_episodes(tasks=3, shots=5)
     kernel, bias = learner.meta_variables
 
     @tf.function
     def meta_gradient():
         with tf.GradientTape() as tape:
-            loss = learner.meta_loss(episodes)
+            loss = learner.meta_loss(episodes,
+                                     formulation=execution.formulation(formulation))
         return tape.gradient(loss, learner.meta_variables)
 
     grad_k, grad_b = meta_gradient()

@@ -193,8 +193,8 @@ def test_the_check_finds_a_planted_upward_import_and_circle(tmp_path):
         "elsewhere.py": "",
     })
     problems = import_problems(root)
-    assert any("runs/a.py:2: metalearn.runs.a (floor 5) imports metalearn.training.loop "
-               "(floor 6)" in p for p in problems), problems
+    assert any("runs/a.py:2: metalearn.runs.a (floor 6) imports metalearn.training.loop "
+               "(floor 7)" in p for p in problems), problems
     assert "import circle: metalearn.training.loop -> metalearn.training.step -> " \
            "metalearn.training.loop" in problems, problems
     assert any(p.startswith("metalearn.elsewhere has no floor") for p in problems), problems

@@ -110,12 +110,12 @@ def test_sweep_runs_import_the_module_and_their_records_resolve_anywhere(tmp_pat
     results = sweeps.run_sweep(spec, "root", parallel=1, evaluate=True, log=lambda _: None)
     workdir = here / "root" / "rule_sweep_rate.scale=1.0"
     assert [r["status"] for r in results] == ["ran"], open(workdir / "train.log").read()[-3000:]
-    with open(workdir / sweeps.RUN_FILE) as f:
+    with open(workdir / Workdir.SWEEP_RUN) as f:
         record = json.load(f)
     assert record["gin_files"] == [os.path.join("experiments", "sinusoid", "maml.gin"),
                                    str(here / "mine.gin")]
     assert record["modules"] == [str(here / "rule_sweep.py")]
-    with open(here / "root" / sweeps.SWEEP_FILE) as f:
+    with open(here / "root" / Workdir.SWEEP) as f:
         assert json.load(f)["spec"]["gin_files"] == record["gin_files"]
     assert os.path.isfile(workdir / "eval.json")  # the run's process restored the run
     monkeypatch.chdir(elsewhere)  # the run again from another directory: it resolves
