@@ -356,8 +356,18 @@ class MapFn(Formulation):
     def per_task(self, learner, fn, episodes, signature):
         if learner.capabilities.custom_gradient:
             return _unrolled(fn, episodes)
-        return tf.map_fn(fn, episodes, fn_output_signature=signature,
-                         parallel_iterations=self.parallel_iterations)
+        # tf.map_fn sets the global variable scope's caching device for its loop and
+        # restores it only when ``fn`` returns: an error raised by ``fn`` (a clear one of
+        # ours included) left it set, and every later variable made in a strategy's
+        # scope failed ("Caching devices is not yet supported ..."). Restore it always.
+        scope = tf.compat.v1.get_variable_scope()
+        caching_device = scope.caching_device
+        try:
+            return tf.map_fn(fn, episodes, fn_output_signature=signature,
+                             parallel_iterations=self.parallel_iterations)
+        finally:
+            if scope.caching_device is not caching_device:  # (only set while tracing)
+                scope.set_caching_device(caching_device)
 
     def __repr__(self) -> str:
         return f"MapFn(parallel_iterations={self.parallel_iterations})"

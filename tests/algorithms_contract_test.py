@@ -33,10 +33,10 @@ class TestMAML(LearnerContract):
 class TestMAMLClippedAndGuarded(TestMAML):
     """MAML under the outer guards: directions clipped to a global norm, an update
     applied only if finite."""
-    covers = (outer.ClipByGlobalNorm, outer.SkipNonFinite)
+    covers = (outer.ClipDirections, outer.SkipNonFinite)
 
     def make_outer_rule(self):
-        return outer.SkipNonFinite(outer.ClipByGlobalNorm(
+        return outer.SkipNonFinite(outer.ClipDirections(
             metalearn.MetaGradient(keras.optimizers.Adam(learning_rate=0.01)), 10.0))
 
 

@@ -104,6 +104,18 @@ def test_an_undeclared_figure_is_the_same_clear_error_in_every_formulation(name)
         metalearn.training.make_meta_step(learner, metalearn.MetaGradient(), name)(episodes)
 
 
+def test_an_error_inside_the_compiled_loop_leaves_no_state_behind():
+    """tf.map_fn left the global variable scope's caching device set when the function
+    it maps raised: every later variable made under a strategy failed (seen as 26
+    unrelated failures later in the suite)."""
+    with pytest.raises(ValueError, match="not declared"):
+        metalearn.training.make_meta_step(_learner(ExtraFigure), metalearn.MetaGradient(),
+                                          "map_fn")(regression_episodes(tasks=2))
+    assert tf.compat.v1.get_variable_scope().caching_device is None
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        tf.Variable(1.0)
+
+
 def test_batched_refuses_an_overridden_episode_metrics():
     with pytest.raises(ValueError, match="overrides episode_metrics"):
         _learner(ExtraFigure).meta_metrics(regression_episodes(tasks=2),
