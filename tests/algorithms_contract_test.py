@@ -103,6 +103,24 @@ class TestBOIL(LearnerContract):
             steps=2, update=[Mask(("head",), invert=True), GradientStep(0.3)]))
 
 
+def _support_scaled_by_the_weights(weights, x, y, step):
+    """Each inner step's support inputs scaled by a factor the current weights set (as a
+    rollout of the current policy would depend on them)."""
+    kernel = next(iter(weights.values()))
+    return x * (1.0 + 0.1 * tf.tanh(tf.reduce_mean(kernel))), y
+
+
+class TestSupportFromWeights(LearnerContract):
+    """Support data made from each inner step's weights (tests/adapted_data_test.py
+    checks the meta-gradient through it against finite differences)."""
+    covers = (adapters.SupportFromWeights,)
+
+    def make_learner(self):
+        return classification_learner(GradientDescent(
+            steps=2, learning_rate=0.3,
+            wrappers=[adapters.SupportFromWeights(_support_scaled_by_the_weights)]))
+
+
 class TestClippedRecomputedMiniBatches(LearnerContract):
     covers = (ClipByGlobalNorm, Recompute, MiniBatches)
 
