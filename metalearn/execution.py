@@ -556,8 +556,7 @@ class Accumulate(Formulation):
                   for _ in names]
         _, totals, arrays = tf.while_loop(lambda i, *_: i < tasks, body,
                                           (tf.constant(0), totals, arrays),
-                                          parallel_iterations=self.parallel_iterations,
-                                          maximum_iterations=tasks)
+                                          parallel_iterations=self.parallel_iterations)
         _missing_gradients(missing, [None] * len(missing))
         metrics = {k: a.stack() for k, a in zip(names, arrays)}
         # The one-tape formulations see only the sum of a figure over the tasks: report
