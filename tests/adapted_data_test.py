@@ -141,3 +141,35 @@ def test_batched_refuses_an_overridden_query_data():
     with pytest.raises(ValueError, match="overrides query_data"):
         metalearn.training.make_meta_step(_learner(), metalearn.MetaGradient(),
                                           execution.Batched())
+
+
+class WeightedTargets(metalearn.Learner):
+    """A loss that is not the supervised comparison of predictions with targets: each
+    row of ``y`` holds a target and a weight (as a policy-gradient loss's rows hold an
+    action and its advantage), so ``y`` has a column more than the predictions."""
+
+    def task_loss(self, y_true, y_pred):
+        target, weight = y_true[..., :1], y_true[..., 1:]
+        return tf.reduce_mean(weight * tf.square(tf.cast(y_pred, target.dtype) - target))
+
+
+def test_a_learner_with_its_own_loss_replaces_the_supervised_output_checks():
+    from metalearn.runs import validation
+    keras.utils.set_random_seed(1)
+    model = models.mlp((1,), hidden=(6,), outputs=1, activation="tanh", dtype="float64")
+    episodes = _episodes()
+    weighted = lambda y: tf.concat([y, tf.ones_like(y)], axis=-1)  # [tasks, n, 2]
+    episodes = Episode(episodes.support_x, weighted(episodes.support_y),
+                       episodes.query_x, weighted(tf.sin(3.0 * episodes.query_x)))
+    supervised = metalearn.Learner(model, GradientDescent(1, ALPHA), loss=mse)
+    with pytest.raises(ValueError, match="must match the targets"):
+        validation.check_outputs(supervised, episodes.task(0), sampler=None)
+    own = WeightedTargets(model, GradientDescent(1, ALPHA), loss=mse)
+    validation.check_outputs(own, episodes.task(0), sampler=None)  # its loss decides
+    validation.check_loss_and_metrics(own, episodes.task(0))
+    step = metalearn.training.make_meta_step(own, metalearn.MetaGradient(
+        keras.optimizers.SGD(0.1)), "map_fn")
+    first = float(step(episodes)["loss"])
+    for _ in range(20):
+        last = float(step(episodes)["loss"])
+    assert last < first

@@ -32,7 +32,7 @@ from typing import Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, 
 import gin
 import tensorflow as tf
 
-from metalearn import _compat
+from metalearn import _compat, execution
 from metalearn import configurables as gin_plumbing
 from metalearn.learners.learner import name_of
 from metalearn.runs.gin_text import (Binding, GinIncludeError, Source,  # noqa: F401
@@ -221,6 +221,14 @@ def _expected_classes(sampler, labels: tf.Tensor, split: str = "train"
     return (), ""
 
 
+def supervised(learner) -> bool:
+    """Whether ``learner``'s task loss is the supervised one (``Learner.task_loss``, which
+    compares predictions with targets), so that the checks before training may compare
+    the model's outputs and the loss's kind with the tasks' targets. A class that
+    overrides ``task_loss`` owns that contract instead."""
+    return not execution.overridden(learner, ("task_loss",))
+
+
 def check_outputs(learner, episode, sampler, split: str = "train") -> None:
     """Runs ``learner`` with no inner step on one task and compares its predictions on
     the query set with the query labels.
@@ -232,9 +240,16 @@ def check_outputs(learner, episode, sampler, split: str = "train") -> None:
 
     ``split`` is the split the episode comes from.
 
+    A learner whose class overrides ``task_loss`` (a loss that is not a supervised
+    comparison of predictions with targets: a policy-gradient loss on rolled-out
+    trajectories, a likelihood) replaces this check with its own: its loss says what fits
+    (:func:`supervised`).
+
     Raises:
       ValueError: naming the model, its output shape and what the tasks need.
     """
+    if not supervised(learner):
+        return
     support_x, support_y, query_x, query_y = learner.split(episode)
     adapted = learner.adapt(support_x, support_y, steps=0)
     predictions = learner.predict_on(adapted, query_x, query_y)
@@ -294,7 +309,7 @@ def check_loss_and_metrics(learner, episode) -> None:
     """
     loss = getattr(learner, "loss", None)
     metrics = dict(getattr(learner, "metrics", {}) or {})
-    if loss is None:
+    if loss is None or not supervised(learner):
         return
     support_x, support_y, query_x, query_y = learner.split(episode)
     padded_y = query_y
