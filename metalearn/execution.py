@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import gin
@@ -338,8 +339,18 @@ def _check_parallel(parallel_iterations: int, owner: str) -> int:
     return int(parallel_iterations)
 
 
+class InFlight(Formulation):
+    """A formulation that runs ``parallel_iterations`` tasks at once (its one option)."""
+
+    def __init__(self, parallel_iterations: int = 2):
+        self.parallel_iterations = _check_parallel(parallel_iterations, type(self).__name__)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(parallel_iterations={self.parallel_iterations})"
+
+
 @gin.configurable
-class MapFn(Formulation):
+class MapFn(InFlight):
     """A compiled loop over tasks (``tf.map_fn``): graph size, so compile time, flat in
     the number of tasks. Where any piece has a ``tf.custom_gradient`` (which TensorFlow
     ignores inside ``tf.map_fn``) the tasks are unrolled instead.
@@ -349,9 +360,6 @@ class MapFn(Formulation):
     """
 
     name = "map_fn"
-
-    def __init__(self, parallel_iterations: int = 2):
-        self.parallel_iterations = _check_parallel(parallel_iterations, "MapFn")
 
     def per_task(self, learner, fn, episodes, signature):
         if learner.capabilities.custom_gradient:
@@ -369,8 +377,6 @@ class MapFn(Formulation):
             if scope.caching_device is not caching_device:  # (only set while tracing)
                 scope.set_caching_device(caching_device)
 
-    def __repr__(self) -> str:
-        return f"MapFn(parallel_iterations={self.parallel_iterations})"
 
 
 @gin.configurable
@@ -484,7 +490,7 @@ class Batched(Formulation):
 
 
 @gin.configurable
-class Accumulate(Formulation):
+class Accumulate(InFlight):
     """Each task's meta-gradient computed and summed inside a ``tf.while_loop`` over the
     tasks: only ``parallel_iterations`` tasks' activations are alive at once, so memory
     is flat in the meta-batch. Each task's tape lives inside the loop body, so custom
@@ -498,9 +504,6 @@ class Accumulate(Formulation):
     """
 
     name = "accumulate"
-
-    def __init__(self, parallel_iterations: int = 2):
-        self.parallel_iterations = _check_parallel(parallel_iterations, "Accumulate")
 
     def per_task(self, learner, fn, episodes, signature):
         if learner.capabilities.custom_gradient:
@@ -565,8 +568,6 @@ class Accumulate(Formulation):
                         for name in handles})
         return totals, metrics
 
-    def __repr__(self) -> str:
-        return f"Accumulate(parallel_iterations={self.parallel_iterations})"
 
 
 @gin.configurable
@@ -589,6 +590,10 @@ class Auto(Formulation):
                  parallel_iterations: int = 2):
         self.memory_budget = parse_memory(memory_budget)
         self.parallel_iterations = _check_parallel(parallel_iterations, "Auto")
+        # one example's activation bytes by (model, example shape): measured once, as
+        # every trace of a step (and of each evaluation) resolves again
+        self._activation_bytes: "weakref.WeakKeyDictionary[Any, Dict[Any, Optional[int]]]" = \
+            weakref.WeakKeyDictionary()
 
     def choice(self, learner: Any, episodes: Any, steps: Optional[int] = None) -> Choice:
         """What :func:`choose` decides for ``learner`` on ``episodes`` (leading task
@@ -601,8 +606,11 @@ class Auto(Formulation):
         device = "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
         inner, second = _inner_steps(learner, steps), _second_order(learner)
         task_bytes = None
-        per_example = memory.activation_bytes(
-            learner.model, None if example is None else tuple(example))
+        shape = None if example is None else tuple(example)
+        measured = self._activation_bytes.setdefault(learner.model, {})
+        if shape not in measured:
+            measured[shape] = memory.activation_bytes(learner.model, shape)
+        per_example = measured[shape]
         if None not in (per_example, support, query, tasks):
             task_bytes = estimate_step_bytes(per_example, support, query, inner, second)
         return choose(tasks if tasks is not None else 1, inner, second, device,
@@ -660,6 +668,22 @@ def formulation(value: Union[None, str, Formulation]) -> Formulation:
 
 # --- the runtime -------------------------------------------------------------------------
 
+def check_threads(threads: Optional[Sequence[int]]) -> Optional[Tuple[int, int]]:
+    """``(intra_op, inter_op)`` thread-pool sizes as a tuple (``None`` stays ``None``).
+
+    Raises:
+      ValueError: not two whole numbers >= 0.
+    """
+    if threads is None:
+        return None
+    values = tuple(threads) if isinstance(threads, (list, tuple)) else (threads,)
+    if len(values) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                   and v >= 0 for v in values):
+        raise ValueError(f"Runtime.threads must be (intra_op, inter_op), two whole "
+                         f"numbers >= 0 (0: one per core), got {threads!r}")
+    return values
+
+
 def set_threads(threads: Optional[Sequence[int]]) -> None:
     """Sizes TensorFlow's CPU thread pools: ``(intra_op, inter_op)`` threads (0: one per
     core, TensorFlow's default), or nothing for ``None``. Must run before TensorFlow's
@@ -669,13 +693,9 @@ def set_threads(threads: Optional[Sequence[int]]) -> None:
       ValueError: not two whole numbers >= 0.
       RuntimeError: the runtime already started with other pool sizes.
     """
-    if threads is None:
+    values = check_threads(threads)
+    if values is None:
         return
-    values = tuple(threads) if isinstance(threads, (list, tuple)) else (threads,)
-    if len(values) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
-                                   and v >= 0 for v in values):
-        raise ValueError(f"Runtime.threads must be (intra_op, inter_op), two whole "
-                         f"numbers >= 0 (0: one per core), got {threads!r}")
     current = (tf.config.threading.get_intra_op_parallelism_threads(),
                tf.config.threading.get_inter_op_parallelism_threads())
     if current == values:
@@ -732,13 +752,7 @@ class Runtime:
         except ValueError as error:
             raise ValueError(f"Runtime.dtype_policy: {error}") from error
         self.deterministic = bool(deterministic)
-        if threads is not None:
-            values = tuple(threads) if isinstance(threads, (list, tuple)) else (threads,)
-            if len(values) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
-                                           and v >= 0 for v in values):
-                raise ValueError(f"Runtime.threads must be (intra_op, inter_op), two whole "
-                                 f"numbers >= 0 (0: one per core), got {threads!r}")
-        self.threads = None if threads is None else tuple(threads)
+        self.threads = check_threads(threads)
 
     def apply_threads(self) -> None:
         """Sizes the thread pools (before anything starts TensorFlow's runtime)."""

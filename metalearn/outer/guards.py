@@ -122,11 +122,8 @@ class SkipNonFinite(Guard):
         if NON_FINITE in metrics:  # an earlier update of the same step
             flags = flags + metrics[NON_FINITE]
         passed = {k: v for k, v in metrics.items() if k != NON_FINITE}
-        done = replicas.run_if(tf.reduce_all(flags == 0),
-                               lambda d: self.wrapped.apply(learner, d, passed), directions)
-        if done is not None:  # the flags leave after the update: what follows waits
-            with tf.control_dependencies([done]):
-                flags = tf.identity(flags)
+        replicas.run_if(tf.reduce_all(flags == 0),
+                        lambda d: self.wrapped.apply(learner, d, passed), directions)
         return {**metrics, NON_FINITE: flags}
 
 

@@ -8,7 +8,7 @@ replica. Outside a strategy (one device) every function here is the plain operat
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Sequence
 
 import tensorflow as tf
 
@@ -49,22 +49,17 @@ def apply_gradients(optimizer: Any, gradients: Sequence[tf.Tensor],
 
 
 def run_if(condition: tf.Tensor, fn: Callable[[List[tf.Tensor]], Any],
-           tensors: Sequence[tf.Tensor]) -> Optional[tf.Tensor]:
+           tensors: Sequence[tf.Tensor]) -> None:
     """``fn(tensors)`` (this replica's tensors) only where the scalar boolean
     ``condition``, the same on every replica, holds, inside the compiled step. A
     ``tf.cond`` in a replica context cannot hold the ``merge_call`` a Keras optimizer
     makes, so under such a strategy the decision is taken in the cross-replica context,
-    as Keras' ``LossScaleOptimizer`` does.
-
-    Returns:
-      Outside a merge call, a scalar boolean made after ``fn`` ran (or was skipped), for
-      what must come after the update to wait on; ``None`` otherwise.
-    """
+    as Keras' ``LossScaleOptimizer`` does."""
     tensors = list(tensors)
     context = tf.distribute.get_replica_context()
     if context is None or _compat.strategy_supports_no_merge_call():
-        return tf.cond(condition, lambda: (fn(tensors), tf.constant(True))[1],
-                       lambda: tf.constant(False))
+        tf.cond(condition, lambda: (fn(tensors), None)[1], lambda: None)
+        return
 
     def cross_replica(strategy, condition, tensors):
         agreed = strategy.experimental_local_results(condition)[0]
@@ -72,4 +67,3 @@ def run_if(condition: tf.Tensor, fn: Callable[[List[tf.Tensor]], Any],
             fn, args=(tensors,)), None)[1], lambda: None)
 
     context.merge_call(cross_replica, args=(condition, tensors))
-    return None
