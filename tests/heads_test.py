@@ -224,7 +224,7 @@ def test_logistic_newton_solution_is_stationary(n, d, intercept):
 def test_lr_d2_meta_gradient_equals_finite_differences():
     learner = metalearn.EmbeddingLearner(_embedding(), head=LogisticHead(0.7, scale=2.0),
                                          ways=WAYS)
-    assert learner.capabilities.custom_gradient  # unrolled tasks: map_fn drops it
+    assert learner.pieces.capabilities.custom_gradient  # unrolled tasks: map_fn drops it
     episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
     analytic = assert_meta_gradient_matches_finite_differences(learner, episodes)
     for variable in learner.head.own_meta_variables():  # lambda through the implicit path
@@ -242,7 +242,7 @@ OPTIONS = {"implicit_intercept_normalised": dict(intercept=True, normalize=True)
 def test_logistic_head_options_meta_gradient_equals_finite_differences(options):
     head = LogisticHead(0.7, scale=2.0, bias=0.1, **OPTIONS[options])
     learner = metalearn.EmbeddingLearner(_embedding(), head=head, ways=WAYS)
-    assert learner.capabilities.custom_gradient == (head.gradient == "implicit")
+    assert learner.pieces.capabilities.custom_gradient == (head.gradient == "implicit")
     episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
     analytic = assert_meta_gradient_matches_finite_differences(learner, episodes)
     log_lambda = learner.head.own_meta_variables()[0]

@@ -251,7 +251,7 @@ def _explicit_curvatures(learner, task):
     unflatten = lambda v: dict(zip(paths, [tf.reshape(t, s) for t, s in
                                            zip(tf.split(v, sizes), shapes)]))
     vector = tf.constant(flat([weights[p] for p in paths]))
-    objective = learner.support_objective
+    objective = metalearn.learners.support_objective(learner)
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(vector)
         with tf.GradientTape() as inner:
@@ -279,7 +279,7 @@ def test_gauss_newton_product_equals_explicit_jacobians():
     task = episodes.task(0)
     weights, unflatten, hessian, gauss_newton = _explicit_curvatures(learner, task)
     v = np.random.default_rng(0).normal(size=gauss_newton.shape[0])
-    product = gauss_newton_product(learner.support_objective, weights, task.support_x,
+    product = gauss_newton_product(metalearn.learners.support_objective(learner), weights, task.support_x,
                                    task.support_y, unflatten(tf.constant(v)))
     np.testing.assert_allclose(flat([product[p] for p in weights]), gauss_newton @ v,
                                rtol=1e-10, atol=1e-14)

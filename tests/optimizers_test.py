@@ -101,7 +101,7 @@ def test_inner_adam_composes_with_a_mask_per_step_weights_and_recompute():
                                          InnerAdam(Learned(0.05, "layer"), epsilon=1e-4)],
                               wrappers=[PerStepWeights(("bn0",)), Recompute()])
     learner = metalearn.Learner(model, adapter, loss=mse)
-    assert learner.capabilities.custom_gradient
+    assert learner.pieces.capabilities.custom_gradient
     episodes = regression_episodes(tasks=2, shots=5)
     assert_meta_gradient_matches_finite_differences(learner, episodes)
 

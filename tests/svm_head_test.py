@@ -102,7 +102,7 @@ def test_metaoptnet_meta_gradient_equals_finite_differences(c):
     support set has 6 examples and the solution lies on a face of the simplices)."""
     learner = metalearn.EmbeddingLearner(_embedding(), head=SVMHead(c, scale=2.0, steps=50),
                                          ways=WAYS)
-    assert learner.capabilities.custom_gradient  # unrolled tasks: map_fn drops it
+    assert learner.pieces.capabilities.custom_gradient  # unrolled tasks: map_fn drops it
     episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
     analytic = assert_meta_gradient_matches_finite_differences(learner, episodes)
     assert abs(analytic[learner.head.own_meta_variables()[0].path]) > 0

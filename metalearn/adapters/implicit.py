@@ -279,7 +279,7 @@ class ImplicitGradientDescent(Adapter):
                 f"ImplicitGradientDescent(curvature='gauss_newton') needs the support loss "
                 f"as model outputs and a loss of them (metalearn.pieces.SplitLoss), got "
                 f"{loss_fn!r}: a Learner gives one unless its subclass overrides "
-                f"support_loss (override support_outputs and task_loss instead), or use "
+                f"support_loss (override task_loss and forward instead), or use "
                 f"curvature='hessian'")
         every = list(weights)  # theta: every weight, the adapted ones and the rest
         paths = self.inner.adapted_paths(weights)

@@ -20,8 +20,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from metalearn import functional
-from metalearn.pieces import Piece
+from metalearn import execution, functional
+from metalearn.pieces import Piece, Pieces
 from metalearn.functional import Weights
 from metalearn.heads.base import Head
 from metalearn.heads.linear import check_classifier, classifier_logits
@@ -162,7 +162,7 @@ class ClassifierBaseline(EmbeddingLearner):
         self.update_batch_norm = bool(update_batch_norm)
 
     @property
-    def pieces(self) -> List[Piece]:
+    def pieces(self) -> Pieces:
         classifier = getattr(self, "classifier", None)  # set after Learner.__init__
         return super().pieces + ([classifier] if classifier is not None else [])
 
@@ -171,8 +171,8 @@ class ClassifierBaseline(EmbeddingLearner):
         """``[n, classes]`` logits of the whole-class classifier (``update``: assign
         the moving statistics the training-mode call computes)."""
         call = functional.call_and_update if update else functional.call
-        embeddings = flat(self._full_precision(call(self.model, weights, x,
-                                                    training=training)))
+        embeddings = flat(execution.full_precision(
+            call(self.model, weights, x, training=training), self._metric_dtype))
         return self.classifier.logits(embeddings)
 
     def episode_metrics(self, episode: Episode, steps: Optional[int] = None,

@@ -19,7 +19,7 @@ from metalearn.functional import Weights, softmax_cross_entropy
 from metalearn.heads.base import Head
 from metalearn.heads.prototypes import flat
 from metalearn.learners.learner import Learner, MetricFn
-from metalearn.pieces import Piece
+from metalearn.pieces import Pieces
 from metalearn.tasks.episode import MaskedLabels, example_mask
 
 
@@ -93,7 +93,7 @@ class EmbeddingLearner(Learner):
         head.build(tf.as_dtype(self.model.trainable_variables[0].dtype))
 
     @property
-    def pieces(self) -> List[Piece]:
+    def pieces(self) -> Pieces:
         head = getattr(self, "head", None)  # set after Learner.__init__
         return super().pieces + ([head] if head is not None else [])
 

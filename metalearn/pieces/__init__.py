@@ -2,7 +2,7 @@
 
 * :mod:`metalearn.pieces.piece`: the piece vocabulary, :class:`Piece` (a part of an inner
   loop, a head, a task initialiser; what a composite needs is computed over its parts),
-  :class:`Capabilities`, the path selection every piece uses (:func:`select_paths`,
+  :class:`Capabilities`, :class:`Pieces` (pieces held as one: a learner's), the path selection every piece uses (:func:`select_paths`,
   :func:`check_patterns`), :func:`clamp_step` (an inner-step index that is an int or a
   tensor), and what a learner hands an adapter: :data:`LossFn`, :data:`CallFn`,
   :class:`SplitLoss`;
@@ -16,9 +16,9 @@ The same names are importable from :mod:`metalearn.adapters` (and
 
 from metalearn.pieces.implicit_diff import (ConjugateGradient, LinearSolver, Neumann,
                                             implicit_solution)
-from metalearn.pieces.piece import (CallFn, Capabilities, LossFn, Piece, SplitLoss,
+from metalearn.pieces.piece import (CallFn, Capabilities, LossFn, Piece, Pieces, SplitLoss,
                                     check_patterns, clamp_step, select_paths)
 
 __all__ = ["CallFn", "Capabilities", "ConjugateGradient", "LinearSolver", "LossFn",
-           "Neumann", "Piece", "SplitLoss", "check_patterns", "clamp_step",
+           "Neumann", "Piece", "Pieces", "SplitLoss", "check_patterns", "clamp_step",
            "implicit_solution", "select_paths"]

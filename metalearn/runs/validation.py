@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from metalearn import _compat, execution
 from metalearn import configurables as gin_plumbing
-from metalearn.learners.learner import name_of
+from metalearn.learners.learner import name_of, predict_on
 from metalearn.runs.gin_text import (Binding, GinIncludeError, Source,  # noqa: F401
                                      binding_sources, config_bindings, config_text_bindings)
 from metalearn.runs.workdir import Workdir
@@ -252,7 +252,7 @@ def check_outputs(learner, episode, sampler, split: str = "train") -> None:
         return
     support_x, support_y, query_x, query_y = learner.split(episode)
     adapted = learner.adapt(support_x, support_y, steps=0)
-    predictions = learner.predict_on(adapted, query_x, query_y)
+    predictions = predict_on(learner, adapted, query_x, query_y)
     query_y, support_y = unmask(query_y)[0], unmask(support_y)[0]  # padded: the labels
     shape = tuple(predictions.shape)
     target = tuple(tf.convert_to_tensor(query_y).shape)
@@ -330,7 +330,7 @@ def check_loss_and_metrics(learner, episode) -> None:
                              "regression loss or metric, e.g. "
                              "keras.losses.MeanSquaredError()")
     adapted = learner.adapt(support_x, support_y, steps=0)
-    learner.query_metrics(padded_y, learner.predict_on(adapted, query_x, padded_y))
+    learner.query_metrics(padded_y, predict_on(learner, adapted, query_x, padded_y))
 
 
 def check_tasks_and_outputs(experiment) -> None:
