@@ -102,8 +102,8 @@ def formulation_of(name: str, parallel_iterations: int = 2, memory_budget=None):
     return options[name]() if name in options else execution.formulation(name)
 
 
-def benchmarked_learner(formulation: str, steps: int, order: str, parallel_iterations: int = 2,
-             memory_budget=None):
+def benchmarked_learner(formulation: str, steps: int, order: str,
+                        parallel_iterations: int = 2, memory_budget=None):
     """The benchmarked learner and the formulation that runs it, from a
     ``--formulation`` name."""
     import keras
