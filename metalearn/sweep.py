@@ -100,9 +100,12 @@ def main(argv) -> int:
         return 2
     bad = [r for r in results if r["status"] in ("failed", "locked")]
     for result in bad:
-        print(f"{result['status']}: {result['name']} {result.get('log', '')}",
+        why = (f"exit code {result.get('exit_code')}, see {result.get('log')}"
+               if result["status"] == "failed" else "another sweep process runs it")
+        print(f"{result['status']}: {result['name']} ({result.get('workdir')}; {why})",
               file=sys.stderr)
-    print(f"{len(results) - len(bad)}/{len(results)} runs finished")
+    print(f"{len(results) - len(bad)}/{len(results)} runs finished"
+          + (f"; INCOMPLETE: {len(bad)} not finished (listed above)" if bad else ""))
     return 1 if bad else 0
 
 
