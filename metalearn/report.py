@@ -288,7 +288,7 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
     table = results.markdown_table(keys, rows, columns) + results.incomplete_text(states)
     files = [os.path.join(output_dir, name) for name in ("table.md", "runs.csv",
                                                          "summary.csv")]
-    write_results(files[0], table, table, "report")  # the table logged first
+    write_results(files[0], table, table, "report table")  # the table logged first
     results.write_runs_csv(files[1], runs, results.metric_columns(runs), incomplete)
     results.write_summary_csv(files[2], keys, rows, columns)
     if plots:

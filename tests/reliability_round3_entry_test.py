@@ -2,7 +2,9 @@
 logged before any file is written and a failed write names the file; reports and
 sweeps say what is incomplete; data caches are keyed on what they were made from;
 decoders and gin name the file (and record, line, byte) at fault; ``evaluate --workdir``
-names the workdir. Every case was seen to fail before its fix."""
+names the workdir. Every case was seen to fail before its fix. The cases that are errors
+have a row in docs/errors.md too (tests/validation_test.py, with the helpers shared
+here: ``full_disk``, ``no_free_space``)."""
 
 import csv
 import errno
@@ -30,41 +32,17 @@ from metalearn.tasks.datasets import images as image_files
 from metalearn.training import build_experiment, parse_config
 from tests import benchmark_fixtures as fixtures
 
+from tests.validation_test import EVALUATE_SMALL, _saved_run, full_disk, no_free_space
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EVALUATE_SMALL = ["evaluate.num_tasks = 4", "evaluate.batch_size = 2",
-                  "evaluate.inner_steps = (1,)"]
 
 
 # --- a full disk ------------------------------------------------------------------
 
 
-def full_disk(monkeypatch, name: str) -> None:
-    """From now on, writing a file called ``name`` fails as on a full disk: the bytes
-    seem written, then the flush to disk reports ``ENOSPC`` (what a disk that fills
-    while a run evaluates does). Other files are written as usual."""
-    real_fsync = os.fsync
-
-    def fsync(fd):
-        target = os.readlink(f"/proc/self/fd/{fd}") if os.path.exists("/proc/self/fd") \
-            else ""
-        if os.path.basename(target).startswith(f".{name}."):  # files.write_text's tmp
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-
-
-def saved_run(folder, params=()) -> str:
+def saved_run(folder) -> str:
     """A workdir with config.gin and one checkpoint (step 1), no training."""
-    from metalearn.training.checkpoint import checkpoint_for
-    os.makedirs(folder, exist_ok=True)
-    parse_config(["experiments/sinusoid/maml.gin"], ["mlp.hidden = (4,)", *params])
-    experiment = build_experiment()
-    with open(os.path.join(folder, "config.gin"), "w") as f:
-        f.write(experiment.config)
-    checkpoint = checkpoint_for(experiment, experiment.learner.meta_step)
-    tf.train.CheckpointManager(checkpoint, os.path.join(folder, "checkpoints"),
-                               max_to_keep=3).save(checkpoint_number=1)
+    _saved_run(folder)
     gin.clear_config()
     return str(folder)
 
@@ -83,11 +61,10 @@ def _no_space(error_info, path) -> str:
 
 
 def test_evaluate_on_a_disk_that_fills_logs_the_figures_and_names_the_file(
-        tmp_path, monkeypatch, info_logs):
+        tmp_path, info_logs):
     from metalearn import evaluate as entry_point
     workdir = saved_run(tmp_path / "run")
-    full_disk(monkeypatch, "eval.json")
-    with pytest.raises(OSError) as info:
+    with full_disk("eval.json"), pytest.raises(OSError) as info:
         entry_point.run(workdir, gin_params=EVALUATE_SMALL)
     _no_space(info, Workdir(workdir).evaluation())
     logged = info_logs.text
@@ -100,42 +77,34 @@ def test_evaluate_on_a_disk_that_fills_logs_the_figures_and_names_the_file(
 def test_evaluate_on_a_full_disk_stops_before_the_work(tmp_path, monkeypatch):
     from metalearn import evaluate as entry_point
     workdir = saved_run(tmp_path / "run")
-    real = os.statvfs
-
-    class Full:
-        def __init__(self, found):
-            self.f_frsize, self.f_bavail = found.f_frsize, 0
-
-    monkeypatch.setattr(os, "statvfs", lambda path: Full(real(path)))
     monkeypatch.setattr(entry_point, "restore", lambda *a, **k: pytest.fail("ran"))
-    with pytest.raises(OSError, match="No space left on device .*nothing was run") as info:
+    with no_free_space(), pytest.raises(OSError, match="No space left on device .*nothing "
+                                        "was run") as info:
         entry_point.run(workdir)
     assert info.value.errno == errno.ENOSPC
     assert workdir in str(info.value)
 
 
-def test_train_s_final_metrics_on_a_disk_that_fills(tmp_path, monkeypatch, info_logs):
+def test_train_s_final_metrics_on_a_disk_that_fills(tmp_path, info_logs):
     from metalearn.training import train
     parse_config(["experiments/sinusoid/maml.gin"],
                  ["mlp.hidden = (4,)", "Loop.num_steps = 2", "Loop.log_every = 1",
                   "Experiment.meta_batch_size = 2"])
     experiment = build_experiment()
-    full_disk(monkeypatch, "metrics.json")
-    with pytest.raises(OSError) as info:
+    with full_disk("metrics.json"), pytest.raises(OSError) as info:
         train(experiment, str(tmp_path / "run"))
     _no_space(info, tmp_path / "run" / "metrics.json")
     assert "final metrics" in info_logs.text and '"loss":' in info_logs.text
 
 
-def test_a_sweep_s_evaluation_on_a_disk_that_fills(tmp_path, monkeypatch, info_logs):
+def test_a_sweep_s_evaluation_on_a_disk_that_fills(tmp_path, info_logs):
     workdir = saved_run(tmp_path / "run")
     files.write_json(Workdir(workdir).metrics, {"loss": 1.0, "step": 1})
     files.write_json(Workdir(workdir).sweep_run, {
         "name": "run", "num_steps": 1, "gin_files": ["experiments/sinusoid/maml.gin"],
         "gin_params": ["mlp.hidden = (4,)"], "bindings": {}, "evaluate": True,
         "eval_params": EVALUATE_SMALL})
-    full_disk(monkeypatch, "eval.json")
-    with pytest.raises(OSError) as info:
+    with full_disk("eval.json"), pytest.raises(OSError) as info:
         sweeps.train_and_evaluate(workdir)
     _no_space(info, Workdir(workdir).evaluation())
     assert "1 inner steps: loss" in info_logs.text
@@ -372,29 +341,6 @@ def test_a_cmyk_jpeg_is_decoded(tmp_path, channels):
     expected = rgb if channels == 3 else [round(rgb @ [0.2989, 0.587, 0.114])]
     np.testing.assert_allclose(data.images[0].reshape(-1, channels).mean(0), expected,
                                atol=3)
-
-
-def test_an_undecodable_meta_dataset_record_names_its_file_and_record(tmp_path):
-    from tests.benchmark_fixtures import write_meta_dataset
-    write_meta_dataset(str(tmp_path), ("aircraft",))
-    file = tmp_path / "aircraft" / "0.tfrecords"
-    records = [r.numpy() for r in tf.data.TFRecordDataset(str(file))]
-    example = tf.train.Example()
-    example.ParseFromString(records[0])
-    feature = example.features.feature["image"].bytes_list
-    feature.value[0] = feature.value[0][:2] + b"\x00" * 64  # JPEG's magic, no JPEG
-    records[0] = example.SerializeToString()
-    with tf.io.TFRecordWriter(str(file)) as writer:
-        for record in records:
-            writer.write(record)
-    sampler = MetaDataset(str(tmp_path), train_sources=("aircraft",), min_ways=2,
-                          max_ways=6, max_query=1, max_support_set_size=20, image_size=8)
-    with pytest.raises(tf.errors.InvalidArgumentError) as info:
-        for _ in sampler.dataset(1, seed=0, num_steps=30):  # until record 0 of class 0
-            pass
-    message = str(info.value)
-    assert f"the image of record 0 of Meta-Dataset class file {str(file)!r} is not a " \
-           "decodable image" in message, message
 
 
 @pytest.mark.parametrize("load", [

@@ -99,9 +99,10 @@ def write_results(path: str, text: str, figures: Optional[str],
     except OSError as error:
         logging.error("could not write %s (%s); its whole content follows:\n%s", path,
                       error.strerror or error, text)
-        raise _named(error, path, f"; the {what} were logged before the write, and the "
-                     "file's whole content just before this error: copy them from the "
-                     "log, or free space (or fix the permission) and run again") from error
+        raise _named(error, path, f"; nothing is lost: the {what} figures were logged "
+                     "before the write, and the file's whole content just before this "
+                     "error: copy them from the log, or free space (or fix the "
+                     "permission) and run again") from error
 
 
 def write_json_results(path: str, value: Any, figures: Optional[str],

@@ -26,6 +26,7 @@ from metalearn.runs.files import read_json, write_results
 from metalearn.runs.gin_text import config_bindings
 from metalearn.runs.lock import holder
 from metalearn.runs.workdir import Workdir
+from metalearn.training.checkpoint import STATE_FILE
 from metalearn.statistics import paired_difference, seed_interval
 
 SEED_KEY = "Runtime.seed"
@@ -132,7 +133,7 @@ def is_evaluated(workdir: str, num_steps: int, output: str = Workdir.EVALUATION)
 def _checkpoint_step(workdir: str) -> Optional[int]:
     """The step of the latest checkpoint the state file records (``ckpt-<step>``)."""
     try:
-        with open(os.path.join(Workdir(workdir).checkpoints, "checkpoint")) as f:
+        with open(os.path.join(Workdir(workdir).checkpoints, STATE_FILE)) as f:
             first = f.readline()
     except OSError:
         return None
