@@ -23,6 +23,12 @@ Paired comparison of two runs evaluated on the same test episodes (the same
 writes ``paired.json`` and ``paired.md``: the mean per-episode difference (first minus
 second), its 95% interval and the paired t-test's p-value over the episodes.
 
+Runs that are not finished (unfinished, running, failed, never started: a sweep's root
+lists every run in ``sweep.json``) are left out of the figures and listed with their
+folders under the table (``**INCOMPLETE: ...**``), in ``runs.csv``'s ``status`` column
+and on stderr; the command then exits with status 3 (``--allow_incomplete``: 0). The
+table is logged before any file is written (results first, then the file).
+
 Plots need matplotlib (``pip install 'metalearn[report]'``). TensorBoard stays the live
 view of running jobs (``tensorboard --logdir ROOT``).
 """

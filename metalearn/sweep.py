@@ -98,6 +98,11 @@ def main(argv) -> int:
     except sweeps.SweepError as error:
         print(f"sweep error: {error}", file=sys.stderr)
         return 2
+    except (SystemExit, KeyboardInterrupt):  # SIGTERM, Ctrl-C: say what is left
+        print(f"INCOMPLETE: the sweep was stopped; its unfinished runs resume when the "
+              f"same command runs again, and python -m metalearn.report {FLAGS.root} "
+              "lists them", file=sys.stderr, flush=True)
+        raise
     bad = [r for r in results if r["status"] in ("failed", "locked")]
     for result in bad:
         why = (f"exit code {result.get('exit_code')}, see {result.get('log')}"
