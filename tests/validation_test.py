@@ -8,7 +8,9 @@ in step; ``python -m tests.validation_test`` prints the table from the cases.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import gzip
 import os
 import re
@@ -36,6 +38,7 @@ from metalearn.runs.modules import ModuleImportError
 from metalearn.training.checkpoint import DamagedCheckpointError, UnmatchedCheckpointError
 from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.evaluation import evaluate
+from metalearn.report import IncompleteError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS_TABLE = os.path.join(ROOT, "docs", "errors.md")
@@ -400,6 +403,93 @@ def _saved_run(folder, gin_file="experiments/sinusoid/maml.gin", params=()):
     tf.train.CheckpointManager(checkpoint, os.path.join(folder, "checkpoints"),
                                max_to_keep=3).save(checkpoint_number=1)
     return os.path.join(folder, "checkpoints", "ckpt-1")
+
+
+@contextlib.contextmanager
+def full_disk(name: str):
+    """Inside, writing a file called ``name`` fails as on a disk that fills: the bytes
+    seem written, then the flush to disk (``os.fsync`` of ``files.write_text``'s
+    temporary file) reports ``ENOSPC``. Other files are written as usual."""
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        target = os.readlink(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") \
+            else ""
+        if os.path.basename(target).startswith(f".{name}."):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "fsync", fsync)
+        yield
+
+
+EVALUATE_SMALL = ["evaluate.num_tasks = 4", "evaluate.batch_size = 2",
+                  "evaluate.inner_steps = (1,)"]
+
+
+def evaluation_on_a_disk_that_fills(tmp_path) -> None:
+    from metalearn import evaluate as entry_point
+    _saved_run(tmp_path / "run")
+    gin.clear_config()
+    with full_disk("eval.json"):
+        entry_point.run(str(tmp_path / "run"), gin_params=EVALUATE_SMALL)
+
+
+@contextlib.contextmanager
+def no_free_space():
+    """Inside, every file system reports 0 bytes free (``os.statvfs``)."""
+    real = os.statvfs
+
+    class Full:
+        def __init__(self, found):
+            self.f_frsize, self.f_bavail = found.f_frsize, 0
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "statvfs", lambda path: Full(real(path)))
+        yield
+
+
+def evaluation_on_a_full_disk(tmp_path) -> None:
+    from metalearn import evaluate as entry_point
+    (tmp_path / "config.gin").write_text("")
+    with no_free_space():
+        entry_point.run(str(tmp_path))
+
+
+def report_of_no_finished_run(tmp_path) -> None:
+    from metalearn import report
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.gin").write_text("Loop.num_steps = 10\n")
+    report.report([str(tmp_path)], plots=False)
+
+
+def evaluate_workdir_that_is_a_file(tmp_path) -> None:
+    from metalearn import evaluate as entry_point
+    (tmp_path / "run").write_text("")
+    entry_point.run(str(tmp_path / "run"))
+
+
+def non_utf8_gin_file(tmp_path) -> None:
+    (tmp_path / "bad.gin").write_bytes(b"include 'experiments/sinusoid/maml.gin'\n"
+                                       b"# caf\xe9\n")
+    parse_config([str(tmp_path / "bad.gin")])
+
+
+def undecodable_meta_dataset_image(tmp_path) -> None:
+    file = _meta_dataset_source(tmp_path) / "0.tfrecords"
+    records = [r.numpy() for r in tf.data.TFRecordDataset(str(file))]
+    example = tf.train.Example()
+    example.ParseFromString(records[0])
+    image = example.features.feature["image"].bytes_list
+    image.value[0] = image.value[0][:2] + b"\x00" * 64  # JPEG's magic, no JPEG
+    with tf.io.TFRecordWriter(str(file)) as writer:
+        for record in [example.SerializeToString()] + records[1:]:
+            writer.write(record)
+    sampler = MetaDataset(str(tmp_path), train_sources=("aircraft",), min_ways=2,
+                          max_ways=6, max_query=1, max_support_set_size=20, image_size=8)
+    for _ in sampler.dataset(1, num_steps=30):  # until an episode reads record 0
+        pass
 
 
 def metasgd_into_maml(tmp_path) -> None:
@@ -1126,6 +1216,37 @@ CASES: List[Case] = [
          "that raises", ModuleImportError, "failed: NameError",
          broken_module, lambda p: str(p / "broken_rule.py"),
          "the file and its error (chained, with the file's traceback)"),
+    # issue 32: entry points and data
+    Case("results file on a disk that fills", "`evaluate` whose `eval.json` cannot be "
+         "written (`ENOSPC` when flushed), after the evaluation", OSError,
+         "No space left on device; nothing is lost: the evaluation figures were logged "
+         "before the write", evaluation_on_a_disk_that_fills,
+         lambda p: f"cannot write '{p / 'run' / 'eval.json'}'",
+         "the file, the reason and the log holding the figures"),
+    Case("evaluation output on a full disk", "`evaluate --output` on a disk with 0 bytes "
+         "free", OSError, "No space left on device (0 bytes free", evaluation_on_a_full_disk,
+         lambda p: "nothing was run", "the path, before any work"),
+    Case("report of runs none of which is finished", "`metalearn.report` of a folder "
+         "whose run has `config.gin` and no `metrics.json`", IncompleteError,
+         "no finished run under", report_of_no_finished_run,
+         lambda p: f"unfinished: run ({p / 'run'}; at step 0)",
+         "each run, its state and folder"),
+    Case("evaluate --workdir that is a file", "`evaluate --workdir=<a file>`",
+         NotADirectoryError, "is a file, not a run directory",
+         evaluate_workdir_that_is_a_file, lambda p: f"workdir '{p / 'run'}'",
+         "the workdir, before the output"),
+    Case("non-UTF-8 byte in a gin file", "`# caf\\xe9` (Latin-1) in `bad.gin`",
+         SyntaxError, "line 2, column 6: byte 0xe9 is not UTF-8", non_utf8_gin_file,
+         lambda p: f'bad gin file "{p / "bad.gin"}"', "the file, line, column and byte"),
+    Case("absurd image_size", "`load_image_folder.image_size = 100000`", ValueError,
+         "image_size must be a whole number of pixels from 1 to 1024",
+         lambda p: load_image_folder(str(p), image_size=100_000), None,
+         "the loader and the bound, before any allocation"),
+    Case("undecodable Meta-Dataset image", "a record whose image bytes start like a JPEG "
+         "and are not one", tf.errors.InvalidArgumentError, "is not a decodable image",
+         undecodable_meta_dataset_image,
+         lambda p: f"the image of record 0 of Meta-Dataset class file "
+                   f"'{p / 'aircraft' / '0.tfrecords'}'", "the file and record"),
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -278,6 +279,7 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
     if start < experiment.loop.num_steps or not os.path.exists(metrics_path):
         final["step"] = int(step.numpy())
         final["replicas"] = strategy.num_replicas_in_sync
-        files.write_json(metrics_path, final)  # never a half-written file
+        files.write_json_results(metrics_path, final, json.dumps(final, sort_keys=True),
+                                 "final metrics")  # logged first; never half-written
     return files.read_json(metrics_path, "the final metrics of the run (a finished run "
                            "resumed runs no step and reads them back)")
