@@ -197,7 +197,7 @@ class EvolutionStrategies(OptimizerRule):
         _, totals = tf.while_loop(
             lambda pair, _: pair < self.population, body,
             (tf.constant(0, tf.int64), [tf.zeros(v.shape, v.dtype) for v in variables]))
-        return [t * tf.cast(scale, t.dtype) for t in totals]
+        return [t * tf.constant(scale, t.dtype) for t in totals]
 
     def directions(self, learner, episodes, formulation):
         """The ES estimate of the meta-gradient (one entry per
