@@ -20,7 +20,7 @@ from metalearn.outer.evolution import centred_ranks, noise
 from metalearn.tasks import Episode
 from metalearn.testing import mse, values
 from metalearn.training import build_experiment, parse_config, restore, train
-from tests.outer_rules_test import es_reference
+from tests.outer_rules_test import LR, TestEvolutionStrategies, es_reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ES_GIN = os.path.join(ROOT, "experiments", "sinusoid", "maml_es.gin")
@@ -133,6 +133,37 @@ def test_noise_is_standard_gaussian_and_seeded():
     np.testing.assert_array_equal(flat(first), flat(again))
     for different in (other_pair, next_step, other_seed):
         assert not np.allclose(flat(first), flat(different))
+
+
+class RankedCase(TestEvolutionStrategies):
+    """The contract's ES case with centred ranks."""
+    ranks = True
+
+    def make_rule(self):
+        return EvolutionStrategies(keras.optimizers.SGD(LR), population=2, sigma=0.1, seed=3,
+                                   centred_ranks=self.ranks)
+
+    def reference_step(self, learner, episodes):
+        estimate = es_reference(learner, episodes, population=2, sigma=0.1, seed=3,
+                                ranks=self.ranks)
+        return {v.path: v.numpy() - LR * g for v, g in zip(learner.meta_variables, estimate)}
+
+
+@pytest.mark.parametrize("ranks, jit_compile", [(False, False), (True, True)])
+def test_two_replicas_make_the_whole_meta_batch_s_step(ranks, jit_compile):
+    """Each of two replicas (logical CPUs, tests/conftest.py) evaluates the population on
+    half the tasks; the step equals the reference on all four (centred ranks: of the
+    fitnesses averaged over replicas; under XLA the all-reduce between compiled parts)."""
+    case = RankedCase()
+    case.ranks = ranks
+    expected = case.reference_step(case.make_learner(), case.make_episodes())
+    # reduce_to_one_device: default collectives of several MirroredStrategy objects in
+    # one process share instance keys (as in tests/distribute_test.py)
+    strategy = metalearn.training.distribute.make_strategy(
+        "mirrored", ["/cpu:0", "/cpu:1"], cross_device_ops="reduce_to_one_device")
+    found = case.after_step("map_fn", jit_compile, strategy)
+    for path, value in expected.items():
+        np.testing.assert_allclose(found[path], value, rtol=1e-10, atol=1e-10, err_msg=path)
 
 
 SMALL = ["Experiment.meta_batch_size = 4", "mlp.hidden = (8,)", "Loop.log_every = 2",
