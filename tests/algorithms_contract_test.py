@@ -18,7 +18,7 @@ from metalearn.adapters import (AnnealOrder, ClipByGlobalNorm, GradientDescent,
                                 LearnedRates, Mask, MetaSGD, MiniBatches,
                                 PerStepLearningRates, PerStepWeights, Recompute,
                                 WhileLoop)
-from metalearn.testing import (WAYS, LearnerContract, RegressionContract,
+from metalearn.testing import (WAYS, LearnerContract, OuterRuleContract, RegressionContract,
                                classification_learner, compiled_meta_gradient, contract_model,
                                regression_learner, synthetic_classification)
 
@@ -206,7 +206,8 @@ def test_every_exported_piece_learner_and_outer_rule_has_a_contract_case():
     for name in sorted(os.listdir(tests)):  # the cases live in the test modules
         if name.endswith("_test.py"):
             importlib.import_module(f"tests.{name[:-3]}")
-    cases, stack = [], list(LearnerContract.__subclasses__())
+    # a learner's contract or an outer rule's (OuterRuleContract) covers a class
+    cases, stack = [], LearnerContract.__subclasses__() + OuterRuleContract.__subclasses__()
     while stack:
         case = stack.pop()
         cases.append(case)

@@ -45,6 +45,8 @@ DOCS_TABLE = os.path.join(ROOT, "docs", "errors.md")
 
 SINUSOID = ["include 'experiments/sinusoid/maml.gin'", "Loop.num_steps = 2",
             "Loop.log_every = 1"]
+SINUSOID_ES = ["include 'experiments/sinusoid/maml_es.gin'", "Loop.num_steps = 2",
+               "Loop.log_every = 1"]
 
 CLASSES = [f"c{i}" for i in range(10)]
 CLASSIFICATION = [
@@ -792,6 +794,13 @@ CASES: List[Case] = [
              "learning_rate must be > 0, got 0.0"),
     gin_case("negative outer learning rate", "keras.optimizers.Adam.learning_rate = -0.001",
              ValueError, "the optimizer's learning_rate must be > 0, got -0.001 (Adam)"),
+    gin_case("zero noise scale of evolution strategies", "EvolutionStrategies.sigma = 0.0",
+             ValueError, "EvolutionStrategies.sigma (the noise scale) must be a finite "
+             "number > 0, got 0.0", base=SINUSOID_ES),
+    gin_case("empty population of evolution strategies",
+             "EvolutionStrategies.population = 0", ValueError,
+             "EvolutionStrategies.population (antithetic pairs) must be a whole number >= 1, "
+             "got 0", base=SINUSOID_ES),
     gin_case("zero sinusoid shots", "Sinusoid.shots = 0", ValueError,
              "shots must be >= 1, got 0"),
     gin_case("model output size, regression", "mlp.outputs = 2", ValueError,
