@@ -316,3 +316,25 @@ def test_one_compiled_meta_step_on_point_navigation_learns_and_reports_returns()
     metrics = step(next(stream))
     assert set(metrics) >= {"loss", "return"}
     assert np.isfinite(float(metrics["return"])) and float(metrics["return"]) < 0
+
+
+def test_the_point_navigation_config_builds_trains_and_evaluates(tmp_path):
+    import os
+    from metalearn.training import build_experiment, evaluate, parse_config, train
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "experiments", "rl", "point_nav_maml.gin")
+    header = open(path).read().split("\nExperiment.", 1)[0]
+    assert "python -m metalearn.train" in header and "python -m metalearn.evaluate" in header
+    assert "Budget" in header and "Expected" in header
+    parse_config([path], ["Loop.num_steps = 2", "PointNavigation.horizon = 5",
+                          "PolicyLearner.rollouts = 2", "Experiment.meta_batch_size = 2",
+                          "mlp.hidden = (8,)", "Loop.log_every = 1"])
+    experiment = build_experiment()
+    assert isinstance(experiment.learner, PolicyLearner)
+    metrics = train(experiment, str(tmp_path / "run"))
+    assert metrics["step"] == 2 and np.isfinite(metrics["loss"])
+    report = evaluate(experiment.learner, experiment.sampler, num_tasks=4, batch_size=2,
+                      inner_steps=(0, 1))
+    for by_metric in report["results"].values():
+        assert by_metric["return"]["mean"] < 0
+    assert len(report["per_task"]["1"]["return"]) == 4
