@@ -65,6 +65,11 @@ class ExactReturn(metalearn.Learner):
         return {"loss": -self.value(adapted, episode.query_x)}
 
 
+def batch_obs(x):
+    """The learner's flat observations back as ``[trajectories, horizon, states]``."""
+    return tf.reshape(x, [-1, MDP.horizon, MDP.states])
+
+
 def _episodes(tasks=2, seed=3):
     return MDP.sample(tf.constant([seed, 0], tf.int64), tasks)
 
@@ -120,8 +125,15 @@ def test_the_exact_batch_gives_the_exact_return_and_policy_gradient():
         exact_loss = -reference.value(weights, episode.query_x)
         x, batch = learner.query_data(weights, episode.query_x, episode.query_y)
         loss = learner.task_loss(batch, learner.predict(weights, x))
+        per_step = DiCE(discount=1.0, mean_over_steps=True)(
+            learner.policy_log_probs(weights, batch_obs(x), batch.actions, batch.mask), batch)
     dice, true = tape.gradient(loss, weights), tape.gradient(exact_loss, weights)
     assert relative_error({k: v.numpy() for k, v in dice.items()},
+                          {k: v.numpy() for k, v in true.items()}) < 1e-10
+    # mean_over_steps: value and gradient divided by the horizon
+    np.testing.assert_allclose(float(per_step), float(loss) / MDP.horizon, rtol=1e-12)
+    scaled = tape.gradient(per_step, weights)
+    assert relative_error({k: MDP.horizon * v.numpy() for k, v in scaled.items()},
                           {k: v.numpy() for k, v in true.items()}) < 1e-10
 
 
@@ -318,23 +330,40 @@ def test_one_compiled_meta_step_on_point_navigation_learns_and_reports_returns()
     assert np.isfinite(float(metrics["return"])) and float(metrics["return"]) < 0
 
 
-def test_the_point_navigation_config_builds_trains_and_evaluates(tmp_path):
+TINY = ["PointNavigation.horizon = 5", "PolicyLearner.rollouts = 2",
+        "Experiment.meta_batch_size = 2", "mlp.hidden = (8,)", "Loop.log_every = 1",
+        "Loop.checkpoint_every = 1"]
+
+
+def _config_path():
     import os
-    from metalearn.training import build_experiment, evaluate, parse_config, train
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "experiments", "rl", "point_nav_maml.gin")
-    header = open(path).read().split("\nExperiment.", 1)[0]
+
+
+def _train(workdir, steps):
+    from metalearn.training import build_experiment, parse_config, train
+    parse_config([_config_path()], TINY + [f"Loop.num_steps = {steps}"])
+    experiment = build_experiment()
+    metrics = train(experiment, workdir)
+    return experiment, metrics
+
+
+def test_the_point_navigation_config_builds_trains_evaluates_and_resumes(tmp_path):
+    from metalearn.training import evaluate
+    header = open(_config_path()).read().split("\nExperiment.", 1)[0]
     assert "python -m metalearn.train" in header and "python -m metalearn.evaluate" in header
     assert "Budget" in header and "Expected" in header
-    parse_config([path], ["Loop.num_steps = 2", "PointNavigation.horizon = 5",
-                          "PolicyLearner.rollouts = 2", "Experiment.meta_batch_size = 2",
-                          "mlp.hidden = (8,)", "Loop.log_every = 1"])
-    experiment = build_experiment()
+    experiment, metrics = _train(str(tmp_path / "run"), 2)
     assert isinstance(experiment.learner, PolicyLearner)
-    metrics = train(experiment, str(tmp_path / "run"))
     assert metrics["step"] == 2 and np.isfinite(metrics["loss"])
     report = evaluate(experiment.learner, experiment.sampler, num_tasks=4, batch_size=2,
                       inner_steps=(0, 1))
     for by_metric in report["results"].values():
         assert by_metric["return"]["mean"] < 0
     assert len(report["per_task"]["1"]["return"]) == 4
+    # stopped after one step and resumed: the same weights as the uninterrupted run
+    _train(str(tmp_path / "resumed"), 1)
+    resumed, _ = _train(str(tmp_path / "resumed"), 2)
+    for a, b in zip(experiment.learner.meta_variables, resumed.learner.meta_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

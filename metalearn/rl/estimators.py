@@ -127,11 +127,14 @@ class DiCE:
         values (:class:`LinearFeatureBaseline`), or ``None`` for none.
       normalize_advantages: centre and scale the advantages over the batch (the MAML
         code's ``center_adv``): a constant baseline and a step-size change per batch.
+      mean_over_steps: the objective divided by the horizon, value and derivatives
+        alike (the mean over time steps of the MAML code's surrogate, the scale its inner
+        rate 0.1 is for); the learner's ``return`` metric stays the return.
     """
 
     def __init__(self, discount: float = 0.99, gae_lambda: float = 1.0,
                  baseline: Optional[LinearFeatureBaseline] = None,
-                 normalize_advantages: bool = False):
+                 normalize_advantages: bool = False, mean_over_steps: bool = False):
         if not 0.0 <= float(discount) <= 1.0:
             raise ValueError(f"discount must be in [0, 1], got {discount}")
         if not 0.0 <= float(gae_lambda) <= 1.0:
@@ -143,6 +146,7 @@ class DiCE:
         self.gae_lambda = float(gae_lambda)
         self.baseline = baseline
         self.normalize_advantages = bool(normalize_advantages)
+        self.mean_over_steps = bool(mean_over_steps)
 
     def targets(self, trajectories: Trajectories,
                 weights: Optional[tf.Tensor] = None) -> Batch:
@@ -178,7 +182,10 @@ class DiCE:
         derivatives in its derivatives (``log_probs [n, T]``: the policy's, of
         ``batch.actions``)."""
         returns = tf.reduce_sum(batch.rewards * batch.mask, -1)
-        return tf.reduce_sum(batch.weights * (returns + self.surrogate(log_probs, batch)))
+        total = tf.reduce_sum(batch.weights * (returns + self.surrogate(log_probs, batch)))
+        if self.mean_over_steps:
+            total = total / tf.cast(tf.shape(batch.rewards)[-1], total.dtype)
+        return total
 
     def __call__(self, log_probs: tf.Tensor, batch: Batch) -> tf.Tensor:
         """The loss: minus :meth:`objective`."""
