@@ -22,7 +22,7 @@ from metalearn.adapters import GradientDescent, InnerAdam, LearnedRates
 from metalearn.rl import (DiCE, LinearFeatureBaseline, NaiveSurrogate, PointNavigation,
                           PolicyLearner, Rollouts, TabularMDP, discounted_returns, gae,
                           gaussian_policy, rollout)
-from metalearn.testing import relative_error
+from metalearn.testing import finite_difference_variables, relative_error
 
 ALPHA = 0.3
 MDP = TabularMDP(states=2, actions=2, horizon=3, dtype="float64")
@@ -81,24 +81,13 @@ def _directions(learner, episodes, formulation="map_fn"):
     return {i: d.numpy() for i, d in enumerate(directions)}
 
 
-def _finite_differences(learner, episodes, eps=1e-5):
-    """Central differences of the reference's meta-loss in every meta-variable."""
-    loss = tf.function(lambda: learner.meta_loss(episodes, formulation="unrolled"))
-    grads = {}
-    for index, variable in enumerate(learner.meta_variables):
-        original = variable.numpy()
-        flat, grad = original.ravel(), np.zeros(original.size)
-        for i in range(flat.size):
-            values = []
-            for sign in (1.0, -1.0):
-                moved = flat.copy()
-                moved[i] += sign * eps
-                variable.assign(moved.reshape(original.shape))
-                values.append(float(loss()))
-            grad[i] = (values[0] - values[1]) / (2 * eps)
-        variable.assign(original)
-        grads[index] = grad.reshape(original.shape)
-    return grads
+def _finite_differences(learner, episodes):
+    """Central differences of the reference's meta-loss in every meta-variable, by
+    position (the learner under test has other variable names for its pieces)."""
+    variables = learner.meta_variables
+    numeric = finite_difference_variables(
+        lambda: learner.meta_loss(episodes, formulation="unrolled"), variables)
+    return {i: numeric[v.path] for i, v in enumerate(variables)}
 
 
 def _pair(kind, estimator=None):
