@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 
 from metalearn.heads.base import Head
+from metalearn.pieces import POSITIVE, check_range
 from metalearn.tasks.episode import unmask
 
 DISTANCES = ("squared_euclidean", "cosine")
@@ -62,7 +63,7 @@ class PrototypeHead(Head):
 
     Args:
       distance: ``"squared_euclidean"`` or ``"cosine"``.
-      scale: the logits' scale (its initial value when learned).
+      scale: the logits' scale (> 0; its initial value when learned).
       learn_scale: meta-learn the scale (one scalar, a meta-variable of the learner).
     """
 
@@ -74,10 +75,8 @@ class PrototypeHead(Head):
         if distance not in DISTANCES:
             raise ValueError(f"PrototypeHead.distance must be one of {DISTANCES}, "
                              f"got {distance!r}")
-        if not float(scale) > 0:
-            raise ValueError(f"PrototypeHead.scale must be > 0, got {scale}")
         self.distance = distance
-        self.initial_scale = float(scale)
+        self.initial_scale = check_range("PrototypeHead", "scale", scale, POSITIVE)
         self.learn_scale = bool(learn_scale)
         self._scale: List[keras.Variable] = []
 
