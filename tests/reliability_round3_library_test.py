@@ -140,3 +140,178 @@ def test_a_learned_value_pushed_past_its_bound_comes_back_and_keeps_learning():
     rule.apply(learner, [tf.zeros_like(v) if v is not rate else tf.constant(0.05)
                          for v in learner.meta_variables], {"loss": tf.constant(0.0)})
     assert float(rate.numpy()) == pytest.approx(0.05)
+
+
+# --- 2. heads: labels outside the task's classes, non-finite embeddings ------------
+
+
+HEADS = {
+    "ridge": lambda: heads.RidgeHead(),
+    "svm": lambda: heads.SVMHead(steps=5),
+    "logistic": lambda: heads.LogisticHead(steps=2),
+    "logistic_regression": lambda: heads.LogisticRegressionHead(iterations=2),
+    "prototypes": lambda: heads.PrototypeHead(),
+    "linear_probe": lambda: heads.LinearProbeHead(steps=2),
+}
+
+
+def _embedding_learner(head, linear=False):
+    """A 3-way learner; ``linear``: a linear embedding, through which a NaN input stays
+    NaN (a ReLU may turn it into 0)."""
+    from metalearn.testing import DIM, WAYS
+    from metalearn.testing.contract import contract_model
+    keras.utils.set_random_seed(0)
+    model = models.mlp((DIM,), hidden=(), outputs=4) if linear else contract_model(ways=4)
+    return metalearn.learners.EmbeddingLearner(model, head(), ways=WAYS)
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf.function"])
+def test_a_support_label_outside_the_task_classes_is_an_error(name, compiled):
+    """A 3-way task whose support set holds label 7 (or -1): every head refuses it,
+    naming the label and the number of classes, eagerly and inside a tf.function."""
+    from metalearn.testing import synthetic_classification
+    learner = _embedding_learner(HEADS[name])
+    episode = synthetic_classification(0, tasks=1)
+    bad = tf.tensor_scatter_nd_update(episode.support_y[0], [[1]], [7])
+    adapt = tf.function(learner.adapt) if compiled else learner.adapt
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError)) as info:
+        adapt(episode.support_x[0], bad)
+    message = str(info.value)
+    assert "outside the 3 classes of the task" in message, message
+    assert "7" in message, message
+    negative = tf.tensor_scatter_nd_update(episode.support_y[0], [[0]], [-1])
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match="-1"):
+        adapt(episode.support_x[0], negative)
+
+
+@pytest.mark.parametrize("name", ["svm", "logistic", "logistic_regression", "ridge"])
+def test_non_finite_embeddings_in_a_head_are_a_skipped_step(name):
+    """A NaN in one support example: the head gives a non-finite state (no raw
+    "eigen decomposition" / "not invertible" error), so SkipNonFinite skips the step
+    (no variable moves, NON_FINITE flags it) and the next, finite step is applied."""
+    from metalearn.outer.guards import NON_FINITE
+    from metalearn.testing import synthetic_classification
+    from metalearn.training.step import make_meta_step
+    learner = _embedding_learner(HEADS[name], linear=True)
+    rule = metalearn.outer.SkipNonFinite(metalearn.outer.MetaGradient(
+        keras.optimizers.SGD(0.01)))
+    rule.build(learner)
+    step = make_meta_step(learner, rule, "unrolled")
+    episodes = synthetic_classification(0, tasks=2)
+    x = episodes.support_x.numpy()
+    x[0, 1, :] = np.nan
+    poisoned = episodes._replace(support_x=tf.constant(x))
+    before = [v.numpy().copy() for v in learner.meta_variables]
+    flags = step(poisoned)[NON_FINITE].numpy()
+    assert flags.any()
+    for b, v in zip(before, learner.meta_variables):
+        np.testing.assert_array_equal(b, v.numpy())
+    metrics = step(episodes)
+    assert not metrics[NON_FINITE].numpy().any()
+    assert any(not np.array_equal(b, v.numpy()) for b, v in zip(before, learner.meta_variables))
+
+
+@pytest.mark.parametrize("name", ["svm", "logistic", "logistic_regression", "ridge"])
+def test_non_finite_embeddings_give_non_finite_predictions_not_a_raw_error(name):
+    """Eagerly (``adapt``, ``meta_loss``, as evaluation runs them): no raw TensorFlow
+    "eigen decomposition" / "matrix is not invertible" error, a non-finite loss instead,
+    which the non-finite policy names and skips."""
+    from metalearn.testing import synthetic_classification
+    learner = _embedding_learner(HEADS[name], linear=True)
+    episodes = synthetic_classification(0, tasks=2)
+    x = episodes.support_x.numpy()
+    x[0, 1, :] = np.inf
+    poisoned = episodes._replace(support_x=tf.constant(x))
+    losses = learner.meta_metrics(poisoned)["loss"].numpy()
+    assert not np.isfinite(losses[0]) and np.isfinite(losses[1]), losses
+
+
+# --- 3 and 4. resuming, restoring and evaluating a workdir --------------------------
+
+
+import os  # noqa: E402
+import shutil  # noqa: E402
+
+from metalearn.runs import validation  # noqa: E402
+from metalearn.training import build_experiment, parse_config, restore, train  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAML = os.path.join(ROOT, "experiments", "sinusoid", "maml.gin")
+SMALL = ["Loop.num_steps = 4", "Loop.log_every = 2", "Loop.checkpoint_every = 2",
+         "Experiment.meta_batch_size = 2", "mlp.hidden = (4,)", "evaluate.num_tasks = 2",
+         "evaluate.batch_size = 2", "evaluate.inner_steps = (1,)"]
+
+
+def _train(workdir, params=()):
+    parse_config([MAML], SMALL + list(params))
+    return train(build_experiment(), str(workdir))
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished 4-step sinusoid run (checkpoints 2 and 4)."""
+    import gin
+    workdir = tmp_path_factory.mktemp("finished") / "run"
+    _train(workdir)
+    gin.clear_config()
+    return workdir
+
+
+def _copy(finished, tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(finished, workdir)
+    return workdir
+
+
+def _snapshot(workdir):
+    return {str(p.relative_to(workdir)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(workdir.rglob("*")) if p.is_file()}
+
+
+def test_resuming_with_fewer_steps_than_the_checkpoint_is_an_error_before_any_write(
+        finished, tmp_path):
+    workdir = _copy(finished, tmp_path)
+    before = _snapshot(workdir)
+    with pytest.raises(validation.RunLengthError) as info:
+        _train(workdir, params=["Loop.num_steps = 2"])
+    message = str(info.value)
+    assert "Loop.num_steps = 2" in message and "step 4" in message, message
+    assert "ckpt-4" in message, message
+    assert _snapshot(workdir) == before  # config.gin, metrics, checkpoints untouched
+    # the same length: the finished run's metrics read back, as before
+    assert _train(workdir)["step"] == 4
+
+
+def test_restore_and_evaluate_refuse_a_config_edited_after_training(finished, tmp_path):
+    """config.gin edited (an activation changed): restore and evaluate refuse, naming
+    the binding and both values, as train does; nothing is written."""
+    from metalearn import evaluate as entry_point
+    workdir = _copy(finished, tmp_path)
+    config = workdir / "config.gin"
+    config.write_text(config.read_text().replace("mlp.activation = 'relu'",
+                                                 "mlp.activation = 'tanh'"))
+    for attempt in (lambda: restore(str(workdir)), lambda: entry_point.run(str(workdir))):
+        with pytest.raises(validation.ConfigChangeError) as info:
+            attempt()
+        message = str(info.value)
+        assert "mlp.activation: 'relu' in the checkpoint, 'tanh' in" in message, message
+        assert str(config) in message, message
+    assert not (workdir / "eval.json").exists()
+    # what may change on resumption (evaluation settings, the loop) may change here too
+    config.write_text(config.read_text().replace("'tanh'", "'relu'").replace(
+        "evaluate.num_tasks = 2", "evaluate.num_tasks = 4"))
+    assert restore(str(workdir)).restored_step == 4
+
+
+def test_restore_into_another_architecture_names_the_layers_and_shapes(finished):
+    with pytest.raises(metalearn.training.checkpoint.UnmatchedCheckpointError) as info:
+        restore(str(finished), gin_params=["mlp.hidden = (8,)"])
+    message = str(info.value)
+    assert "shape" in message and "(1, 4)" in message and "(1, 8)" in message, message
+    assert "_CHECKPOINTABLE" not in message and ".ATTRIBUTES" not in message, message
+    with pytest.raises(metalearn.training.checkpoint.UnmatchedCheckpointError) as info:
+        restore(str(finished), gin_params=["mlp.hidden = (4, 4)"])
+    message = str(info.value)
+    assert "layer" in message, message
+    assert "learner/model/" not in message, message

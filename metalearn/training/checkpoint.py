@@ -13,7 +13,7 @@ import tensorflow as tf
 from absl import logging
 
 from metalearn import _compat
-from metalearn.runs import files
+from metalearn.runs import files, validation
 from metalearn.runs.experiment import Experiment, build_experiment, parse_config
 from metalearn.runs.workdir import Workdir
 
@@ -243,6 +243,15 @@ def saved_config(path: str) -> Optional[str]:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def saved_step(path: str) -> Optional[int]:
+    """The step a checkpoint holds (``None``: it holds none)."""
+    reader = tf.train.load_checkpoint(path)
+    key = "step/.ATTRIBUTES/VARIABLE_VALUE"
+    if key not in reader.get_variable_to_shape_map():
+        return None
+    return int(reader.get_tensor(key))
+
+
 def checkpoint_for(experiment: Experiment, step: tf.Variable,
                    progress: Optional[Progress] = None,
                    parts: Optional[Sequence[str]] = None) -> tf.train.Checkpoint:
@@ -403,7 +412,12 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
     Raises:
       FileNotFoundError: no checkpoint, or no config.
       DamagedCheckpointError: checkpoints, none intact (or ``checkpoint`` damaged).
-      UnmatchedCheckpointError: the checkpoint's variables and the config's differ.
+      UnmatchedCheckpointError: the checkpoint's variables and the config's differ
+        (the message names them by layer and shape).
+      ConfigChangeError: the workdir's ``config.gin`` was edited after its checkpoint
+        was written (a binding other than the loop's and evaluation's settings differs
+        from the config the checkpoint carries): the message names each binding, as
+        ``train`` does; ``gin_params`` apply on top and are not compared.
     """
     directory = Workdir(workdir).checkpoints
     if checkpoint is not None:
@@ -414,6 +428,10 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
     else:
         path = find_checkpoint_logged(directory)
     config = saved_config(path) if path is not None else None
+    own = path is not None and os.path.abspath(os.path.dirname(path)) == \
+        os.path.abspath(directory)
+    if own:  # config.gin edited since: refused, as train refuses (before any loading)
+        validation.check_config_unedited(workdir, config)
     if path is None and not os.path.isfile(Workdir(workdir).config):
         parse_config(workdir=workdir, gin_params=gin_params)  # names the missing file
     parse_config(workdir=workdir, gin_params=gin_params, saved_config=config)
