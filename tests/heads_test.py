@@ -73,7 +73,7 @@ def test_a_fixed_ridge_head_learns_nothing_itself():
                                          ways=WAYS)
     assert [v.path for v in learner.meta_variables] == [
         v.path for v in learner.model.trainable_variables]
-    with pytest.raises(ValueError, match="regularization .* must be > 0, got 0"):
+    with pytest.raises(ValueError, match="RidgeHead.regularization must be > 0, got 0"):
         RidgeHead(regularization=0)
 
 
@@ -264,13 +264,13 @@ def test_implicit_and_unrolled_gradients_agree_once_newton_converges(intercept):
 
 
 def test_logistic_head_arguments_are_checked():
-    with pytest.raises(ValueError, match="LogisticHead steps must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="LogisticHead.steps must be a whole number >= 1, got 0"):
         LogisticHead(steps=0)
     with pytest.raises(ValueError, match="LogisticHead gradient must be one of"):
         LogisticHead(gradient="backprop")
-    with pytest.raises(ValueError, match="LogisticHead damping must be > 0, got 0"):
+    with pytest.raises(ValueError, match="LogisticHead.damping must be > 0, got 0"):
         LogisticHead(damping=0)
-    with pytest.raises(ValueError, match=r"regularization \(lambda\) must be > 0"):
+    with pytest.raises(ValueError, match=r"LogisticHead.regularization must be > 0"):
         LogisticHead(regularization=0)
     with pytest.raises(ValueError, match="LogisticRegressionHead.C must be > 0, got 0"):
         LogisticRegressionHead(C=0)

@@ -137,11 +137,11 @@ def test_clipping_applies_to_the_whole_update():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match=r"regularization \(lambda\) must be > 0, got 0"):
+    with pytest.raises(ValueError, match=r"ImplicitGradientDescent.regularization must be > 0, got 0"):
         ImplicitGradientDescent(regularization=0)
-    with pytest.raises(ValueError, match="cg_steps must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="ImplicitGradientDescent.cg_steps must be a whole number >= 1, got 0"):
         ImplicitGradientDescent(cg_steps=0)
-    with pytest.raises(ValueError, match=r"clip_norm must be > 0 \(or None for no clipping\), got -1"):
+    with pytest.raises(ValueError, match=r"ImplicitGradientDescent.clip_norm must be > 0, got -1"):
         ImplicitGradientDescent(clip_norm=-1)
 
 

@@ -109,11 +109,11 @@ def test_metaoptnet_meta_gradient_equals_finite_differences(c):
 
 
 def test_svm_head_arguments_are_checked():
-    with pytest.raises(ValueError, match=r"SVMHead c \(the SVM's C\) must be > 0, got 0"):
+    with pytest.raises(ValueError, match=r"SVMHead.c must be > 0, got 0"):
         SVMHead(c=0)
-    with pytest.raises(ValueError, match="SVMHead steps must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="SVMHead.steps must be a whole number >= 1, got 0"):
         SVMHead(steps=0)
-    with pytest.raises(ValueError, match="SVMHead ridge must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="SVMHead.ridge must be >= 0, got -1"):
         SVMHead(ridge=-1)
 
 

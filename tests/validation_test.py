@@ -32,6 +32,8 @@ from metalearn.tasks.datasets import (ChecksumError, LabelledImages, load_cub,
                                       load_tiered_imagenet)
 
 from metalearn.flags import resolve_gin_files
+from metalearn.heads.base import LabelOutsideClassesError
+from metalearn.pieces import HyperparameterRangeError
 from metalearn.runs import validation
 from metalearn.runs.lock import WorkdirLockedError
 from metalearn.runs.modules import ModuleImportError
@@ -393,18 +395,50 @@ def gin_only(name, bad_line, error, excerpt, base=SINUSOID, points_to="the bindi
                 points_to)
 
 
-def _saved_run(folder, gin_file="experiments/sinusoid/maml.gin", params=()):
-    """A workdir with config.gin and one checkpoint (step 0), no training."""
+def _saved_run(folder, gin_file="experiments/sinusoid/maml.gin", params=(), step=0):
+    """A workdir with config.gin and one checkpoint (of ``step``; ``ckpt-1`` for step
+    0), no training."""
     from metalearn.training.checkpoint import checkpoint_for
     os.makedirs(folder, exist_ok=True)
     parse_config([gin_file], ["mlp.hidden = (4,)", *params])
     experiment = build_experiment()
     with open(os.path.join(folder, "config.gin"), "w") as f:
         f.write(experiment.config)
+    experiment.learner.meta_step.assign(step)
     checkpoint = checkpoint_for(experiment, experiment.learner.meta_step)
     tf.train.CheckpointManager(checkpoint, os.path.join(folder, "checkpoints"),
-                               max_to_keep=3).save(checkpoint_number=1)
-    return os.path.join(folder, "checkpoints", "ckpt-1")
+                               max_to_keep=3).save(checkpoint_number=step or 1)
+    return os.path.join(folder, "checkpoints", f"ckpt-{step or 1}")
+
+
+# issue 32: the library's cases of the third reliability round
+
+
+def resumed_below_its_step(tmp_path) -> None:
+    _saved_run(tmp_path / "run", step=5)
+    parse_config(["experiments/sinusoid/maml.gin"], ["mlp.hidden = (4,)",
+                                                     "Loop.num_steps = 3"])
+    train(build_experiment(), str(tmp_path / "run"))
+
+
+def restored_after_an_edit(tmp_path) -> None:
+    _saved_run(tmp_path / "run")
+    config = tmp_path / "run" / "config.gin"
+    config.write_text(config.read_text().replace("mlp.activation = 'relu'",
+                                                 "mlp.activation = 'tanh'"))
+    metalearn.restore(str(tmp_path / "run"))
+
+
+def restored_into_other_sizes(tmp_path) -> None:
+    _saved_run(tmp_path / "run")
+    metalearn.restore(str(tmp_path / "run"), gin_params=["mlp.hidden = (8,)"])
+
+
+def label_outside_the_classes(tmp_path) -> None:
+    learner = metalearn.learners.EmbeddingLearner(
+        metalearn.models.mlp((2,), hidden=(), outputs=4), metalearn.heads.RidgeHead(),
+        ways=3)
+    learner.adapt(tf.zeros([3, 2]), tf.constant([0, 1, 7]))
 
 
 @contextlib.contextmanager
@@ -774,8 +808,8 @@ CASES: List[Case] = [
              "doesn't have a parameter named 'num_stepz'"),
     gin_case("mistyped value", "Loop.num_steps = '1000'", TypeError,
              "Loop.num_steps must be an integer, got '1000' (str)"),
-    gin_case("mistyped value, no type check of its own", "GradientDescent.steps = 'two'",
-             ValueError, "invalid literal for int() with base 10: 'two'"),
+    gin_case("mistyped inner steps", "GradientDescent.steps = 'two'", TypeError,
+             "GradientDescent.steps must be a whole number >= 0, got 'two' (str)"),
     gin_case("fractional steps", "Loop.num_steps = 2.5", TypeError,
              "Loop.num_steps must be an integer, got 2.5 (float)"),
     gin_case("zero meta-steps", "Loop.num_steps = 0", ValueError,
@@ -789,9 +823,9 @@ CASES: List[Case] = [
     gin_case("zero checkpoints kept", "Loop.keep_checkpoints = 0", ValueError,
              "Loop.keep_checkpoints must be >= 1, got 0"),
     gin_case("negative inner steps", "GradientDescent.steps = -1", ValueError,
-             "steps must be >= 0, got -1"),
+             "GradientDescent.steps must be a whole number >= 0, got -1"),
     gin_case("zero inner learning rate", "GradientDescent.learning_rate = 0.0", ValueError,
-             "learning_rate must be > 0, got 0.0"),
+             "GradientDescent.learning_rate must be > 0, got 0.0"),
     gin_case("negative outer learning rate", "keras.optimizers.Adam.learning_rate = -0.001",
              ValueError, "the optimizer's learning_rate must be > 0, got -0.001 (Adam)"),
     gin_case("zero noise scale of evolution strategies", "EvolutionStrategies.sigma = 0.0",
@@ -1062,12 +1096,13 @@ CASES: List[Case] = [
          lambda p: str(p / "run" / "checkpoints" / "ckpt-1"), "the checkpoint"),
     Case("Meta-SGD checkpoint into a MAML config", "`restore(maml_run, "
          "checkpoint=<Meta-SGD checkpoint>)`", UnmatchedCheckpointError,
-         "the checkpoint holds 4 variable(s) the config does not build (learner/adapter",
-         metasgd_into_maml, None, "the variables by path"),
+         "the checkpoint holds 4 variable(s) the config does not build (adapter ",
+         metasgd_into_maml, None, "the variables by piece, name and shape"),
     Case("MAML checkpoint into a Meta-SGD config", "`restore(metasgd_run, "
          "checkpoint=<MAML checkpoint>)`", UnmatchedCheckpointError,
-         "the config builds 4 variable(s) the checkpoint does not hold (learner/adapter",
-         maml_into_metasgd, None, "the variables by path"),
+         "the config builds 4 variable(s) the checkpoint does not hold (adapter variable "
+         "mlp_hidden0_kernel_lr (1, 4)", maml_into_metasgd, None,
+         "the variables by piece, name and shape"),
     Case("config.gin lost, config changed", "`train` into a workdir without `config.gin` "
          "whose checkpoint has another `GradientDescent.learning_rate`",
          validation.ConfigChangeError, "GradientDescent.learning_rate: 0.01 in the workdir, "
@@ -1256,6 +1291,36 @@ CASES: List[Case] = [
          undecodable_meta_dataset_image,
          lambda p: f"the image of record 0 of Meta-Dataset class file "
                    f"'{p / 'aircraft' / '0.tfrecords'}'", "the file and record"),
+    # issue 32: the library's cases of the third reliability round
+    Case("inner Adam's beta out of range", "`InnerAdam(beta_1=-1)`",
+         HyperparameterRangeError, "InnerAdam.beta_1 must be in [0, 1), got -1",
+         lambda p: metalearn.adapters.InnerAdam(beta_1=-1), None,
+         "the piece, hyperparameter, value and range"),
+    gin_case("negative inner momentum", "InnerMomentum.momentum = -0.9",
+             HyperparameterRangeError, "InnerMomentum.momentum must be in [0, 1), got -0.9",
+             base=SINUSOID + ["GradientDescent.learning_rate = None",
+                              "GradientDescent.update = @InnerMomentum()"]),
+    Case("learned value outside its bounds", "`Learned(0.5, low=0, high=0.1)`",
+         HyperparameterRangeError, "Learned.initial must be in [0, 0.1], got 0.5",
+         lambda p: metalearn.adapters.Learned(0.5, low=0, high=0.1), None,
+         "the value and the bounds"),
+    Case("support label outside the task's classes", "label 7 in a 3-way task's support "
+         "set, any head (`adapt`; in a `tf.function`: `InvalidArgumentError`)",
+         LabelOutsideClassesError, "a support label is outside the 3 classes of the task",
+         label_outside_the_classes, lambda p: "label 7 of support example 2",
+         "the label, its example and the classes"),
+    Case("resuming below the checkpoint's step", "`Loop.num_steps = 3`, the workdir's "
+         "checkpoint at step 5", validation.RunLengthError,
+         "Loop.num_steps = 3 is below step 5", resumed_below_its_step,
+         lambda p: "Nothing was written", "the checkpoint, before any write"),
+    Case("config.gin edited after training", "`mlp.activation` changed in a workdir's "
+         "`config.gin`, then `restore` or `evaluate`", validation.ConfigChangeError,
+         "mlp.activation: 'relu' in the checkpoint, 'tanh' in", restored_after_an_edit,
+         lambda p: str(p / "run" / "config.gin"), "the binding, both values, the file"),
+    Case("restore into other layer sizes", "`restore(run, gin_params=['mlp.hidden = (8,)'])` "
+         "of a `(4,)` run", UnmatchedCheckpointError,
+         "kernel of layer 'hidden0': (1, 4) in the checkpoint, (1, 8) in the config",
+         restored_into_other_sizes, None, "the layers and shapes"),
 ]
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from metalearn import execution, functional
-from metalearn.pieces import Piece, Pieces
+from metalearn.pieces import POSITIVE, Piece, Pieces, check_range
 from metalearn.functional import Weights
 from metalearn.heads.base import Head
 from metalearn.heads.linear import check_classifier, classifier_logits
@@ -52,8 +52,7 @@ class WholeClassClassifier(Piece):
                 or int(classes) < 2:
             raise ValueError(f"ClassifierBaseline.classes (training classes) must be a whole "
                              f"number >= 2, got {classes!r}")
-        if not float(scale) > 0:
-            raise ValueError(f"ClassifierBaseline.scale must be > 0, got {scale}")
+        scale = check_range("ClassifierBaseline", "scale", scale, POSITIVE)
         self.classes = int(classes)
         self.kind = check_classifier(kind, "ClassifierBaseline.classifier")
         self.initial_scale, self.learn_scale = float(scale), bool(learn_scale)

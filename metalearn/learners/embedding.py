@@ -115,7 +115,7 @@ class EmbeddingLearner(Learner):
                 f"a variable-way, variable-shot sampler such as MetaDataset): it would fit "
                 f"the padding. Use a head that supports them ({', '.join(padding)}) or "
                 f"episodes of one size")
-        return self.head.fit(embeddings, labels, self.ways)
+        return self.head.fit_finite(embeddings, labels, self.ways)  # NaN: a NaN state
 
     def support_loss(self, weights: Weights, x: Any, y: Any) -> tf.Tensor:
         """The head fitted and evaluated on the support set (an adapter's objective)."""

@@ -11,6 +11,7 @@ import tensorflow as tf
 from metalearn.adapters.base import Adapter
 from metalearn.functional import Weights
 from metalearn.learners.learner import Learner, MetricFn, predict_on
+from metalearn.pieces import COUNT, check_range
 from metalearn.tasks.episode import Episode
 
 
@@ -41,10 +42,9 @@ class MultiStepLossLearner(Learner):
                  loss: Optional[Union[str, MetricFn]] = None,
                  metrics: Optional[Mapping[str, Union[str, MetricFn]]] = None,
                  anneal_steps: int = 1000, **kwargs: Any):
-        if int(anneal_steps) < 1:
-            raise ValueError(f"anneal_steps must be >= 1, got {anneal_steps}")
+        anneal_steps = check_range("MultiStepLossLearner", "anneal_steps", anneal_steps, COUNT)
         super().__init__(model, adapter=adapter, loss=loss, metrics=metrics, **kwargs)
-        self.anneal_steps = int(anneal_steps)
+        self.anneal_steps = anneal_steps
 
     def step_importance(self, num_steps: int) -> tf.Tensor:
         """The weights of the query losses after steps ``1 .. num_steps``, ``[num_steps]``."""

@@ -24,7 +24,7 @@ from metalearn.runs.lock import WorkdirLock
 from metalearn.runs.workdir import Workdir
 from metalearn.training.checkpoint import (Progress, checkpoint_for,
                                            find_checkpoint, load, record_checkpoints,
-                                           saved_config)
+                                           saved_config, saved_step)
 from metalearn.outer.guards import NON_FINITE
 from metalearn.training.step import make_meta_step
 
@@ -81,6 +81,10 @@ def train(experiment: Experiment, workdir: str,
       window) and, when skipping, ``skipped_steps``.
 
     Raises:
+      metalearn.runs.validation.RunLengthError: ``Loop.num_steps`` is below the step of
+        the checkpoint the run would resume from (a finished run resumed with the same
+        length runs no step and returns its metrics); raised before anything is
+        written.
       FloatingPointError: with ``on_non_finite="raise"``, the meta-loss or a
         meta-gradient became NaN or infinite; the message names the step and what was
         not finite. That step's update was not applied and the latest checkpoint is
@@ -91,6 +95,8 @@ def train(experiment: Experiment, workdir: str,
     # config-change check uses when config.gin is lost).
     search = find_checkpoint(checkpoint_dir)
     carried = saved_config(search.path) if search.path else None
+    validation.check_run_length(experiment.loop.num_steps, search.path,
+                                saved_step(search.path) if search.path else None)
     # --- validation before any work (issue 9); see runs/validation.py ---
     validation.check_before_training(experiment, workdir, allow_config_change,
                                      saved_config=carried)
