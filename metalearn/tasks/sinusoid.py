@@ -12,7 +12,7 @@ from metalearn.tasks.base import TaskSampler
 from metalearn.tasks.episode import Episode
 
 
-def _check_range(name: str, value: Tuple[float, float]) -> Tuple[float, float]:
+def check_range(name: str, value: Tuple[float, float]) -> Tuple[float, float]:
     low, high = (float(v) for v in value)
     if not low <= high:
         raise ValueError(f"{name} must be a (low, high) pair with low <= high, got {value!r}")
@@ -44,9 +44,9 @@ class Sinusoid(TaskSampler):
             raise ValueError(f"queries must be >= 1, got {queries}")
         self.shots = int(shots)
         self.queries = self.shots if queries is None else int(queries)
-        self.amplitude = _check_range("amplitude", amplitude)
-        self.phase = _check_range("phase", phase)
-        self.x_range = _check_range("x_range", x_range)
+        self.amplitude = check_range("amplitude", amplitude)
+        self.phase = check_range("phase", phase)
+        self.x_range = check_range("x_range", x_range)
         self.dtype = tf.as_dtype(dtype)
 
     def sample(self, seed: tf.Tensor, num_tasks: int, split: str = "train") -> Episode:
