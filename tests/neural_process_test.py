@@ -336,3 +336,35 @@ def test_neural_process_meta_trains_on_gaussian_processes():
         step(batch)
     assert float(learner.meta_loss(episodes)) < before - 0.2, before
     assert isinstance(episodes, Episode)
+
+
+# --- a trained run: the gin file, evaluation without inner steps, the report's band ---
+
+def test_cnp_run_trains_evaluates_and_plots_its_predictive_band(tmp_path):
+    import os
+
+    import gin
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from metalearn import report
+    from metalearn.training import build_experiment, evaluate, parse_config, train
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parse_config([os.path.join(root, "experiments", "sinusoid", "anp.gin")],
+                 ["Loop.num_steps = 4", "Loop.log_every = 2", "Loop.checkpoint_every = 4",
+                  "Experiment.meta_batch_size = 2", "evaluate.num_tasks = 4",
+                  "evaluate.batch_size = 2"])
+    try:
+        experiment = build_experiment()
+        workdir = str(tmp_path / "anp")
+        train(experiment, workdir)
+        result = evaluate(experiment.learner, experiment.sampler)  # inner_steps = (0,)
+        assert sorted(result["results"]["0"]) == ["loss", "mse"]
+        assert result["results"]["0"]["mse"]["ci95"] > 0
+    finally:
+        gin.clear_config()
+    path = str(tmp_path / "band.png")
+    assert report.plot_sinusoid_adaptation(plt, workdir, path)
+    assert os.path.getsize(path) > 1000
