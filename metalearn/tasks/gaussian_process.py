@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from metalearn.tasks.base import TaskSampler
 from metalearn.tasks.episode import Episode
-from metalearn.tasks.sinusoid import check_range
+from metalearn.tasks.sinusoid import check_points, check_range
 
 
 def rbf_kernel(x: tf.Tensor, length_scale: tf.Tensor, variance: tf.Tensor) -> tf.Tensor:
@@ -47,12 +47,7 @@ class GaussianProcess(TaskSampler):
                  variance: Tuple[float, float] = (0.1, 1.0),
                  x_range: Tuple[float, float] = (-2.0, 2.0), noise: float = 0.02,
                  jitter: float = 1e-6, dtype: str = "float32"):
-        if int(shots) < 1:
-            raise ValueError(f"shots must be >= 1, got {shots}")
-        if queries is not None and int(queries) < 1:
-            raise ValueError(f"queries must be >= 1, got {queries}")
-        self.shots = int(shots)
-        self.queries = self.shots if queries is None else int(queries)
+        self.shots, self.queries = check_points(shots, queries)
         self.length_scale = check_range("length_scale", length_scale)
         self.variance = check_range("variance", variance)
         self.x_range = check_range("x_range", x_range)

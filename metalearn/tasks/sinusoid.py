@@ -19,6 +19,16 @@ def check_range(name: str, value: Tuple[float, float]) -> Tuple[float, float]:
     return low, high
 
 
+def check_points(shots: int, queries: Optional[int]) -> Tuple[int, int]:
+    """``(shots, queries)`` of a regression sampler, queries defaulting to shots; raises
+    ``ValueError`` naming a count below 1."""
+    if int(shots) < 1:
+        raise ValueError(f"shots must be >= 1, got {shots}")
+    if queries is not None and int(queries) < 1:
+        raise ValueError(f"queries must be >= 1, got {queries}")
+    return int(shots), int(shots) if queries is None else int(queries)
+
+
 @gin.configurable
 class Sinusoid(TaskSampler):
     """Regress ``y = amplitude * sin(x - phase)`` from ``shots`` points.
@@ -38,12 +48,7 @@ class Sinusoid(TaskSampler):
                  phase: Tuple[float, float] = (0.0, math.pi),
                  x_range: Tuple[float, float] = (-5.0, 5.0),
                  dtype: str = "float32"):
-        if int(shots) < 1:
-            raise ValueError(f"shots must be >= 1, got {shots}")
-        if queries is not None and int(queries) < 1:
-            raise ValueError(f"queries must be >= 1, got {queries}")
-        self.shots = int(shots)
-        self.queries = self.shots if queries is None else int(queries)
+        self.shots, self.queries = check_points(shots, queries)
         self.amplitude = check_range("amplitude", amplitude)
         self.phase = check_range("phase", phase)
         self.x_range = check_range("x_range", x_range)
