@@ -225,9 +225,13 @@ def plot_against_swept(plt, runs, keys, seed_key, metric, output_dir) -> List[st
 
 def plot_sinusoid_adaptation(plt, workdir: str, path: str, steps=(1, 10), seed=0) -> bool:
     """The MAML paper's figure: one test task's curve, the meta-learned initial
-    prediction, the predictions after 1 and 10 inner steps, and the support points."""
+    prediction, the predictions after 1 and 10 inner steps, and the support points. For
+    a learner without inner steps (a neural process, ``adapter.steps == 0``) the
+    prediction from the support set, and for a Gaussian prediction its mean and the
+    band of two scales around it."""
     import numpy as np
     import tensorflow as tf
+    from metalearn.functional import Gaussian
     from metalearn.tasks import Sinusoid
     from metalearn.training import restore
 
@@ -243,12 +247,21 @@ def plot_sinusoid_adaptation(plt, workdir: str, path: str, steps=(1, 10), seed=0
     as_tensor = lambda a: tf.constant(a, sampler.dtype)
     figure, axis = plt.subplots(figsize=(5, 3.5))
     axis.plot(grid, amplitude * np.sin(grid - phase), "k-", label="ground truth")
-    initial = learner.predict(learner.initial_weights(), as_tensor(grid))
-    axis.plot(grid, np.asarray(initial), ":", label="pre-update")
+    if getattr(learner.adapter, "steps", None) == 0:  # model-based: reads the support set
+        steps = (0,)
+    else:
+        initial = learner.predict(learner.initial_weights(), as_tensor(grid))
+        axis.plot(grid, np.asarray(initial), ":", label="pre-update")
     for count in steps:
         adapted = learner.adapt(as_tensor(support_x), as_tensor(support_y), steps=count)
-        axis.plot(grid, np.asarray(learner.predict(adapted, as_tensor(grid))), "--",
-                  label=f"{count} grad step{'s' * (count > 1)}")
+        prediction = learner.predict(adapted, as_tensor(grid))
+        label = f"{count} grad step{'s' * (count > 1)}" if count else "prediction"
+        if isinstance(prediction, Gaussian):  # a predictive distribution: its band
+            mean, scale = (np.asarray(t)[:, 0] for t in prediction)
+            axis.fill_between(grid[:, 0], mean - 2 * scale, mean + 2 * scale, alpha=0.25,
+                              label="mean ± 2 scale")
+            prediction = prediction.mean
+        axis.plot(grid, np.asarray(prediction), "--", label=label)
     axis.plot(support_x, support_y, "^", color="C3", label=f"{sampler.shots} points used")
     axis.set(xlabel="x", ylabel="y")
     axis.set_title(f"one test task, {os.path.basename(os.path.normpath(workdir))}", fontsize=7)

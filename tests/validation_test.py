@@ -781,6 +781,15 @@ def warm_start_without_head(tmp_path) -> None:
                     str(tmp_path / "pretrain" / "checkpoints" / "ckpt-1"))
 
 
+def _neural_process_steps():
+    learner = metalearn.Learner(
+        metalearn.models.mlp((9,), hidden=(), outputs=2, name="decoder"),
+        metalearn.adapters.ConditionalNeuralProcess(
+            metalearn.models.mlp((2,), hidden=(), outputs=8, name="encoder")),
+        loss=metalearn.functional.gaussian_nll)
+    learner.adapt(tf.zeros([3, 1]), tf.zeros([3, 1]), steps=1)
+
+
 # --- the cases: one per row of docs/errors.md --------------------------------------
 
 
@@ -1250,6 +1259,31 @@ CASES: List[Case] = [
          lambda p: metalearn.adapters.GradientDescent(2, 0.1, wrappers=[
              metalearn.adapters.Recompute(), metalearn.adapters.WhileLoop()]), None,
          "the pieces and what to do"),
+    # issue 31: neural processes
+    Case("neural process decoder of the wrong size",
+         "`Learner(mlp((8,), outputs=2), ConditionalNeuralProcess(mlp((2,), outputs=8)))`",
+         ValueError, "the decoder must read x + r = 9 values",
+         lambda p: metalearn.Learner(
+             metalearn.models.mlp((8,), hidden=(), outputs=2, name="decoder"),
+             metalearn.adapters.ConditionalNeuralProcess(
+                 metalearn.models.mlp((2,), hidden=(), outputs=8, name="encoder")),
+             loss=metalearn.functional.gaussian_nll), None,
+         "the encoder's and decoder's sizes"),
+    Case("inner steps for a neural process", "`learner.adapt(x, y, steps=1)` with a "
+         "`ConditionalNeuralProcess` (or `evaluate.inner_steps = (1,)`)", ValueError,
+         "takes no inner steps (it reads the support set in one forward pass), got steps=1",
+         lambda p: _neural_process_steps(), None, "the value and evaluate.inner_steps = (0,)"),
+    Case("non-positive predicted scale", "`gaussian_nll(y, Gaussian(mean, scale))` with a "
+         "scale <= 0", tf.errors.InvalidArgumentError,
+         "the predicted scale (standard deviation) must be positive",
+         lambda p: metalearn.functional.gaussian_nll(tf.ones([2, 1]), metalearn.functional.
+                                                     Gaussian(tf.ones([2, 1]), -tf.ones([2, 1]))),
+         None, "the scale values (in the message's data)"),
+    Case("Gaussian loss of a point prediction", "`Learner.loss = @gaussian_nll` for a "
+         "model without a neural process (a point prediction)", TypeError,
+         "gaussian_nll needs a Gaussian(mean, scale) prediction",
+         lambda p: metalearn.functional.gaussian_nll(tf.ones([2, 1]), tf.ones([2, 1])),
+         None, "what it got and what to use instead"),
     # issue 27: a user's module
     Case("module file that does not exist", "`--module=<tmp>/no_rule.py` "
          "(`parse_config(modules=...)`)", ModuleImportError, "does not exist",

@@ -24,14 +24,16 @@ from typing import Any, Dict, Mapping
 import keras
 import tensorflow as tf
 
-from metalearn.functional.losses import softmax_cross_entropy
+from metalearn.functional.losses import (Gaussian, gaussian_nll, predictive_mse,
+                                          softmax_cross_entropy)
 from metalearn.functional.moments import batch_moments, exact_moments, example_mask
 
 Weights = Dict[str, tf.Tensor]
 """A model's weights by variable path, e.g. ``{"dense/kernel": <tf.Tensor [1, 40]>, ...}``."""
 
-__all__ = ["Weights", "layer", "metric_dtype", "variables", "weights", "call", "call_and_update", "check_built",
-           "exact_moments", "batch_moments", "example_mask", "softmax_cross_entropy"]
+__all__ = ["Weights", "layer", "metric_dtype", "variables", "weights", "call",
+           "call_and_update", "check_built", "exact_moments", "batch_moments", "example_mask",
+           "softmax_cross_entropy", "Gaussian", "gaussian_nll", "predictive_mse"]
 
 
 def check_built(model: keras.Model) -> None:
