@@ -279,8 +279,8 @@ def test_gauss_newton_product_equals_explicit_jacobians():
     task = episodes.task(0)
     weights, unflatten, hessian, gauss_newton = _explicit_curvatures(learner, task)
     v = np.random.default_rng(0).normal(size=gauss_newton.shape[0])
-    product = gauss_newton_product(metalearn.learners.support_objective(learner), weights, task.support_x,
-                                   task.support_y, unflatten(tf.constant(v)))
+    product = gauss_newton_product(metalearn.learners.support_objective(learner), weights,
+                                   task.support_x, task.support_y, unflatten(tf.constant(v)))
     np.testing.assert_allclose(flat([product[p] for p in weights]), gauss_newton @ v,
                                rtol=1e-10, atol=1e-14)
     # What makes it the remedy: at this point (a tanh net at its initialisation, not a
