@@ -185,6 +185,22 @@ def test_a_support_label_outside_the_task_classes_is_an_error(name, compiled):
         adapt(episode.support_x[0], negative)
 
 
+@pytest.mark.parametrize("name", ["ridge", "prototypes"])
+def test_under_xla_a_label_outside_the_classes_gives_a_non_finite_state(name):
+    """XLA drops assertions: there the label check makes the fit non-finite (a step the
+    non-finite policy stops or skips), never a silently dropped example."""
+    head = HEADS[name]()
+    head.build(tf.float32)
+
+    def fit(embeddings, labels):
+        return head.fit(embeddings, labels, 3)
+
+    state = tf.function(fit, jit_compile=True)(tf.ones([3, 2]), tf.constant([0, 1, 7]))
+    assert not np.isfinite(state.numpy()).all()
+    state = tf.function(fit, jit_compile=True)(tf.ones([3, 2]), tf.constant([0, 1, 2]))
+    assert np.isfinite(state.numpy()).all()
+
+
 @pytest.mark.parametrize("name", ["svm", "logistic", "logistic_regression", "ridge"])
 def test_non_finite_embeddings_in_a_head_are_a_skipped_step(name):
     """A NaN in one support example: the head gives a non-finite state (no raw
