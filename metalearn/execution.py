@@ -37,6 +37,7 @@ import tensorflow as tf
 from metalearn import functional
 from metalearn.adapters.updates import FirstOrder
 from metalearn.functional import batched, memory
+from metalearn.pieces import COUNT, check_range
 from metalearn.tasks.episode import Episode, example_mask
 
 
@@ -333,11 +334,7 @@ def _unrolled(fn: Callable[[Episode], Any], episodes: Any) -> Any:
 
 
 def _check_parallel(parallel_iterations: int, owner: str) -> int:
-    if isinstance(parallel_iterations, bool) or int(parallel_iterations) != \
-            parallel_iterations or int(parallel_iterations) < 1:
-        raise ValueError(f"{owner}.parallel_iterations must be a whole number >= 1, got "
-                         f"{parallel_iterations!r}")
-    return int(parallel_iterations)
+    return check_range(owner, "parallel_iterations", parallel_iterations, COUNT)
 
 
 class InFlight(Formulation):

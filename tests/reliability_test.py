@@ -290,3 +290,59 @@ def test_tensorflow_info_chatter_is_filtered_ours_is_not():
     assert quiet.filter(record(tf_file, logging.WARNING))
     assert quiet.filter(record(os.path.join(ROOT, "metalearn", "training", "loop.py"),
                                logging.INFO))
+
+
+# issue 32: resuming, restoring and evaluating a workdir (the library's cases)
+
+
+def _snapshot(workdir):
+    return {str(p.relative_to(workdir)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(workdir.rglob("*")) if p.is_file()}
+
+
+def test_resuming_with_fewer_steps_than_the_checkpoint_is_an_error_before_any_write(
+        finished, tmp_path):
+    workdir = _copy(finished, tmp_path)
+    before = _snapshot(workdir)
+    with pytest.raises(validation.RunLengthError) as info:
+        _train(workdir, params=["Loop.num_steps = 20"])
+    message = str(info.value)
+    assert "Loop.num_steps = 20" in message and "step 30" in message, message
+    assert "ckpt-30" in message, message
+    assert _snapshot(workdir) == before  # config.gin, metrics, checkpoints untouched
+    # the same length: the finished run's metrics read back, as before
+    assert _train(workdir)["step"] == 30
+
+
+def test_restore_and_evaluate_refuse_a_config_edited_after_training(finished, tmp_path):
+    """config.gin edited (an activation changed): restore and evaluate refuse, naming
+    the binding and both values, as train does; nothing is written."""
+    from metalearn import evaluate as entry_point
+    workdir = _copy(finished, tmp_path)
+    config = workdir / "config.gin"
+    config.write_text(config.read_text().replace("mlp.activation = 'relu'",
+                                                 "mlp.activation = 'tanh'"))
+    for attempt in (lambda: restore(str(workdir)), lambda: entry_point.run(str(workdir))):
+        with pytest.raises(validation.ConfigChangeError) as info:
+            attempt()
+        message = str(info.value)
+        assert "mlp.activation: 'relu' in the checkpoint, 'tanh' in" in message, message
+        assert str(config) in message, message
+    assert not (workdir / "eval.json").exists()
+    # what may change on resumption (evaluation settings, the loop) may change here too
+    config.write_text(config.read_text().replace("'tanh'", "'relu'").replace(
+        "evaluate.num_tasks = 4", "evaluate.num_tasks = 6"))
+    assert restore(str(workdir)).restored_step == 30
+
+
+def test_restore_into_another_architecture_names_the_layers_and_shapes(finished):
+    with pytest.raises(UnmatchedCheckpointError) as info:
+        restore(str(finished), gin_params=["mlp.hidden = (8,)"])
+    message = str(info.value)
+    assert "shape" in message and "(1, 4)" in message and "(1, 8)" in message, message
+    assert "_CHECKPOINTABLE" not in message and ".ATTRIBUTES" not in message, message
+    with pytest.raises(UnmatchedCheckpointError) as info:
+        restore(str(finished), gin_params=["mlp.hidden = (4, 4)"])
+    message = str(info.value)
+    assert "layer" in message, message
+    assert "learner/model/" not in message, message

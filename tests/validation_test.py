@@ -1035,8 +1035,8 @@ CASES: List[Case] = [
              "queries must be >= 1, got 0", base=CLASSIFICATION),
     gin_case("negative image shift", "FewShotClassification.max_shift = -1", ValueError,
              "max_shift must be >= 0 pixels, got -1", base=CLASSIFICATION),
-    gin_case("SVM head's C not positive", "SVMHead.c = 0.0", ValueError,
-             "SVMHead c (the SVM's C) must be > 0, got 0.0", base=CLASSIFICATION + [
+    gin_case("SVM head's C not positive", "SVMHead.c = 0.0", HyperparameterRangeError,
+             "SVMHead.c must be > 0, got 0.0", base=CLASSIFICATION + [
                  "Experiment.learner = @EmbeddingLearner()",
                  "EmbeddingLearner.model = @conv_net()", "EmbeddingLearner.ways = 3",
                  "EmbeddingLearner.drop_head = 'head'", "EmbeddingLearner.head = @SVMHead()"]),

@@ -145,7 +145,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match=r"at most one wrapper may run the inner steps, got "
                                          r"\['WhileLoop', 'WhileLoop'\]"):
         GradientDescent(2, 0.1, wrappers=[WhileLoop(), WhileLoop()])
-    with pytest.raises(ValueError, match="parallel_iterations must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="WhileLoop.parallel_iterations must be a whole number >= 1, got 0"):
         WhileLoop(parallel_iterations=0)
     with pytest.raises(NotImplementedError, match="MiniBatches does not run the inner steps"):
         MiniBatches(2).iterate(None, {}, (), 1, False)
