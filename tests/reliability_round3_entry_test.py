@@ -94,7 +94,7 @@ def test_train_s_final_metrics_on_a_disk_that_fills(tmp_path, info_logs):
     with full_disk("metrics.json"), pytest.raises(OSError) as info:
         train(experiment, str(tmp_path / "run"))
     _no_space(info, tmp_path / "run" / "metrics.json")
-    assert "final metrics" in info_logs.text and '"loss":' in info_logs.text
+    assert "final meta-training metrics" in info_logs.text and '"loss":' in info_logs.text
 
 
 def test_a_sweep_s_evaluation_on_a_disk_that_fills(tmp_path, info_logs):
