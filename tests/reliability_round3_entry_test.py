@@ -85,6 +85,14 @@ def test_evaluate_on_a_full_disk_stops_before_the_work(tmp_path, monkeypatch):
     assert workdir in str(info.value)
 
 
+def test_a_file_system_that_counts_no_blocks_is_not_called_full(tmp_path, monkeypatch):
+    class Uncounted:  # what some network and FUSE file systems report
+        f_frsize, f_blocks, f_bavail = 4096, 0, 0
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Uncounted())
+    assert files.check_writable(str(tmp_path / "eval.json")) == str(tmp_path / "eval.json")
+
+
 def test_train_s_final_metrics_on_a_disk_that_fills(tmp_path, info_logs):
     from metalearn.training import train
     parse_config(["experiments/sinusoid/maml.gin"],
