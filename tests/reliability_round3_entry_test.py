@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 
@@ -225,6 +226,20 @@ def test_a_run_trained_but_not_evaluated_is_unfinished(tmp_path):
     os.remove(os.path.join(workdir, "eval.json"))
     state = results.run_state(workdir)
     assert (state.status, state.detail) == ("unfinished", "trained, not evaluated")
+
+
+def test_a_run_training_now_is_running_and_a_dead_holder_is_not(tmp_path):
+    from metalearn.runs.lock import WorkdirLock
+    workdir = _sweep_run(str(tmp_path), "a", "0.1", "0", "unfinished")
+    with WorkdirLock(workdir):
+        state = results.run_state(workdir)
+        assert state.status == "running" and f"process {os.getpid()}" in state.detail
+    assert results.run_state(workdir).status == "unfinished"  # released
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    with open(Workdir(workdir).train_lock, "w") as f:  # a killed trainer's record
+        json.dump({"pid": int(dead), "host": socket.gethostname()}, f)
+    assert results.run_state(workdir).status == "unfinished"
 
 
 def test_no_finished_run_is_an_error_listing_them(tmp_path):
