@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 
@@ -85,6 +86,14 @@ def test_evaluate_on_a_full_disk_stops_before_the_work(tmp_path, monkeypatch):
     assert workdir in str(info.value)
 
 
+def test_a_file_system_that_counts_no_blocks_is_not_called_full(tmp_path, monkeypatch):
+    class Uncounted:  # what some network and FUSE file systems report
+        f_frsize, f_blocks, f_bavail = 4096, 0, 0
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Uncounted())
+    assert files.check_writable(str(tmp_path / "eval.json")) == str(tmp_path / "eval.json")
+
+
 def test_train_s_final_metrics_on_a_disk_that_fills(tmp_path, info_logs):
     from metalearn.training import train
     parse_config(["experiments/sinusoid/maml.gin"],
@@ -94,7 +103,7 @@ def test_train_s_final_metrics_on_a_disk_that_fills(tmp_path, info_logs):
     with full_disk("metrics.json"), pytest.raises(OSError) as info:
         train(experiment, str(tmp_path / "run"))
     _no_space(info, tmp_path / "run" / "metrics.json")
-    assert "final metrics" in info_logs.text and '"loss":' in info_logs.text
+    assert "final meta-training metrics" in info_logs.text and '"loss":' in info_logs.text
 
 
 def test_a_sweep_s_evaluation_on_a_disk_that_fills(tmp_path, info_logs):
@@ -217,6 +226,20 @@ def test_a_run_trained_but_not_evaluated_is_unfinished(tmp_path):
     os.remove(os.path.join(workdir, "eval.json"))
     state = results.run_state(workdir)
     assert (state.status, state.detail) == ("unfinished", "trained, not evaluated")
+
+
+def test_a_run_training_now_is_running_and_a_dead_holder_is_not(tmp_path):
+    from metalearn.runs.lock import WorkdirLock
+    workdir = _sweep_run(str(tmp_path), "a", "0.1", "0", "unfinished")
+    with WorkdirLock(workdir):
+        state = results.run_state(workdir)
+        assert state.status == "running" and f"process {os.getpid()}" in state.detail
+    assert results.run_state(workdir).status == "unfinished"  # released
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    with open(Workdir(workdir).train_lock, "w") as f:  # a killed trainer's record
+        json.dump({"pid": int(dead), "host": socket.gethostname()}, f)
+    assert results.run_state(workdir).status == "unfinished"
 
 
 def test_no_finished_run_is_an_error_listing_them(tmp_path):

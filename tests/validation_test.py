@@ -479,7 +479,7 @@ def no_free_space():
 
     class Full:
         def __init__(self, found):
-            self.f_frsize, self.f_bavail = found.f_frsize, 0
+            self.f_frsize, self.f_blocks, self.f_bavail = found.f_frsize, found.f_blocks, 0
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(os, "statvfs", lambda path: Full(real(path)))

@@ -118,12 +118,13 @@ created on a full disk, so creating one alone does not show that results fit."""
 
 def _free_bytes(directory: str):
     """Bytes an unprivileged process may still write on ``directory``'s file system
-    (``None`` where the system does not say)."""
+    (``None`` where the system does not say, or the file system counts no blocks, as
+    some network and FUSE ones do)."""
     try:
         found = os.statvfs(directory)
     except (AttributeError, OSError):
         return None
-    return found.f_bavail * found.f_frsize
+    return found.f_bavail * found.f_frsize if found.f_blocks else None
 
 
 def check_writable(path: str) -> str:

@@ -286,6 +286,6 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
         final["step"] = int(step.numpy())
         final["replicas"] = strategy.num_replicas_in_sync
         files.write_json_results(metrics_path, final, json.dumps(final, sort_keys=True),
-                                 "final metrics")  # logged first; never half-written
+                                 "final meta-training metrics")  # logged first, whole
     return files.read_json(metrics_path, "the final metrics of the run (a finished run "
                            "resumed runs no step and reads them back)")
