@@ -18,9 +18,8 @@ from metalearn.adapters import GradientDescent
 from metalearn.outer import EvolutionStrategies
 from metalearn.outer.evolution import centred_ranks, noise
 from metalearn.tasks import Episode
-from metalearn.testing import mse, values
+from metalearn.testing import OuterRuleContract, evolution_estimate, mse, values
 from metalearn.training import build_experiment, parse_config, restore, train
-from tests.outer_rules_test import LR, TestEvolutionStrategies, es_reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ES_GIN = os.path.join(ROOT, "experiments", "sinusoid", "maml_es.gin")
@@ -88,7 +87,7 @@ def test_centred_ranks_by_hand():
     rule = EvolutionStrategies(keras.optimizers.SGD(0.1), population=3, sigma=0.05,
                                centred_ranks=True, seed=2)
     found, metrics = rule.directions(learner, episodes, metalearn.execution.Unrolled())
-    expected = es_reference(learner, episodes, 3, 0.05, seed=2, step=5, ranks=True)
+    expected = evolution_estimate(learner, episodes, 3, 0.05, seed=2, step=5, ranks=True)
     for f, e in zip(found, expected):
         np.testing.assert_allclose(f.numpy(), e, rtol=1e-10, atol=1e-12)
     assert metrics["loss"].shape == (episodes.num_tasks,)
@@ -135,8 +134,13 @@ def test_noise_is_standard_gaussian_and_seeded():
         assert not np.allclose(flat(first), flat(different))
 
 
-class RankedCase(TestEvolutionStrategies):
-    """The contract's ES case with centred ranks."""
+LR = 0.5
+
+
+class RankedCase(OuterRuleContract):
+    """The contract's ES case (tests/outer_rules_test.py), with or without centred ranks
+    (not collected: its contract runs there)."""
+    covers = (EvolutionStrategies,)
     ranks = True
 
     def make_rule(self):
@@ -144,7 +148,7 @@ class RankedCase(TestEvolutionStrategies):
                                    centred_ranks=self.ranks)
 
     def reference_step(self, learner, episodes):
-        estimate = es_reference(learner, episodes, population=2, sigma=0.1, seed=3,
+        estimate = evolution_estimate(learner, episodes, population=2, sigma=0.1, seed=3,
                                 ranks=self.ranks)
         return {v.path: v.numpy() - LR * g for v, g in zip(learner.meta_variables, estimate)}
 
