@@ -80,8 +80,8 @@ def test_estimate_converges_to_the_meta_gradient_with_the_population():
 
 
 def test_centred_ranks_by_hand():
-    np.testing.assert_allclose(centred_ranks(tf.constant([3.0, -1.0, 7.0, 0.5], tf.float64)).numpy(),
-                               [1 / 6, -0.5, 0.5, -1 / 6])
+    fitness = tf.constant([3.0, -1.0, 7.0, 0.5], tf.float64)
+    np.testing.assert_allclose(centred_ranks(fitness).numpy(), [1 / 6, -0.5, 0.5, -1 / 6])
     learner, episodes = tiny_maml(), linear_tasks()
     learner.meta_step.assign(5)
     rule = EvolutionStrategies(keras.optimizers.SGD(0.1), population=3, sigma=0.05,

@@ -28,12 +28,11 @@ and persistent ES").
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, List, NamedTuple, Sequence, Tuple
 
 import tensorflow as tf
 
-from metalearn.outer.evolution import noise, pair_seed
+from metalearn.outer.evolution import check_population, check_sigma, noise, pair_seed
 
 State = Any
 UnrollStep = Callable[[State, List[tf.Tensor], Any], Tuple[State, tf.Tensor]]
@@ -99,12 +98,10 @@ def particles(state: State, theta: Sequence[tf.Tensor], population: int) -> Part
     Raises:
       ValueError: ``population`` not a whole number >= 1.
     """
-    if isinstance(population, bool) or int(population) != population or population < 1:
-        raise ValueError(f"population (antithetic pairs) must be a whole number >= 1, got "
-                         f"{population!r}")
-    tile = lambda t: tf.repeat(tf.convert_to_tensor(t)[None], int(population), axis=0)
+    population = check_population(population)
+    tile = lambda t: tf.repeat(tf.convert_to_tensor(t)[None], population, axis=0)
     return Particles(tf.nest.map_structure(tile, state), tf.nest.map_structure(tile, state),
-                     [tf.zeros([int(population)] + list(t.shape), t.dtype) for t in theta])
+                     [tf.zeros([population] + list(t.shape), t.dtype) for t in theta])
 
 
 def pes_segment(step: UnrollStep, carried: Particles, theta: Sequence[tf.Tensor],
@@ -125,9 +122,7 @@ def pes_segment(step: UnrollStep, carried: Particles, theta: Sequence[tf.Tensor]
       The estimate (one tensor per meta-parameter), the particles after the segment, and
       the per-pair mean loss ``(L+ + L-) / 2`` (``[population]``).
     """
-    if isinstance(sigma, bool) or not float(sigma) > 0 or not math.isfinite(sigma):
-        raise ValueError(f"sigma (the noise scale) must be a finite number > 0, got "
-                         f"{sigma!r}")
+    sigma = check_sigma(sigma)
     theta = [tf.convert_to_tensor(t) for t in theta]
     population = carried.xi[0].shape[0]
     seed = tf.cast(seed, tf.int64)
