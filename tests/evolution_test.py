@@ -138,8 +138,8 @@ LR = 0.5
 
 
 class RankedCase(OuterRuleContract):
-    """The contract's ES case (tests/outer_rules_test.py), with or without centred ranks
-    (not collected: its contract runs there)."""
+    """The contract's ES case (tests/outer_rules_test.py) with centred ranks (not
+    collected: its name does not start with Test)."""
     covers = (EvolutionStrategies,)
     ranks = True
 
@@ -153,13 +153,13 @@ class RankedCase(OuterRuleContract):
         return {v.path: v.numpy() - LR * g for v, g in zip(learner.meta_variables, estimate)}
 
 
-@pytest.mark.parametrize("ranks, jit_compile", [(False, False), (True, True)])
-def test_two_replicas_make_the_whole_meta_batch_s_step(ranks, jit_compile):
+def test_two_replicas_make_the_whole_meta_batch_s_step():
     """Each of two replicas (logical CPUs, tests/conftest.py) evaluates the population on
-    half the tasks; the step equals the reference on all four (centred ranks: of the
-    fitnesses averaged over replicas; under XLA the all-reduce between compiled parts)."""
-    case = RankedCase()
-    case.ranks = ranks
+    half the tasks; the step equals the reference on all four: centred ranks of the
+    fitnesses averaged over replicas, under XLA with the all-reduce between the compiled
+    parts. (Raw losses average linearly through the optimizer's all-reduce, as the
+    gradient rule's do; the contract runs them under a one-replica strategy.)"""
+    case, jit_compile = RankedCase(), True
     expected = case.reference_step(case.make_learner(), case.make_episodes())
     # reduce_to_one_device: default collectives of several MirroredStrategy objects in
     # one process share instance keys (as in tests/distribute_test.py)
