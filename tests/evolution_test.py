@@ -93,6 +93,29 @@ def test_centred_ranks_by_hand():
     assert metrics["loss"].shape == (episodes.num_tasks,)
 
 
+def test_every_meta_variable_is_perturbed_and_moved():
+    """Meta-SGD's learned rates are meta-variables of a piece: ES perturbs and moves them
+    with the model's weights (``Learner.objective``): 256 pairs, every coordinate of the
+    estimate within 4 standard deviations of the exact meta-gradient's."""
+    keras.utils.set_random_seed(1)
+    model = metalearn.models.mlp((2,), hidden=(4,), outputs=1, activation="tanh",
+                                 dtype="float64")
+    learner = metalearn.Learner(model, metalearn.adapters.MetaSGD(1, 0.1), loss=mse)
+    episodes, formulation = linear_tasks(), metalearn.execution.MapFn()
+    paths = [v.path for v in learner.meta_variables]
+    assert sum(p.endswith("_lr") for p in paths) == 4 and len(paths) == 8, paths
+    exact = formulation.gradients(learner, episodes, learner.meta_variables)[0]
+    rule = EvolutionStrategies(keras.optimizers.SGD(0.1), population=256, sigma=1e-3)
+    found, _ = tf.function(lambda: rule.directions(learner, episodes, formulation))()
+    for path, f in zip(paths, found):
+        assert np.all(f.numpy() != 0), path
+    exact, found = flat(exact), flat(found)
+    # one coordinate's variance over N pairs: (|g|^2 + g_i^2) / N; within 4 of its SD
+    bound = 4 * np.sqrt((exact @ exact + exact ** 2) / rule.population)
+    assert np.all(np.abs(found - exact) <= bound), (found - exact) / bound
+    assert found @ exact / np.linalg.norm(found) / np.linalg.norm(exact) > 0.8
+
+
 def test_figures_are_the_population_mean():
     """The reported per-task loss is the mean over the 2 N members (the smoothed
     meta-loss), not the loss at the unperturbed values."""
