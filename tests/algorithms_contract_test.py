@@ -18,9 +18,9 @@ from metalearn.adapters import (AnnealOrder, ClipByGlobalNorm, GradientDescent,
                                 LearnedRates, Mask, MetaSGD, MiniBatches,
                                 PerStepLearningRates, PerStepWeights, Recompute,
                                 WhileLoop)
-from metalearn.testing import (WAYS, LearnerContract, OuterRuleContract,
-                               classification_learner, compiled_meta_gradient,
-                               contract_model, synthetic_classification)
+from metalearn.testing import (WAYS, LearnerContract, OuterRuleContract, RegressionContract,
+                               classification_learner, compiled_meta_gradient, contract_model,
+                               regression_learner, synthetic_classification)
 
 
 class TestMAML(LearnerContract):
@@ -168,6 +168,25 @@ class TestMAMLPlusPlus(LearnerContract):
         return classification_learner(adapter, model,
                                       learner_class=metalearn.MultiStepLossLearner,
                                       anneal_steps=10)
+
+
+class TestRegressionMAML(RegressionContract):
+    """The contract on regression: MAML (second order) on linear tasks, MSE."""
+    covers = (GradientDescent, metalearn.Learner)
+
+    def make_learner(self):
+        return regression_learner(GradientDescent(steps=2, learning_rate=0.05))
+
+
+class TestRegressionMetaSGDAccumulated(RegressionContract):
+    """Meta-SGD on regression, every batch run by the Accumulate formulation."""
+    covers = (MetaSGD,)
+
+    def make_learner(self):
+        return regression_learner(MetaSGD(steps=1, learning_rate=0.05))
+
+    def make_formulation(self):
+        return metalearn.execution.Accumulate()
 
 
 # --- every export has a contract case ---------------------------------------------
