@@ -18,9 +18,8 @@ from metalearn.adapters import GradientDescent
 from metalearn.outer import EvolutionStrategies
 from metalearn.outer.evolution import centred_ranks, noise
 from metalearn.tasks import Episode
-from metalearn.testing import mse, values
+from metalearn.testing import OuterRuleContract, evolution_estimate, mse, values
 from metalearn.training import build_experiment, parse_config, restore, train
-from tests.outer_rules_test import LR, TestEvolutionStrategies, es_reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ES_GIN = os.path.join(ROOT, "experiments", "sinusoid", "maml_es.gin")
@@ -81,17 +80,40 @@ def test_estimate_converges_to_the_meta_gradient_with_the_population():
 
 
 def test_centred_ranks_by_hand():
-    np.testing.assert_allclose(centred_ranks(tf.constant([3.0, -1.0, 7.0, 0.5], tf.float64)).numpy(),
-                               [1 / 6, -0.5, 0.5, -1 / 6])
+    fitness = tf.constant([3.0, -1.0, 7.0, 0.5], tf.float64)
+    np.testing.assert_allclose(centred_ranks(fitness).numpy(), [1 / 6, -0.5, 0.5, -1 / 6])
     learner, episodes = tiny_maml(), linear_tasks()
     learner.meta_step.assign(5)
     rule = EvolutionStrategies(keras.optimizers.SGD(0.1), population=3, sigma=0.05,
                                centred_ranks=True, seed=2)
     found, metrics = rule.directions(learner, episodes, metalearn.execution.Unrolled())
-    expected = es_reference(learner, episodes, 3, 0.05, seed=2, step=5, ranks=True)
+    expected = evolution_estimate(learner, episodes, 3, 0.05, seed=2, step=5, ranks=True)
     for f, e in zip(found, expected):
         np.testing.assert_allclose(f.numpy(), e, rtol=1e-10, atol=1e-12)
     assert metrics["loss"].shape == (episodes.num_tasks,)
+
+
+def test_every_meta_variable_is_perturbed_and_moved():
+    """Meta-SGD's learned rates are meta-variables of a piece: ES perturbs and moves them
+    with the model's weights (``Learner.objective``): 256 pairs, every coordinate of the
+    estimate within 4 standard deviations of the exact meta-gradient's."""
+    keras.utils.set_random_seed(1)
+    model = metalearn.models.mlp((2,), hidden=(4,), outputs=1, activation="tanh",
+                                 dtype="float64")
+    learner = metalearn.Learner(model, metalearn.adapters.MetaSGD(1, 0.1), loss=mse)
+    episodes, formulation = linear_tasks(), metalearn.execution.MapFn()
+    paths = [v.path for v in learner.meta_variables]
+    assert sum(p.endswith("_lr") for p in paths) == 4 and len(paths) == 8, paths
+    exact = formulation.gradients(learner, episodes, learner.meta_variables)[0]
+    rule = EvolutionStrategies(keras.optimizers.SGD(0.1), population=256, sigma=1e-3)
+    found, _ = tf.function(lambda: rule.directions(learner, episodes, formulation))()
+    for path, f in zip(paths, found):
+        assert np.all(f.numpy() != 0), path
+    exact, found = flat(exact), flat(found)
+    # one coordinate's variance over N pairs: (|g|^2 + g_i^2) / N; within 4 of its SD
+    bound = 4 * np.sqrt((exact @ exact + exact ** 2) / rule.population)
+    assert np.all(np.abs(found - exact) <= bound), (found - exact) / bound
+    assert found @ exact / np.linalg.norm(found) / np.linalg.norm(exact) > 0.8
 
 
 def test_figures_are_the_population_mean():
@@ -135,8 +157,13 @@ def test_noise_is_standard_gaussian_and_seeded():
         assert not np.allclose(flat(first), flat(different))
 
 
-class RankedCase(TestEvolutionStrategies):
-    """The contract's ES case with centred ranks."""
+LR = 0.5
+
+
+class RankedCase(OuterRuleContract):
+    """The contract's ES case (tests/outer_rules_test.py) with centred ranks (not
+    collected: its name does not start with Test)."""
+    covers = (EvolutionStrategies,)
     ranks = True
 
     def make_rule(self):
@@ -144,18 +171,18 @@ class RankedCase(TestEvolutionStrategies):
                                    centred_ranks=self.ranks)
 
     def reference_step(self, learner, episodes):
-        estimate = es_reference(learner, episodes, population=2, sigma=0.1, seed=3,
+        estimate = evolution_estimate(learner, episodes, population=2, sigma=0.1, seed=3,
                                 ranks=self.ranks)
         return {v.path: v.numpy() - LR * g for v, g in zip(learner.meta_variables, estimate)}
 
 
-@pytest.mark.parametrize("ranks, jit_compile", [(False, False), (True, True)])
-def test_two_replicas_make_the_whole_meta_batch_s_step(ranks, jit_compile):
+def test_two_replicas_make_the_whole_meta_batch_s_step():
     """Each of two replicas (logical CPUs, tests/conftest.py) evaluates the population on
-    half the tasks; the step equals the reference on all four (centred ranks: of the
-    fitnesses averaged over replicas; under XLA the all-reduce between compiled parts)."""
-    case = RankedCase()
-    case.ranks = ranks
+    half the tasks; the step equals the reference on all four: centred ranks of the
+    fitnesses averaged over replicas, under XLA with the all-reduce between the compiled
+    parts. (Raw losses average linearly through the optimizer's all-reduce, as the
+    gradient rule's do; the contract runs them under a one-replica strategy.)"""
+    case, jit_compile = RankedCase(), True
     expected = case.reference_step(case.make_learner(), case.make_episodes())
     # reduce_to_one_device: default collectives of several MirroredStrategy objects in
     # one process share instance keys (as in tests/distribute_test.py)

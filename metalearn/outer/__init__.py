@@ -4,8 +4,10 @@
 :class:`MetaGradient` (gradient descent on the meta-loss with any Keras optimizer),
 :class:`Reptile`, :class:`SerialReptile` and :class:`EvolutionStrategies` (the
 meta-gradient estimated from perturbed meta-losses, no backpropagation) are rules;
-:class:`ClipDirections` and :class:`SkipNonFinite` are guards that wrap any rule; :mod:`metalearn.outer.replicas`
-holds the cross-replica apply.
+:class:`ClipDirections` and :class:`SkipNonFinite` are guards that wrap any rule;
+:mod:`metalearn.outer.replicas` holds the cross-replica apply;
+:mod:`metalearn.outer.persistent` truncated backpropagation and PES on an explicit
+unroll.
 """
 
 from metalearn.outer.evolution import EvolutionStrategies

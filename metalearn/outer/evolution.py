@@ -15,8 +15,9 @@ A Keras optimizer applies ``g`` as it would a gradient.
 
 The noise is stateless: pair ``j``'s perturbation of meta-variable ``k`` comes from
 Philox bits under the seed ``fold_in(fold_in([seed, meta_step], j), k)`` (int64
-throughout: ``stateless_fold_in`` draws in its data's dtype; :func:`noise`), so it depends only on the rule's seed and the learner's step counter
-(checkpointed with the run): a resumed run draws the same noise. It is the same on every
+throughout: ``stateless_fold_in`` draws in its data's dtype; :func:`noise`), so it
+depends only on the rule's seed and the learner's step counter (checkpointed with the
+run): a resumed run draws the same noise. It is the same on every
 replica, and regenerated rather than stored between the two passes of a step.
 """
 
@@ -69,6 +70,24 @@ def noise(seed: tf.Tensor, shapes: Sequence[tf.TensorShape],
     return result
 
 
+def check_population(population: int, owner: str = "") -> int:
+    """``population`` if it is a whole number >= 1 (antithetic pairs); ``ValueError``
+    naming it (``owner``: a prefix such as ``"EvolutionStrategies."``) otherwise."""
+    if isinstance(population, bool) or int(population) != population or population < 1:
+        raise ValueError(f"{owner}population (antithetic pairs) must be a whole number "
+                         f">= 1, got {population!r}")
+    return int(population)
+
+
+def check_sigma(sigma: float, owner: str = "") -> float:
+    """``sigma`` if it is a finite number > 0 (the noise scale); ``ValueError`` naming
+    it otherwise."""
+    if isinstance(sigma, bool) or not float(sigma) > 0 or not math.isfinite(sigma):
+        raise ValueError(f"{owner}sigma (the noise scale) must be a finite number > 0, "
+                         f"got {sigma!r}")
+    return float(sigma)
+
+
 def centred_ranks(fitness: tf.Tensor) -> tf.Tensor:
     """``rank / (n - 1) - 1/2`` of each of the ``n`` values (the smallest ``-1/2``, the
     largest ``+1/2``; ties by position), in ``fitness``'s dtype."""
@@ -108,13 +127,8 @@ class EvolutionStrategies(OptimizerRule):
                  population: int = 8, sigma: float = 0.01, centred_ranks: bool = False,
                  seed: int = 0):
         super().__init__(optimizer)
-        if isinstance(population, bool) or int(population) != population or \
-                int(population) < 1:
-            raise ValueError(f"EvolutionStrategies.population (antithetic pairs) must be "
-                             f"a whole number >= 1, got {population!r}")
-        if isinstance(sigma, bool) or not float(sigma) > 0 or not math.isfinite(sigma):
-            raise ValueError(f"EvolutionStrategies.sigma (the noise scale) must be a "
-                             f"finite number > 0, got {sigma!r}")
+        population = check_population(population, "EvolutionStrategies.")
+        sigma = check_sigma(sigma, "EvolutionStrategies.")
         if isinstance(seed, bool) or int(seed) != seed:
             raise ValueError(f"EvolutionStrategies.seed must be a whole number, got "
                              f"{seed!r}")

@@ -18,8 +18,9 @@ on whole-class batches), and checks its meta-gradient against finite differences
 models too large for that along random directions with
 :func:`finite_difference_directions`. An outer rule gets its contract the same way
 (:class:`OuterRuleContract`: one step under every formulation, one device and a
-strategy, XLA or not, equal to the rule's per-task reference in float64). Nothing here
-imports pytest.
+strategy, XLA or not, equal to the rule's per-task reference in float64; a stochastic
+rule with its seed fixed: :func:`evolution_estimate` is evolution strategies' reference).
+Nothing here imports pytest.
 """
 
 from metalearn.testing.contract import (DIM, QUERIES, SHOTS, WAYS, LearnerContract,
@@ -27,8 +28,8 @@ from metalearn.testing.contract import (DIM, QUERIES, SHOTS, WAYS, LearnerContra
                                         contract_model, regression_learner,
                                         softmax_cross_entropy, synthetic_classification,
                                         synthetic_regression, uninformative_support)
-from metalearn.testing.outer import (OuterRuleContract, task_adapted, task_meta_gradient,
-                                     values)
+from metalearn.testing.outer import (OuterRuleContract, evolution_estimate, evolution_noise,
+                                     task_adapted, task_meta_gradient, values)
 from metalearn.testing.reference import (analytic_meta_gradient,
                                          assert_meta_gradient_matches_finite_differences,
                                          compiled_meta_gradient,
@@ -38,7 +39,8 @@ from metalearn.testing.reference import (analytic_meta_gradient,
 from metalearn.testing.tasks import (image_episodes, mse, regression_episodes, small_learner,
                                      softmax_xent)
 
-__all__ = ["DIM", "LearnerContract", "RegressionContract", "OuterRuleContract", "task_adapted",
+__all__ = ["DIM", "LearnerContract", "RegressionContract", "OuterRuleContract",
+           "evolution_estimate", "evolution_noise", "task_adapted",
            "task_meta_gradient", "values", "QUERIES", "SHOTS", "WAYS", "analytic_meta_gradient",
            "assert_meta_gradient_matches_finite_differences", "classification_learner",
            "compiled_meta_gradient", "contract_model", "finite_difference_directions",

@@ -54,6 +54,54 @@ def values(learner: metalearn.Learner) -> Dict[str, np.ndarray]:
     return {v.path: v.numpy() for v in learner.meta_variables}
 
 
+def evolution_noise(seed: Sequence[int], pair: int, k: int, shape: Sequence[int]
+                    ) -> np.ndarray:
+    """Evolution strategies' noise by hand: Philox bits under the documented seed
+    derivation, Box-Muller in numpy (float64)."""
+    fold = lambda s, d: tf.random.experimental.stateless_fold_in(
+        s, tf.constant(d, tf.int64), alg="philox")
+    key = fold(fold(tf.constant(seed, tf.int64), pair), k)
+    size = max(int(np.prod(shape)), 1)
+    bits = tf.random.stateless_uniform([2, size], seed=key, dtype=tf.uint32, minval=None,
+                                       maxval=None, alg="philox").numpy().astype(np.float64)
+    u = (bits + 0.5) / 2.0 ** 32
+    z = np.sqrt(-2.0 * np.log(u[0])) * np.cos(2.0 * np.pi * u[1])
+    return z[:int(np.prod(shape))].reshape(shape)
+
+
+def evolution_estimate(learner: metalearn.Learner, episodes: Episode, population: int,
+                       sigma: float, seed: int, step: int = 0, ranks: bool = False
+                       ) -> List[np.ndarray]:
+    """The ES estimate by hand: each task's query loss at theta +- sigma eps_j, the
+    variables assigned and restored, one task at a time, eagerly; the pair weights are the
+    mean over tasks of the antithetic differences (or of the centred ranks of the mean
+    losses)."""
+    variables = learner.meta_variables
+    start = [v.numpy() for v in variables]
+    eps = [[evolution_noise([seed, step], j, k, v.shape) for k, v in enumerate(variables)]
+           for j in range(population)]
+
+    def loss_at(values):
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+        return np.mean([learner.episode_metrics(episodes.task(i))["loss"].numpy()
+                        for i in range(episodes.num_tasks)])
+
+    plus = np.array([loss_at([w + sigma * e for w, e in zip(start, eps[j])])
+                     for j in range(population)])
+    minus = np.array([loss_at([w - sigma * e for w, e in zip(start, eps[j])])
+                      for j in range(population)])
+    for variable, value in zip(variables, start):
+        variable.assign(value)
+    if ranks:
+        both = np.concatenate([plus, minus])
+        centred = np.argsort(np.argsort(both, kind="stable"), kind="stable") / (
+            2 * population - 1) - 0.5
+        plus, minus = centred[:population], centred[population:]
+    return [sum((plus[j] - minus[j]) * eps[j][k] for j in range(population))
+            / (2 * population * sigma) for k in range(len(variables))]
+
+
 class OuterRuleContract(abc.ABC):
     """Abstract test class: subclass it and implement :meth:`make_rule` and
     :meth:`reference_step`; override :meth:`make_learner` / :meth:`make_episodes`
