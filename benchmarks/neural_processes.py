@@ -2,6 +2,7 @@ r"""CNP, attentive NP, NP (latent path) and MAML on sinusoids at the same wall t
 
     PYTHONPATH=. python benchmarks/neural_processes.py --seconds=150 --out=runs/np_wall
     PYTHONPATH=. python benchmarks/neural_processes.py --out=runs/np_wall --analyse_only
+    PYTHONPATH=. python benchmarks/neural_processes.py --sampler_rate
 
 Each of experiments/sinusoid/{cnp,anp,np,maml}.gin is meta-trained (10-shot tasks) by
 ``python -m metalearn.train`` stopped with SIGTERM after ``--seconds`` of wall time
@@ -13,6 +14,11 @@ NP; after 10 inner steps for MAML) and
 NLL with 95% intervals, the steps each run reached, and paired differences on the same
 episodes (``metalearn.statistics.paired_difference``). The timings are those of
 whatever else the machine runs: give it the cores to itself for a fair comparison.
+
+``--sampler_rate`` measures instead the episodes per second that the Gaussian-process
+task prior (``metalearn.tasks.GaussianProcess``) streams through ``tf.data`` in batches
+of 25, as the training loop iterates it, at 5 and 10 shots (against the meta-step's
+consumption, the tasks/s the training logs print).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from absl import app, flags
 
@@ -30,6 +37,7 @@ flags.DEFINE_integer("seconds", 150, "Meta-training wall time of each method.")
 flags.DEFINE_string("out", "runs/np_wall", "Folder of the three workdirs.")
 flags.DEFINE_bool("analyse_only", False, "Only read the workdirs' evaluations.")
 flags.DEFINE_list("methods", list(("cnp", "anp", "np", "maml")), "Which to (re)train.")
+flags.DEFINE_bool("sampler_rate", False, "Measure the GP task prior's episodes/s.")
 FLAGS = flags.FLAGS
 
 METHODS = ("cnp", "anp", "np", "maml")
@@ -95,8 +103,26 @@ def analyse(out: str) -> str:
     return "\n".join(lines)
 
 
+def sampler_rate(batches: int = 400, batch: int = 25) -> str:
+    from metalearn.tasks import GaussianProcess
+    lines = []
+    for shots in SHOTS:
+        stream = iter(GaussianProcess(shots=shots).dataset(batch, seed=0))
+        for _ in range(20):  # warm up the pipeline
+            next(stream)
+        start = time.perf_counter()
+        for _ in range(batches):
+            next(stream)
+        rate = batches * batch / (time.perf_counter() - start)
+        lines.append(f"GaussianProcess, {shots} shots + {shots} queries: {rate:,.0f} episodes/s")
+    return "\n".join(lines)
+
+
 def main(argv) -> None:
     del argv
+    if FLAGS.sampler_rate:
+        print(sampler_rate())
+        return
     if not FLAGS.analyse_only:
         os.makedirs(FLAGS.out, exist_ok=True)
         for name in FLAGS.methods:
