@@ -443,7 +443,7 @@ def test_elbo_matches_a_monte_carlo_reference():
         learner.meta_step.assign(step)
         losses.append(float(metrics(task)["loss"]))
         if step < 3:
-            z = mq + sq * learner.noise(task.support_x).numpy()
+            z = mq + sq * learner.noise(task.support_x, tf.float64).numpy()
             np.testing.assert_allclose(losses[-1], nll(z[None])[0] + kl / len(qx),
                                        rtol=1e-9)
     assert np.std(losses) > 0  # the noise does change with the step

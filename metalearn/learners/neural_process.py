@@ -48,33 +48,31 @@ class LatentNeuralProcessLearner(Learner):
     def metric_names(self) -> List[str]:
         return super().metric_names + ["nll", "kl"]
 
-    def noise(self, episode_x: tf.Tensor) -> tf.Tensor:
+    def noise(self, episode_x: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
         """``e ~ N(0, I) [z]`` from the meta-step and the episode's support inputs."""
         content = tf.cast(tf.reduce_sum(tf.abs(tf.cast(episode_x, tf.float64))) * 1e6
                           % 2.0 ** 31, tf.int64)
         seed = tf.stack([self.meta_step, content])
-        return tf.random.stateless_normal([self.adapter.latent_size], seed,
-                                          dtype=self.metric_dtype)
+        return tf.random.stateless_normal([self.adapter.latent_size], seed, dtype=dtype)
 
     def episode_metrics(self, episode: Episode, steps: Optional[int] = None,
                         weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
         support_x, support_y, query_x, query_y = self.split(episode)
-        adapted = self.adapt(support_x, support_y, steps, weights)
-        results = self.query_metrics(query_y, self.predict_on(adapted, query_x, query_y))
-        results["nll"] = results.pop("loss")
         if isinstance(query_y, MaskedLabels):
             raise ValueError("LatentNeuralProcessLearner does not take padded episodes "
                              "(MaskedLabels): sample episodes of one size")
+        adapted = self.adapt(support_x, support_y, steps, weights)
+        results = self.query_metrics(query_y, self.predict(adapted, query_x))
+        results["nll"] = results.pop("loss")
         prior = self.adapter.latent(support_x, support_y)
         posterior = self.adapter.latent(tf.concat([support_x, query_x], 0),
                                         tf.concat([support_y, query_y], 0))
-        z = posterior.mean + posterior.scale * tf.cast(self.noise(support_x),
-                                                       posterior.mean.dtype)
+        z = posterior.mean + posterior.scale * self.noise(support_x, posterior.mean.dtype)
         sampled = dict(adapted)
         sampled[CONTEXT + "latent"] = z
-        reconstruction = self.task_loss(query_y, self.predict_on(sampled, query_x, query_y))
-        kl = tf.cast(gaussian_kl(posterior, prior), self.metric_dtype)
-        queries = tf.cast(tf.shape(tf.nest.flatten(query_x)[0])[0], self.metric_dtype)
+        reconstruction = self.task_loss(query_y, self.predict(sampled, query_x))
+        kl = tf.cast(gaussian_kl(posterior, prior), reconstruction.dtype)
+        queries = tf.cast(tf.shape(tf.nest.flatten(query_x)[0])[0], reconstruction.dtype)
         results["kl"] = kl
         results["loss"] = reconstruction + kl / queries
         return results
