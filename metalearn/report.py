@@ -23,6 +23,12 @@ Paired comparison of two runs evaluated on the same test episodes (the same
 writes ``paired.json`` and ``paired.md``: the mean per-episode difference (first minus
 second), its 95% interval and the paired t-test's p-value over the episodes.
 
+Runs that are not finished (unfinished, running, failed, never started: a sweep's root
+lists every run in ``sweep.json``) are left out of the figures and listed with their
+folders under the table (``**INCOMPLETE: ...**``), in ``runs.csv``'s ``status`` column
+and on stderr; the command then exits with status 3 (``--allow_incomplete``: 0). The
+table is logged before any file is written (results first, then the file).
+
 Plots need matplotlib (``pip install 'metalearn[report]'``). TensorBoard stays the live
 view of running jobs (``tensorboard --logdir ROOT``).
 """
@@ -38,7 +44,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from metalearn.runs.files import write_text
+from metalearn.runs.files import write_results
 from metalearn.runs.workdir import Workdir
 from metalearn.studies import results
 
@@ -58,7 +64,23 @@ flags.DEFINE_string("paired_metric", "accuracy", "The per-episode metric compare
 flags.DEFINE_string("paired_steps", None, "Inner steps of the compared values (default: "
                     "the last each run evaluated).")
 flags.DEFINE_string("eval_file", Workdir.EVALUATION, "The evaluation file inside each run.")
+flags.DEFINE_bool("allow_incomplete", False, "Exit 0 when runs are not finished (they "
+                  "are left out of the figures and listed either way); by default such "
+                  "a report exits with status 3.")
 FLAGS = flags.FLAGS
+
+
+INCOMPLETE_EXIT = 3
+"""``python -m metalearn.report``'s exit status when runs are not finished (the files
+are written all the same, marked ``INCOMPLETE``); ``--allow_incomplete`` makes it 0."""
+
+
+class IncompleteError(ValueError):
+    """No run of a report is finished; ``.states`` holds each run's state."""
+
+    def __init__(self, message: str, states):
+        super().__init__(message)
+        self.states = list(states)
 
 
 def pyplot():
@@ -256,10 +278,25 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
            adaptation_plot: bool = True) -> Dict[str, object]:
     """Writes the CSVs, the Markdown table and the plots of the runs under ``paths``.
 
+    Runs that are not finished (unfinished, running, failed, never started: see
+    :func:`metalearn.studies.results.run_state`) are left out of the figures and
+    listed, with their folders, under the table (``**INCOMPLETE: ...**``) and in
+    ``runs.csv`` (its ``status`` column); the table is logged before any file is
+    written.
+
     Returns:
-      ``{"table": markdown, "files": [written paths], "rows": summary rows}``.
+      ``{"table": markdown, "files": [written paths], "rows": summary rows,
+      "incomplete": [RunState of each run not finished]}``.
+
+    Raises:
+      IncompleteError: no run is finished (the message lists each run's state).
     """
-    runs = results.load_runs(paths)
+    states = results.run_states(paths)
+    incomplete = [state for state in states if not state.finished]
+    if len(incomplete) == len(states):
+        raise IncompleteError(f"no finished run under {list(paths)}: " + "; ".join(
+            str(state) for state in incomplete), incomplete)
+    runs = results.load_runs(paths, [state.workdir for state in states if state.finished])
     output_dir = output_dir or Workdir(paths[0]).report
     os.makedirs(output_dir, exist_ok=True)
     columns = results.metric_columns(runs, metrics) if metrics else default_columns(runs)
@@ -267,12 +304,12 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
         raise ValueError(f"no result columns match {list(metrics)}; available: "
                          f"{results.metric_columns(runs)}")
     keys, rows = results.summarise(runs, columns, seed_key)
-    table = results.markdown_table(keys, rows, columns)
-    files = [os.path.join(output_dir, name) for name in ("runs.csv", "summary.csv",
-                                                         "table.md")]
-    results.write_runs_csv(files[0], runs, results.metric_columns(runs))
-    results.write_summary_csv(files[1], keys, rows, columns)
-    write_text(files[2], table)
+    table = results.markdown_table(keys, rows, columns) + results.incomplete_text(states)
+    files = [os.path.join(output_dir, name) for name in ("table.md", "runs.csv",
+                                                         "summary.csv")]
+    write_results(files[0], table, table, "report table")  # the table logged first
+    results.write_runs_csv(files[1], runs, results.metric_columns(runs), incomplete)
+    results.write_summary_csv(files[2], keys, rows, columns)
     if plots:
         plt = pyplot()
         path = os.path.join(output_dir, "learning_curves.png")
@@ -295,7 +332,7 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
                 path = os.path.join(output_dir, "sinusoid_adaptation.png")
                 if plot_sinusoid_adaptation(plt, chosen.workdir, path):
                     files.append(path)
-    return {"table": table, "files": files, "rows": rows}
+    return {"table": table, "files": files, "rows": rows, "incomplete": incomplete}
 
 
 def paired_report(workdir_a: str, workdir_b: str, output_dir: Optional[str] = None,
@@ -313,10 +350,11 @@ def paired_report(workdir_a: str, workdir_b: str, output_dir: Optional[str] = No
     table = results.paired_markdown(result, *names)
     output_dir = output_dir or Workdir(workdir_a).report
     os.makedirs(output_dir, exist_ok=True)
-    files = [os.path.join(output_dir, "paired.json"), os.path.join(output_dir, "paired.md")]
-    write_text(files[0], json.dumps({"a": workdir_a, "b": workdir_b, **result},
-                                    indent=2, sort_keys=True) + "\n")
-    write_text(files[1], table)
+    files = [os.path.join(output_dir, "paired.md"), os.path.join(output_dir, "paired.json")]
+    write_results(files[0], table, table, "paired comparison")  # the table logged first
+    write_results(files[1], json.dumps({"a": workdir_a, "b": workdir_b, **result},
+                                       indent=2, sort_keys=True) + "\n", None,
+                  "paired comparison")
     return {"table": table, "files": files, "result": result}
 
 
@@ -333,11 +371,33 @@ def main(argv) -> None:
         for path in out["files"]:
             print(f"wrote {path}")
         return
-    out = report(argv[1:], FLAGS.output_dir, FLAGS.metrics, FLAGS.seed_key,
-                 FLAGS.plot_metric, FLAGS.plots, FLAGS.adaptation_plot)
+    try:
+        out = report(argv[1:], FLAGS.output_dir, FLAGS.metrics, FLAGS.seed_key,
+                     FLAGS.plot_metric, FLAGS.plots, FLAGS.adaptation_plot)
+    except IncompleteError as error:
+        print(f"INCOMPLETE: {error}", file=sys.stderr)
+        sys.exit(INCOMPLETE_EXIT)
+    status = console(out, FLAGS.allow_incomplete)
+    if status:
+        sys.exit(status)
+
+
+def console(out: Dict[str, object], allow_incomplete: bool = False) -> int:
+    """Prints :func:`report`'s table and files, and what is incomplete (on stderr).
+
+    Returns:
+      The exit status: :data:`INCOMPLETE_EXIT` if runs are not finished (unless
+      ``allow_incomplete``), else 0.
+    """
     sys.stdout.write(out["table"])
     for path in out["files"]:
         print(f"wrote {path}")
+    if not out["incomplete"]:
+        return 0
+    print(f"INCOMPLETE: {len(out['incomplete'])} run(s) not finished, left out of the "
+          "figures:\n" + "".join(f"  {state}\n" for state in out["incomplete"]),
+          file=sys.stderr, end="")
+    return 0 if allow_incomplete else INCOMPLETE_EXIT
 
 
 if __name__ == "__main__":

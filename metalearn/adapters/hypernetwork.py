@@ -47,7 +47,7 @@ import tensorflow as tf
 from metalearn import functional
 from metalearn.adapters.base import Adapter
 from metalearn.functional import Weights
-from metalearn.pieces import CallFn, LossFn, select_paths
+from metalearn.pieces import COUNT, CallFn, LossFn, check_range, select_paths
 
 CONDITIONS = ("support", "input")
 POOLINGS = ("class_means", "mean")
@@ -125,8 +125,8 @@ class Hypernetwork(Adapter):
             raise TypeError("Hypernetwork needs a generator (a keras.Model)")
         if then is not None and not isinstance(then, Adapter):
             raise TypeError(f"Hypernetwork then= must be a metalearn Adapter, got {then!r}")
-        if num_classes is not None and int(num_classes) < 1:
-            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        if num_classes is not None:
+            num_classes = check_range("Hypernetwork", "num_classes", num_classes, COUNT)
         self.generator = generator  # attributes of a tf.Module: tracked by checkpoints
         self.encoder = encoder
         self.then = then
