@@ -1,7 +1,8 @@
 """Neural processes (metalearn.adapters.neural_process), the Gaussian predictive loss
 (metalearn.functional.losses) and the Gaussian-process task prior
-(metalearn.tasks.gaussian_process): the shipped contract (classification read-out),
-a regression contract of their own, support-order invariance, padding, the attention
+(metalearn.tasks.gaussian_process): the shipped contracts (regression, with the
+Gaussian NLL as the loss; classification, with a logits read-out), regression checks of
+their own, support-order invariance, padding, the attention
 against a numpy reference, the NLL against the density, meta-gradients against float64
 finite differences, and bad input."""
 
@@ -20,7 +21,8 @@ from metalearn.adapters.neural_process import CONTEXT, gaussian_kl
 from metalearn.learners import LatentNeuralProcessLearner
 from metalearn.functional import Gaussian, gaussian_nll, predictive_mse
 from metalearn.tasks import Episode, GaussianProcess, Sinusoid, pad_episodes
-from metalearn.testing import (DIM, WAYS, LearnerContract, analytic_meta_gradient,
+from metalearn.testing import (DIM, WAYS, LearnerContract, RegressionContract,
+                               analytic_meta_gradient,
                                assert_meta_gradient_matches_finite_differences,
                                synthetic_classification)
 
@@ -72,6 +74,29 @@ class TestLatentNeuralProcess(LearnerContract):
 
     def make_learner(self):
         return latent_learner(x_size=DIM, y_size=WAYS, output="raw")
+
+
+# --- the shipped regression contract: Gaussian predictions, the NLL as the loss --------
+
+class TestConditionalNeuralProcessRegression(RegressionContract):
+    covers = (ConditionalNeuralProcess,)
+
+    def make_learner(self):
+        return np_learner("cnp", x_size=DIM)
+
+
+class TestAttentiveNeuralProcessRegression(RegressionContract):
+    covers = (AttentiveNeuralProcess,)
+
+    def make_learner(self):
+        return np_learner("anp", x_size=DIM)
+
+
+class TestLatentNeuralProcessRegression(RegressionContract):
+    covers = (LatentNeuralProcess, LatentNeuralProcessLearner)
+
+    def make_learner(self):
+        return latent_learner(x_size=DIM)
 
 
 def latent_learner(x_size=1, y_size=1, representation=8, latent=3, hidden=(16,),
