@@ -1,17 +1,24 @@
-r"""CNP, attentive NP and MAML on sinusoids at the same meta-training wall time.
+r"""CNP, attentive NP, NP (latent path) and MAML on sinusoids at the same wall time.
 
     PYTHONPATH=. python benchmarks/neural_processes.py --seconds=150 --out=runs/np_wall
     PYTHONPATH=. python benchmarks/neural_processes.py --out=runs/np_wall --analyse_only
+    PYTHONPATH=. python benchmarks/neural_processes.py --sampler_rate
 
-Each of experiments/sinusoid/{cnp,anp,maml}.gin is meta-trained (10-shot tasks) by
+Each of experiments/sinusoid/{cnp,anp,np,maml}.gin is meta-trained (10-shot tasks) by
 ``python -m metalearn.train`` stopped with SIGTERM after ``--seconds`` of wall time
 (``timeout -s TERM``: the step under way finishes and is checkpointed), then evaluated
 by ``python -m metalearn.evaluate`` on the same 600 test tasks at 5 and 10 shots (the
 evaluation files' ``episodes`` digests agree). Prints a markdown table of the query MSE
-(of the predictive mean for the neural processes; after 10 inner steps for MAML) and
+(of the predictive mean for the neural processes, from the prior's mean z for the
+NP; after 10 inner steps for MAML) and
 NLL with 95% intervals, the steps each run reached, and paired differences on the same
 episodes (``metalearn.statistics.paired_difference``). The timings are those of
 whatever else the machine runs: give it the cores to itself for a fair comparison.
+
+``--sampler_rate`` measures instead the episodes per second that the Gaussian-process
+task prior (``metalearn.tasks.GaussianProcess``) streams through ``tf.data`` in batches
+of 25, as the training loop iterates it, at 5 and 10 shots (against the meta-step's
+consumption, the tasks/s the training logs print).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from absl import app, flags
 
@@ -28,9 +36,11 @@ from metalearn.statistics import paired_difference
 flags.DEFINE_integer("seconds", 150, "Meta-training wall time of each method.")
 flags.DEFINE_string("out", "runs/np_wall", "Folder of the three workdirs.")
 flags.DEFINE_bool("analyse_only", False, "Only read the workdirs' evaluations.")
+flags.DEFINE_list("methods", list(("cnp", "anp", "np", "maml")), "Which to (re)train.")
+flags.DEFINE_bool("sampler_rate", False, "Measure the GP task prior's episodes/s.")
 FLAGS = flags.FLAGS
 
-METHODS = ("cnp", "anp", "maml")
+METHODS = ("cnp", "anp", "np", "maml")
 SHOTS = (5, 10)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -54,7 +64,8 @@ def per_task(report: dict, name: str):
     if name == "maml":
         key = max(report["per_task"], key=int)
         return report["per_task"][key]["loss"], None, key
-    return report["per_task"]["0"]["mse"], report["per_task"]["0"]["loss"], "0"
+    nll = "nll" if name == "np" else "loss"  # the NP's loss is the negative ELBO
+    return report["per_task"]["0"]["mse"], report["per_task"]["0"][nll], "0"
 
 
 def analyse(out: str) -> str:
@@ -69,15 +80,17 @@ def analyse(out: str) -> str:
             mse, nll, key = per_task(report, name)
             values[name, shots] = (mse, report["episodes"])
             result = report["results"][key]
-            mse_text = f"{result['mse' if nll else 'loss']['mean']:.3f} ± " \
-                       f"{result['mse' if nll else 'loss']['ci95']:.3f}"
-            nll_text = (f"{result['loss']['mean']:.3f} ± {result['loss']['ci95']:.3f}"
-                        if nll else "none (a point prediction)")
+            mse_key, nll_key = ("loss", None) if nll is None else \
+                ("mse", "nll" if name == "np" else "loss")
+            mse_text = f"{result[mse_key]['mean']:.3f} ± {result[mse_key]['ci95']:.3f}"
+            nll_text = (f"{result[nll_key]['mean']:.3f} ± {result[nll_key]['ci95']:.3f}"
+                        if nll_key else "none (a point prediction)")
             steps = f" (after {key} inner steps)" if name == "maml" else ""
             lines.append(f"| {name}{steps} | {reached} | {shots} | {mse_text} | {nll_text} |")
     lines += ["", "| paired MSE difference (same episodes) | shots | a − b | 95% interval | "
               "p-value | episodes a better / b better |", "| --- | --- | --- | --- | --- | --- |"]
-    for a, b in (("cnp", "maml"), ("anp", "maml"), ("anp", "cnp")):
+    for a, b in (("cnp", "maml"), ("anp", "maml"), ("np", "maml"), ("anp", "cnp"),
+                 ("np", "cnp")):
         for shots in SHOTS:
             (mse_a, digest_a), (mse_b, digest_b) = values[a, shots], values[b, shots]
             if digest_a != digest_b:
@@ -90,11 +103,29 @@ def analyse(out: str) -> str:
     return "\n".join(lines)
 
 
+def sampler_rate(batches: int = 400, batch: int = 25) -> str:
+    from metalearn.tasks import GaussianProcess
+    lines = []
+    for shots in SHOTS:
+        stream = iter(GaussianProcess(shots=shots).dataset(batch, seed=0))
+        for _ in range(20):  # warm up the pipeline
+            next(stream)
+        start = time.perf_counter()
+        for _ in range(batches):
+            next(stream)
+        rate = batches * batch / (time.perf_counter() - start)
+        lines.append(f"GaussianProcess, {shots} shots + {shots} queries: {rate:,.0f} episodes/s")
+    return "\n".join(lines)
+
+
 def main(argv) -> None:
     del argv
+    if FLAGS.sampler_rate:
+        print(sampler_rate())
+        return
     if not FLAGS.analyse_only:
         os.makedirs(FLAGS.out, exist_ok=True)
-        for name in METHODS:
+        for name in FLAGS.methods:
             run(name, FLAGS.seconds, FLAGS.out)
     print(analyse(FLAGS.out))
 

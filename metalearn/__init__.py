@@ -9,7 +9,7 @@ The public surface (folders by role; docs/architecture.md has the whole picture)
     metalearn.adapters           inner loops and their pieces: GradientDescent, update
                                  transforms (SGD, Mask, LearnedRates, ...), step wrappers
                                  (PerStepWeights, Recompute, MiniBatches), Hypernetwork,
-                                 ImplicitGradientDescent
+                                 ImplicitGradientDescent; neural processes (CNP, ANP, NP)
     metalearn.heads              closed-form task solvers on embeddings (PrototypeHead)
     metalearn.Learner            model + adapter + loss (MultiStepLossLearner: MAML++;
                                  EmbeddingLearner, PrototypicalNetworks, ProtoMAML)

@@ -1,7 +1,8 @@
 """Neural processes (metalearn.adapters.neural_process), the Gaussian predictive loss
 (metalearn.functional.losses) and the Gaussian-process task prior
-(metalearn.tasks.gaussian_process): the shipped contract (classification read-out),
-a regression contract of their own, support-order invariance, padding, the attention
+(metalearn.tasks.gaussian_process): the shipped contracts (regression, with the
+Gaussian NLL as the loss; classification, with a logits read-out), regression checks of
+their own, support-order invariance, padding, the attention
 against a numpy reference, the NLL against the density, meta-gradients against float64
 finite differences, and bad input."""
 
@@ -14,11 +15,14 @@ import tensorflow as tf
 
 import metalearn
 from metalearn import models
-from metalearn.adapters import AttentiveNeuralProcess, ConditionalNeuralProcess
-from metalearn.adapters.neural_process import CONTEXT
+from metalearn.adapters import (AttentiveNeuralProcess, ConditionalNeuralProcess,
+                                LatentNeuralProcess)
+from metalearn.adapters.neural_process import CONTEXT, gaussian_kl
+from metalearn.learners import LatentNeuralProcessLearner
 from metalearn.functional import Gaussian, gaussian_nll, predictive_mse
 from metalearn.tasks import Episode, GaussianProcess, Sinusoid, pad_episodes
-from metalearn.testing import (DIM, WAYS, LearnerContract, analytic_meta_gradient,
+from metalearn.testing import (DIM, WAYS, LearnerContract, RegressionContract,
+                               analytic_meta_gradient,
                                assert_meta_gradient_matches_finite_differences,
                                synthetic_classification)
 
@@ -62,6 +66,56 @@ class TestAttentiveNeuralProcess(LearnerContract):
 
     def make_learner(self):
         return np_learner("anp", x_size=DIM, y_size=WAYS, output="raw")
+
+
+class TestLatentNeuralProcess(LearnerContract):
+    """The NP with a latent path; its loss the negative ELBO (cross-entropy here)."""
+    covers = (LatentNeuralProcess, LatentNeuralProcessLearner)
+
+    def make_learner(self):
+        return latent_learner(x_size=DIM, y_size=WAYS, output="raw")
+
+
+# --- the shipped regression contract: Gaussian predictions, the NLL as the loss --------
+
+class TestConditionalNeuralProcessRegression(RegressionContract):
+    covers = (ConditionalNeuralProcess,)
+
+    def make_learner(self):
+        return np_learner("cnp", x_size=DIM)
+
+
+class TestAttentiveNeuralProcessRegression(RegressionContract):
+    covers = (AttentiveNeuralProcess,)
+
+    def make_learner(self):
+        return np_learner("anp", x_size=DIM)
+
+
+class TestLatentNeuralProcessRegression(RegressionContract):
+    covers = (LatentNeuralProcess, LatentNeuralProcessLearner)
+
+    def make_learner(self):
+        return latent_learner(x_size=DIM)
+
+
+def latent_learner(x_size=1, y_size=1, representation=8, latent=3, hidden=(16,),
+                   output="gaussian", dtype=None):
+    """A small NP: encoder and latent encoder [x, y] -> r, 2 z; decoder [x, r, z] -> y."""
+    keras.utils.set_random_seed(0)
+    mlp = lambda inputs, outputs, name: models.mlp(  # noqa: E731
+        (inputs,), hidden=hidden, outputs=outputs, activation="tanh", dtype=dtype, name=name)
+    outputs = 2 * y_size if output == "gaussian" else y_size
+    adapter = LatentNeuralProcess(mlp(x_size + y_size, representation, "encoder"),
+                                  mlp(x_size + y_size, 2 * latent, "latent_encoder"),
+                                  output=output)
+    decoder = mlp(x_size + representation + latent, outputs, "decoder")
+    if output == "gaussian":
+        return LatentNeuralProcessLearner(decoder, adapter, loss=gaussian_nll,
+                                          metrics={"mse": predictive_mse})
+    return LatentNeuralProcessLearner(decoder, adapter,
+                                      loss=metalearn.testing.softmax_cross_entropy,
+                                      metrics={"accuracy": "accuracy"})
 
 
 # --- a regression contract: the Gaussian prediction -------------------------------------
@@ -368,3 +422,87 @@ def test_cnp_run_trains_evaluates_and_plots_its_predictive_band(tmp_path):
     path = str(tmp_path / "band.png")
     assert report.plot_sinusoid_adaptation(plt, workdir, path)
     assert os.path.getsize(path) > 1000
+
+
+# --- the NP's ELBO ---------------------------------------------------------------------
+
+def _log_normal(x, mean, scale):
+    return -0.5 * ((x - mean) / scale) ** 2 - np.log(scale) - 0.5 * np.log(2 * np.pi)
+
+
+def test_elbo_matches_a_monte_carlo_reference():
+    """The learner's loss against numpy, the networks run directly: for each meta-step's
+    noise draw exactly (-log p(y_T | z) / |T| + KL / |T|, the KL written out), and its
+    mean over the steps' draws against a Monte-Carlo estimate of the expected negative
+    ELBO from samples of the posterior, whose KL term (E_q[log q(z) - log p(z)]) also
+    checks the closed form."""
+    learner = latent_learner(dtype="float64")
+    adapter = learner.adapter
+    task = sinusoids(shots=4, dtype="float64").task(0)
+    sx, sy, qx, qy = (t.numpy() for t in task)
+
+    def latent(x, y):  # q(z | pairs): pooled latent-encoder features, numpy
+        h = np.mean(adapter.latent_encoder(np.concatenate([x, y], -1)).numpy(), 0)
+        mean, raw = np.split(h, 2)
+        return mean, 0.1 + 0.9 / (1 + np.exp(-raw))
+
+    prior = latent(sx, sy)
+    posterior = latent(np.concatenate([sx, qx]), np.concatenate([sy, qy]))
+    r = np.mean(adapter.encoder(np.concatenate([sx, sy], -1)).numpy(), 0)
+
+    def nll(z):  # [samples, z] -> the mean query NLL given each z
+        samples = len(z)
+        inputs = np.concatenate([np.repeat(qx[None], samples, 0),
+                                 np.broadcast_to(r, (samples, len(qx), r.size)),
+                                 np.repeat(z[:, None], len(qx), 1)], -1)
+        out = learner.model(inputs.reshape(samples * len(qx), -1)).numpy()
+        scale = 0.01 + 0.99 * np.log1p(np.exp(out[:, 1:]))
+        return -_log_normal(np.tile(qy, (samples, 1)), out[:, :1],
+                            scale).reshape(samples, -1).mean(-1)
+
+    (mq, sq), (mp, sp) = posterior, prior
+    kl = np.sum(np.log(sp / sq) + (sq ** 2 + (mq - mp) ** 2) / (2 * sp ** 2) - 0.5)
+    metrics = tf.function(lambda e: learner.episode_metrics(e))
+    losses = []
+    for step in range(400):  # each meta-step draws its own noise
+        learner.meta_step.assign(step)
+        losses.append(float(metrics(task)["loss"]))
+        if step < 3:
+            z = mq + sq * learner.noise(task.support_x, tf.float64).numpy()
+            np.testing.assert_allclose(losses[-1], nll(z[None])[0] + kl / len(qx),
+                                       rtol=1e-9)
+    assert np.std(losses) > 0  # the noise does change with the step
+
+    samples = 4000
+    z = mq + sq * np.random.default_rng(0).standard_normal((samples, mq.size))
+    log_ratio = (_log_normal(z, mq, sq) - _log_normal(z, mp, sp)).sum(-1)
+    assert abs(kl - log_ratio.mean()) < 4 * log_ratio.std() / np.sqrt(samples)
+    reference = nll(z) + log_ratio / len(qx)  # one value per sample of z
+    error = np.sqrt(np.var(losses) / len(losses) + np.var(reference) / samples)
+    assert abs(np.mean(losses) - reference.mean()) < 4 * error, (np.mean(losses),
+                                                                reference.mean(), error)
+
+
+def test_elbo_meta_gradient_matches_finite_differences():
+    learner = latent_learner(representation=3, latent=2, hidden=(3,), dtype="float64")
+    episodes = sinusoids(tasks=2, shots=3, seed=3, dtype="float64")
+    gradient = assert_meta_gradient_matches_finite_differences(learner, episodes)
+    assert any(np.any(g != 0) for k, g in gradient.items() if k.startswith("latent_encoder"))
+
+
+def test_latent_prediction_reads_the_prior_mean():
+    learner = latent_learner()
+    task = sinusoids().task(0)
+    adapted = learner.adapt(task.support_x, task.support_y)
+    prior = learner.adapter.latent(task.support_x, task.support_y)
+    np.testing.assert_allclose(adapted[CONTEXT + "latent"], prior.mean)
+    metrics = learner.episode_metrics(task)
+    assert sorted(metrics) == sorted(learner.metric_names) == ["kl", "loss", "mse", "nll"]
+    assert float(metrics["kl"]) >= 0
+
+
+def test_latent_learner_needs_a_latent_adapter():
+    with pytest.raises(TypeError, match="needs a LatentNeuralProcess adapter"):
+        LatentNeuralProcessLearner(models.mlp((9,), outputs=2),
+                                   ConditionalNeuralProcess(models.mlp((2,), outputs=8)),
+                                   loss=gaussian_nll)

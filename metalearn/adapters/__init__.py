@@ -4,7 +4,8 @@
   :class:`PerStepLearningRates`), :class:`ImplicitGradientDescent`,
   :class:`Hypernetwork`, :class:`NoAdaptation`;
 * model-based, no inner loop (:mod:`metalearn.adapters.neural_process`):
-  :class:`ConditionalNeuralProcess`, :class:`AttentiveNeuralProcess`;
+  :class:`ConditionalNeuralProcess`, :class:`AttentiveNeuralProcess`,
+  :class:`LatentNeuralProcess`;
 * update transforms (:mod:`metalearn.adapters.updates`): :class:`GradientStep`,
   :class:`FirstOrder`, :class:`AnnealOrder`, :class:`Mask`, :class:`LearnedRates`,
   :class:`ClipByGlobalNorm`, :class:`Proximal`, :class:`Chain`; any hyperparameter
@@ -26,7 +27,8 @@ from metalearn.adapters.hypernetwork import Hypernetwork
 from metalearn.adapters.implicit import ImplicitGradientDescent
 from metalearn.adapters.hyperparameters import Learned
 from metalearn.adapters.neural_process import (AttentiveNeuralProcess,
-                                              ConditionalNeuralProcess, NeuralProcess)
+                                              ConditionalNeuralProcess, LatentNeuralProcess,
+                                              NeuralProcess)
 from metalearn.adapters.learned_rates import MetaSGD, PerStepLearningRates
 from metalearn.adapters.optimizers import InnerAdam, InnerMomentum, InnerRMSProp
 from metalearn.adapters.updates import (AnnealOrder, Chain, ClipByGlobalNorm,
@@ -39,7 +41,8 @@ from metalearn.pieces import CallFn, Capabilities, LossFn, Piece, SplitLoss
 __all__ = ["Adapter", "AnnealOrder", "AttentiveNeuralProcess", "CallFn", "Capabilities",
            "Chain", "ClipByGlobalNorm", "ConditionalNeuralProcess", "FirstOrder",
            "GradientDescent", "GradientStep", "Hypernetwork", "ImplicitGradientDescent",
-           "InnerAdam", "InnerMomentum", "InnerRMSProp", "Learned", "LearnedRates",
+           "InnerAdam", "InnerMomentum", "InnerRMSProp", "LatentNeuralProcess", "Learned",
+           "LearnedRates",
            "LossFn", "Mask", "MetaSGD", "MiniBatches", "NeuralProcess", "NoAdaptation",
            "PerStepLearningRates", "PerStepWeights", "Piece", "Proximal", "Recompute",
            "SplitLoss", "StepInfo", "StepWrapper", "SupportFromWeights", "Update",

@@ -33,7 +33,9 @@ support labels, from a variable-way variable-shot sampler) leave their padding o
 the pooling and the attention. Integer labels (classification) are one-hot encoded for
 the encoder, with ``num_classes`` classes (by default the decoder's outputs).
 
-The latent-variable NP (an ELBO over a global latent) is not built here.
+:class:`LatentNeuralProcess` adds the NP's global latent ``z`` (Garnelo et al., 2018b):
+its prediction reads the prior's mean ``z``; its loss, the negative ELBO with the
+posterior given the query targets, is :class:`~metalearn.learners.LatentNeuralProcessLearner`'s.
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ def split_context(weights: Weights) -> Tuple[Weights, Dict[str, tf.Tensor]]:
     model = {k: v for k, v in weights.items() if not k.startswith(CONTEXT)}
     context = {k[len(CONTEXT):]: v for k, v in weights.items() if k.startswith(CONTEXT)}
     return model, context
+
+
+def pooled(features: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """The mean of ``features [examples, d]`` over the real examples (``mask``): ``[d]``."""
+    weights = tf.cast(mask, features.dtype)[:, None]
+    return tf.reduce_sum(features * weights, 0) / tf.reduce_sum(weights)
 
 
 class NeuralProcess(Adapter, abc.ABC):
@@ -147,14 +155,20 @@ class NeuralProcess(Adapter, abc.ABC):
             self.num_classes = self.num_classes or decoder_out
             self.y_size = self.num_classes
         self.x_size = encoder_in - self.y_size
-        if self.x_size < 1 or decoder_in != self.x_size + self.representation_size:
+        extra, what = self.extra_inputs()
+        need = self.x_size + self.representation_size + extra
+        if self.x_size < 1 or decoder_in != need:
             raise ValueError(
                 f"{name}: the encoder {self.encoder.name!r} reads {encoder_in} values per "
                 f"pair [x, y] and gives r of {self.representation_size}; the decoder "
                 f"{model.name!r} reads {decoder_in} and gives {decoder_out}, so y has "
-                f"{self.y_size} values and x {self.x_size}: the decoder must read x + r = "
-                f"{self.x_size + self.representation_size} values")
+                f"{self.y_size} values and x {self.x_size}: the decoder must read x + r"
+                f"{what} = {need} values")
         super().build(model, weights)
+
+    def extra_inputs(self) -> Tuple[int, str]:
+        """Values the decoder reads besides ``[x, r]`` (and how messages name them)."""
+        return 0, ""
 
     # --- the context -----------------------------------------------------------------
 
@@ -257,10 +271,7 @@ class ConditionalNeuralProcess(NeuralProcess):
 
     def encode(self, support_x: Any, support_y: Any) -> Dict[str, tf.Tensor]:
         pairs, mask = self.pairs(support_x, support_y)
-        features = self.representations(pairs)
-        weights = tf.cast(mask, features.dtype)[:, None]
-        mean = tf.reduce_sum(features * weights, 0) / tf.reduce_sum(weights)
-        return {"representation": mean}
+        return {"representation": pooled(self.representations(pairs), mask)}
 
     def condition(self, context: Dict[str, tf.Tensor], x: tf.Tensor) -> tf.Tensor:
         r = context["representation"]
@@ -330,3 +341,75 @@ class AttentiveNeuralProcess(NeuralProcess):
         attended = functional.call(self.attention, {}, [x[None], keys[None],
                                                         context["values"][None], mask])
         return attended[0]
+
+
+LATENT_SCALE_FLOOR = 0.1  # sigma = 0.1 + 0.9 sigmoid(raw), as in Le et al. (2018)
+
+
+@gin.configurable
+class LatentNeuralProcess(ConditionalNeuralProcess):
+    """The NP with a global latent ``z`` beside the CNP's deterministic path: a latent
+    encoder maps each support pair to ``2 * z`` values, mean-pooled into the mean and
+    raw scale of ``q(z | context) = N(mu, sigma**2)`` (``sigma = 0.1 + 0.9 sigmoid(raw)``);
+    the decoder reads ``[x, r, z]``.
+
+    :meth:`adapt` gives the context ``r`` and the prior ``q(z | support)``; prediction
+    uses the prior's mean ``z`` (one Gaussian, not the mixture over ``z``). Meta-train
+    it with :class:`~metalearn.learners.LatentNeuralProcessLearner`, whose loss is the
+    negative ELBO (the posterior ``q(z | support and query)``, one reparameterised
+    sample of ``z``, the KL divergence to the prior in closed form).
+
+    Args:
+      latent_encoder: a built Keras model from a support pair ``[x, y]`` to ``2 * z``
+        values.
+      encoder, output, min_scale, num_classes: as :class:`NeuralProcess`.
+    """
+
+    def __init__(self, encoder: keras.Model = gin.REQUIRED,
+                 latent_encoder: keras.Model = gin.REQUIRED, output: str = "gaussian",
+                 min_scale: float = 0.01, num_classes: Optional[int] = None,
+                 name: Optional[str] = None):
+        super().__init__(encoder, output=output, min_scale=min_scale,
+                         num_classes=num_classes, name=name)
+        if not isinstance(latent_encoder, keras.Model):
+            raise TypeError(f"LatentNeuralProcess latent_encoder must be a built "
+                            f"keras.Model, got {latent_encoder!r}")
+        self.latent_encoder = latent_encoder
+        self.latent_size = None
+
+    def extra_inputs(self) -> Tuple[int, str]:
+        functional.check_built(self.latent_encoder)
+        size = last_size(self.latent_encoder.outputs, "LatentNeuralProcess's latent encoder "
+                                                      "output")
+        if size % 2:
+            raise ValueError(f"LatentNeuralProcess: the latent encoder "
+                             f"{self.latent_encoder.name!r} gives {size} values, but z needs "
+                             "a mean and a scale: 2 * z values")
+        self.latent_size = size // 2
+        return self.latent_size, " + z"
+
+    def own_meta_variables(self) -> List[keras.Variable]:
+        return super().own_meta_variables() + list(self.latent_encoder.trainable_variables)
+
+    def latent(self, x: Any, y: Any) -> Gaussian:
+        """``q(z | pairs)``: the Gaussian over ``z`` of the pairs ``(x, y)``, ``[z]`` each."""
+        pairs, mask = self.pairs(x, y)
+        features = functional.call(self.latent_encoder, {}, pairs, training=True)
+        mean, raw = tf.split(pooled(features, mask), 2, axis=-1)
+        return Gaussian(mean, LATENT_SCALE_FLOOR + (1 - LATENT_SCALE_FLOOR) * tf.sigmoid(raw))
+
+    def encode(self, support_x: Any, support_y: Any) -> Dict[str, tf.Tensor]:
+        prior = self.latent(support_x, support_y)
+        return {**super().encode(support_x, support_y), "latent": prior.mean,
+                "prior_mean": prior.mean, "prior_scale": prior.scale}
+
+    def condition(self, context: Dict[str, tf.Tensor], x: tf.Tensor) -> tf.Tensor:
+        z = tf.tile(context["latent"][None], [tf.shape(x)[0], 1])
+        return tf.concat([super().condition(context, x), tf.cast(z, x.dtype)], axis=-1)
+
+
+def gaussian_kl(q: Gaussian, p: Gaussian) -> tf.Tensor:
+    """``KL(q || p)`` of diagonal Gaussians, summed over the last axis."""
+    ratio = tf.square(q.scale / p.scale)
+    return 0.5 * tf.reduce_sum(ratio + tf.square((q.mean - p.mean) / p.scale) - 1.0
+                               - tf.math.log(ratio), axis=-1)

@@ -5,9 +5,11 @@ from metalearn.learners.embedding import EmbeddingLearner, Solution
 from metalearn.learners.learner import (Learner, MetricFn, accuracy, predict_on,
                                         support_objective)
 from metalearn.learners.multi_step import MultiStepLossLearner
+from metalearn.learners.neural_process import LatentNeuralProcessLearner
 from metalearn.learners.prototypical import PrototypicalNetworks, ProtoMAML
 from metalearn.learners.task_init import PrototypeInit, TaskInit, ZeroInit
 
-__all__ = ["ClassifierBaseline", "EmbeddingLearner", "Learner", "MetricFn", "MultiStepLossLearner",
+__all__ = ["ClassifierBaseline", "EmbeddingLearner", "LatentNeuralProcessLearner", "Learner",
+           "MetricFn", "MultiStepLossLearner",
            "PrototypeInit", "PrototypicalNetworks", "ProtoMAML", "Solution", "TaskInit",
            "ZeroInit", "accuracy", "predict_on", "support_objective"]
