@@ -300,6 +300,10 @@ def test_bad_policies_and_adapters_are_named():
         PolicyLearner(mean, env)  # 2 outputs: a mean only
     with pytest.raises(ValueError, match="holds no Rollouts"):
         PolicyLearner(gaussian_policy(mean), env, GradientDescent(1, 0.1))
+    shared = GradientDescent(1, 0.1, wrappers=[Rollouts()])
+    PolicyLearner(gaussian_policy(mean), env, shared)
+    with pytest.raises(ValueError, match="already bound to another"):
+        PolicyLearner(gaussian_policy(mean), env, shared)
     with pytest.raises(ValueError, match="does not take"):
         PolicyLearner(gaussian_policy(models.mlp((3,), hidden=(4,), outputs=2)), env)
     with pytest.raises(ValueError, match="'exact' needs"):
@@ -309,7 +313,7 @@ def test_bad_policies_and_adapters_are_named():
                       distribution=metalearn.rl.Categorical())
 
 
-def test_one_compiled_meta_step_on_point_navigation_learns_and_reports_returns():
+def test_one_compiled_meta_step_on_point_navigation_reports_returns():
     learner = _nav_learner(rollouts=5)
     step = metalearn.training.make_meta_step(
         learner, metalearn.MetaGradient(keras.optimizers.Adam(0.01)), "map_fn")

@@ -41,15 +41,15 @@ class Rollouts(SupportFromWeights):
     def __init__(self, name: Optional[str] = None):
         StepWrapper.__init__(self, name=name)
         self.fn = None
-        self.learner_name = None
+        self.bound_to = None  # the id of the learner
 
     def bind_to(self, learner: "PolicyLearner") -> None:
         """Samples the support trajectories with ``learner`` (one learner per wrapper)."""
-        if self.fn is not None and self.learner_name != learner.name:
-            raise ValueError(f"this Rollouts wrapper is already bound to PolicyLearner "
-                             f"{self.learner_name!r}: give every learner its own adapter")
+        if self.fn is not None and self.bound_to != id(learner):
+            raise ValueError("this Rollouts wrapper is already bound to another "
+                             "PolicyLearner: give every learner its own adapter")
         self.fn = learner.support_data
-        self.learner_name = learner.name
+        self.bound_to = id(learner)
 
     def wrap(self, step_fn):
         if self.fn is None:
