@@ -259,6 +259,15 @@ def test_tabular_enumeration_and_sampling_agree_with_dynamic_programming():
     sampled = rollout(MDP, task, sampler, 20000, tf.constant([3, 4], tf.int64))
     returns = tf.reduce_sum(sampled.rewards, -1).numpy()
     assert abs(returns.mean() - exact) < 4 * returns.std() / np.sqrt(returns.size)
+    # a bandit: one state, one step; its arms are its trajectories
+    bandit = TabularMDP(states=1, actions=3, horizon=1, dtype="float64")
+    arms = tf.nest.map_structure(lambda t: t[0], bandit.tasks(tf.constant([1, 2]), 1))
+    trajectories, dynamics = bandit.enumerate(arms)
+    np.testing.assert_array_equal(trajectories.actions.numpy().ravel(), [0, 1, 2])
+    np.testing.assert_array_equal(dynamics.numpy(), [1, 1, 1])
+    choice = tf.constant([[0.2, 0.3, 0.5]], tf.float64)
+    np.testing.assert_allclose(float(bandit.expected_return(arms, choice)),
+                               float(tf.reduce_sum(choice[0] * arms.rewards[0])), rtol=1e-12)
 
 
 def test_returns_gae_and_the_linear_baseline_against_numpy():
