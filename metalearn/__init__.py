@@ -15,8 +15,8 @@ The public surface (folders by role; docs/architecture.md has the whole picture)
                                  EmbeddingLearner, PrototypicalNetworks, ProtoMAML)
     metalearn.execution          how a meta-batch runs: formulations (MapFn, Unrolled,
                                  Batched, Accumulate, Auto) and the Runtime
-    metalearn.outer              outer rules: MetaGradient, Reptile, SerialReptile; guards
-                                 (ClipByGlobalNorm, SkipNonFinite)
+    metalearn.outer              outer rules: MetaGradient, Reptile, SerialReptile,
+                                 EvolutionStrategies; guards (ClipDirections, SkipNonFinite)
     metalearn.training           the one meta-step builder, the loop, evaluation
     metalearn.runs               experiments, the workdir and its files, checks
     metalearn.studies            sweeps and results over runs (above training)

@@ -190,7 +190,7 @@ class PolicyLearner(Learner):
         """``(x, y)`` of trajectories sampled with ``weights``: the flat observations and
         the estimator's :class:`~metalearn.rl.estimators.Batch`."""
         trajectories, probabilities = self.trajectories(weights, task, seed)
-        cast = lambda t: tf.cast(t, self.metric_dtype) if t.dtype.is_floating else t
+        cast = lambda t: tf.cast(t, self._metric_dtype) if t.dtype.is_floating else t
         trajectories = Trajectories(*[cast(t) for t in trajectories])
         if probabilities is not None:
             probabilities = cast(probabilities)
@@ -214,4 +214,4 @@ class PolicyLearner(Learner):
         policy's outputs ``y_pred`` on their observations."""
         outputs = tf.reshape(y_pred, tf.concat([tf.shape(y_true.mask), [-1]], 0))
         log_probs = self.distribution.log_prob(outputs, y_true.actions)
-        return tf.cast(self.loss(log_probs, y_true), self.metric_dtype)
+        return tf.cast(self.loss(log_probs, y_true), self._metric_dtype)
