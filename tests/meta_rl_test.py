@@ -241,6 +241,11 @@ def test_point_navigation_moves_clips_and_rewards_minus_the_distance():
                    policy, 1, tf.constant([0, 1], tf.int64))
     np.testing.assert_array_equal(stop.mask[0].numpy(), [1, 0, 0, 0, 0])
     np.testing.assert_array_equal(stop.rewards[0, 1:].numpy(), 0)
+    # the oracle's environment also shows the goal
+    seen = rollout(PointNavigation(horizon=2, observe_goal=True), goal, policy, 3,
+                   tf.constant([0, 1], tf.int64)).observations
+    assert seen.shape == (3, 2, 4)
+    np.testing.assert_allclose(seen[:, :, 2:].numpy(), np.broadcast_to([0.3, -0.2], (3, 2, 2)))
 
 
 def test_tabular_enumeration_and_sampling_agree_with_dynamic_programming():
