@@ -241,6 +241,11 @@ def test_point_navigation_moves_clips_and_rewards_minus_the_distance():
                    policy, 1, tf.constant([0, 1], tf.int64))
     np.testing.assert_array_equal(stop.mask[0].numpy(), [1, 0, 0, 0, 0])
     np.testing.assert_array_equal(stop.rewards[0, 1:].numpy(), 0)
+    # the oracle's environment also shows the goal
+    seen = rollout(PointNavigation(horizon=2, observe_goal=True), goal, policy, 3,
+                   tf.constant([0, 1], tf.int64)).observations
+    assert seen.shape == (3, 2, 4)
+    np.testing.assert_allclose(seen[:, :, 2:].numpy(), np.broadcast_to([0.3, -0.2], (3, 2, 2)))
 
 
 def test_tabular_enumeration_and_sampling_agree_with_dynamic_programming():
@@ -259,6 +264,15 @@ def test_tabular_enumeration_and_sampling_agree_with_dynamic_programming():
     sampled = rollout(MDP, task, sampler, 20000, tf.constant([3, 4], tf.int64))
     returns = tf.reduce_sum(sampled.rewards, -1).numpy()
     assert abs(returns.mean() - exact) < 4 * returns.std() / np.sqrt(returns.size)
+    # a bandit: one state, one step; its arms are its trajectories
+    bandit = TabularMDP(states=1, actions=3, horizon=1, dtype="float64")
+    arms = tf.nest.map_structure(lambda t: t[0], bandit.tasks(tf.constant([1, 2]), 1))
+    trajectories, dynamics = bandit.enumerate(arms)
+    np.testing.assert_array_equal(trajectories.actions.numpy().ravel(), [0, 1, 2])
+    np.testing.assert_array_equal(dynamics.numpy(), [1, 1, 1])
+    choice = tf.constant([[0.2, 0.3, 0.5]], tf.float64)
+    np.testing.assert_allclose(float(bandit.expected_return(arms, choice)),
+                               float(tf.reduce_sum(choice[0] * arms.rewards[0])), rtol=1e-12)
 
 
 def test_returns_gae_and_the_linear_baseline_against_numpy():
@@ -300,6 +314,10 @@ def test_bad_policies_and_adapters_are_named():
         PolicyLearner(mean, env)  # 2 outputs: a mean only
     with pytest.raises(ValueError, match="holds no Rollouts"):
         PolicyLearner(gaussian_policy(mean), env, GradientDescent(1, 0.1))
+    shared = GradientDescent(1, 0.1, wrappers=[Rollouts()])
+    PolicyLearner(gaussian_policy(mean), env, shared)
+    with pytest.raises(ValueError, match="already bound to another"):
+        PolicyLearner(gaussian_policy(mean), env, shared)
     with pytest.raises(ValueError, match="does not take"):
         PolicyLearner(gaussian_policy(models.mlp((3,), hidden=(4,), outputs=2)), env)
     with pytest.raises(ValueError, match="'exact' needs"):
@@ -309,7 +327,7 @@ def test_bad_policies_and_adapters_are_named():
                       distribution=metalearn.rl.Categorical())
 
 
-def test_one_compiled_meta_step_on_point_navigation_learns_and_reports_returns():
+def test_one_compiled_meta_step_on_point_navigation_reports_returns():
     learner = _nav_learner(rollouts=5)
     step = metalearn.training.make_meta_step(
         learner, metalearn.MetaGradient(keras.optimizers.Adam(0.01)), "map_fn")
@@ -356,3 +374,47 @@ def test_the_point_navigation_config_builds_trains_evaluates_and_resumes(tmp_pat
     resumed, _ = _train(str(tmp_path / "resumed"), 2)
     for a, b in zip(experiment.learner.meta_variables, resumed.learner.meta_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def _hessian_and_gradient(loss_fn, weights):
+    """Gradient and Hessian of ``loss_fn(flat)`` at the flattened ``weights``."""
+    paths = list(weights)
+    flat = tf.concat([tf.reshape(weights[p], [-1]) for p in paths], 0)
+    sizes = [int(tf.size(weights[p])) for p in paths]
+
+    def unflat(vector):
+        parts = tf.split(vector, sizes)
+        return {p: tf.reshape(v, weights[p].shape) for p, v in zip(paths, parts)}
+
+    with tf.GradientTape() as outer:
+        outer.watch(flat)
+        with tf.GradientTape() as inner:
+            inner.watch(flat)
+            loss = loss_fn(unflat(flat))
+        gradient = inner.gradient(loss, flat)
+    return gradient.numpy(), outer.jacobian(gradient, flat).numpy()
+
+
+@pytest.mark.parametrize("estimator, hessian_ok", [(DiCE, True), (NaiveSurrogate, False)])
+def test_sampled_rollouts_estimate_the_gradient_and_hessian(estimator, hessian_ok):
+    """With sampled trajectories (the learner's rollout path, not the enumeration),
+    DiCE's gradient and Hessian approach the exact ones (a fixed seed and many
+    trajectories: Monte Carlo error of a few per cent); the naive surrogate's Hessian
+    does not."""
+    model = _model()
+    learner = PolicyLearner(model, MDP, _adapter("sgd", True), rollouts=20000,
+                            estimator=estimator(discount=1.0))
+    reference = ExactReturn(model, _adapter("sgd", False), loss=lambda y, p: 0.0)
+    episode = _episodes().task(0)
+    weights = learner.initial_weights()
+
+    def sampled(w):
+        x, batch = learner.query_data(w, episode.query_x, episode.query_y)
+        return learner.task_loss(batch, learner.predict(w, x))
+
+    gradient, hessian = _hessian_and_gradient(tf.function(sampled), weights)
+    exact_gradient, exact_hessian = _hessian_and_gradient(
+        lambda w: -reference.value(w, episode.query_x), weights)
+    error = lambda a, b: np.linalg.norm(a - b) / np.linalg.norm(b)
+    assert error(gradient, exact_gradient) < 0.08
+    assert (error(hessian, exact_hessian) < 0.1) == hessian_ok, error(hessian, exact_hessian)

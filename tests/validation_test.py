@@ -47,6 +47,9 @@ DOCS_TABLE = os.path.join(ROOT, "docs", "errors.md")
 
 SINUSOID = ["include 'experiments/sinusoid/maml.gin'", "Loop.num_steps = 2",
             "Loop.log_every = 1"]
+POINT_NAV = ["include 'experiments/rl/point_nav_maml.gin'", "Loop.num_steps = 2",
+             "Loop.log_every = 1", "PointNavigation.horizon = 5", "PolicyLearner.rollouts = 2",
+             "Experiment.meta_batch_size = 2", "mlp.hidden = (8,)"]
 SINUSOID_ES = ["include 'experiments/sinusoid/maml_es.gin'", "Loop.num_steps = 2",
                "Loop.log_every = 1"]
 
@@ -1355,6 +1358,14 @@ CASES: List[Case] = [
          "of a `(4,)` run", UnmatchedCheckpointError,
          "kernel of layer 'hidden0': (1, 4) in the checkpoint, (1, 8) in the config",
          restored_into_other_sizes, None, "the layers and shapes"),
+    gin_case("policy outputs that do not fit the actions", "PolicyLearner.model = @mlp()",
+             ValueError, "outputs 2 values (shape [1, 2]), but a Gaussian policy over "
+             "PointNavigation's 2 continuous actions needs 4", base=POINT_NAV),
+    gin_case("policy learner without rollouts", "GradientDescent.wrappers = []", ValueError,
+             "holds no Rollouts wrapper", base=POINT_NAV),
+    gin_case("exact rollouts of an environment that cannot list them",
+             "PolicyLearner.rollouts = 'exact'", ValueError,
+             "rollouts='exact' needs an environment that enumerates", base=POINT_NAV),
 ]
 
 

@@ -137,22 +137,24 @@ class PointNavigation(Environment):
     origin and moves by its action, clipped to ``[-1, 1]`` and scaled by ``max_step``
     (0.1); the reward is minus the distance to the task's goal after the move; an episode
     ends after ``horizon`` steps, or early when both coordinates are within ``tolerance``
-    of the goal. Goals are uniform in ``goal_range`` squared. Observations: the position.
+    of the goal. Goals are uniform in ``goal_range`` squared. Observations: the position
+    (and the goal, with ``observe_goal``: the goal-aware oracle's environment).
 
     Args:
       goal_range: ``(low, high)`` of each goal coordinate.
       horizon: steps per episode (100 in the paper).
       max_step: the largest move per coordinate and step.
       tolerance: the early-stop distance per coordinate (0 never stops early).
+      observe_goal: observations ``[position, goal]`` (4 values) instead of the position.
       dtype: the dtype of positions, rewards and observations.
     """
 
-    observation_size = 2
     action_kind = "continuous"
     action_size = 2
 
     def __init__(self, goal_range: Tuple[float, float] = (-0.5, 0.5), horizon: int = 100,
-                 max_step: float = 0.1, tolerance: float = 0.01, dtype: str = "float32"):
+                 max_step: float = 0.1, tolerance: float = 0.01, observe_goal: bool = False,
+                 dtype: str = "float32"):
         low, high = (float(v) for v in goal_range)
         if not low <= high:
             raise ValueError(f"goal_range must be (low, high) with low <= high, got "
@@ -165,6 +167,8 @@ class PointNavigation(Environment):
         self.horizon = int(horizon)
         self.max_step = float(max_step)
         self.tolerance = float(tolerance)
+        self.observe_goal = bool(observe_goal)
+        self.observation_size = 4 if self.observe_goal else 2
         self.dtype = tf.as_dtype(dtype)
 
     def tasks(self, seed, num_tasks):
@@ -175,7 +179,9 @@ class PointNavigation(Environment):
         return tf.zeros([num, 2], self.dtype)
 
     def observe(self, task, state):
-        return state
+        if not self.observe_goal:
+            return state
+        return tf.concat([state, tf.broadcast_to(task, tf.shape(state))], -1)
 
     def step(self, task, state, action, seed):
         move = tf.clip_by_value(tf.cast(action, self.dtype), -1.0, 1.0) * self.max_step

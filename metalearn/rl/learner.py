@@ -41,15 +41,15 @@ class Rollouts(SupportFromWeights):
     def __init__(self, name: Optional[str] = None):
         StepWrapper.__init__(self, name=name)
         self.fn = None
-        self.learner_name = None
+        self.bound_to = None  # the id of the learner
 
     def bind_to(self, learner: "PolicyLearner") -> None:
         """Samples the support trajectories with ``learner`` (one learner per wrapper)."""
-        if self.fn is not None and self.learner_name != learner.name:
-            raise ValueError(f"this Rollouts wrapper is already bound to PolicyLearner "
-                             f"{self.learner_name!r}: give every learner its own adapter")
+        if self.fn is not None and self.bound_to != id(learner):
+            raise ValueError("this Rollouts wrapper is already bound to another "
+                             "PolicyLearner: give every learner its own adapter")
         self.fn = learner.support_data
-        self.learner_name = learner.name
+        self.bound_to = id(learner)
 
     def wrap(self, step_fn):
         if self.fn is None:
@@ -72,9 +72,10 @@ class PolicyLearner(Learner):
     hold a task, ``support_y``/``query_y`` the seeds of its pre- and post-update
     rollouts. What the adapter and the query see are trajectories sampled inside the
     step: ``x`` the observations ``[rollouts * horizon, observation_size]``, ``y`` a
-    :class:`~metalearn.rl.estimators.Batch`. The query ``loss`` is minus the DiCE
-    objective (its value minus the mean return); ``return`` is the mean return of the
-    (post-update) query trajectories. Evaluated with ``steps=k``, ``return`` is the
+    :class:`~metalearn.rl.estimators.Batch`. The query ``loss`` is minus the
+    estimator's objective (in value, minus the mean return, over the horizon with
+    ``DiCE.mean_over_steps``); ``return`` is the mean return of the (post-update) query
+    trajectories. Evaluated with ``steps=k``, ``return`` is the
     return after ``k`` adaptation steps (0: the meta-learned policy itself).
 
     Args:
@@ -141,7 +142,11 @@ class PolicyLearner(Learner):
         env = self.environment
         need = self.distribution.output_size(env.action_size)
         try:
-            outputs = model(tf.zeros([1, env.observation_size], model.inputs[0].dtype))
+            dtype = model.inputs[0].dtype
+        except (AttributeError, IndexError, TypeError, ValueError):  # a subclassed model
+            dtype = model.compute_dtype
+        try:
+            outputs = model(tf.zeros([1, env.observation_size], dtype))
         except (ValueError, TypeError, tf.errors.InvalidArgumentError) as error:
             raise ValueError(f"the policy model {model.name!r} does not take "
                              f"{type(env).__name__}'s observations of size "
