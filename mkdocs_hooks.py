@@ -65,7 +65,7 @@ def api_pages(root: str = ROOT):
     for path in sorted(set(exported) | set(EXTRA_MODULES)):
         pages.append((path, f"# {path}\n\n::: {path}\n"))
     pages.sort()
-    rows = "\n".join(f"| [`{path}`]({_file(path)}) | {_first_line(modules[path])} |"
+    rows = "\n".join(f"| [{path}]({_file(path)}) | {_first_line(modules[path])} |"
                      for path, _ in pages)
     index = ("# API reference\n\nGenerated from the docstrings of the code by "
              "[mkdocstrings](https://mkdocstrings.github.io/): one page per package (its "
