@@ -96,9 +96,10 @@ def check(budget_s: float, steps: int) -> Dict:
 
 def main(argv) -> None:
     del argv
+    from metalearn.runs.files import write_json_results  # here: the children measure imports
     report = check(FLAGS.budget_s, FLAGS.steps)
-    with open(FLAGS.check_output, "w") as f:
-        json.dump(report, f, indent=1)
+    # results first, then the file: a failed write names it, and nothing is lost
+    write_json_results(FLAGS.check_output, report, json.dumps(report), "accelerator check")
     if "skipped" in report:
         print(f"accelerator check skipped: no GPU visible (wrote {FLAGS.check_output})")
     else:

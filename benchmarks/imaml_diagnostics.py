@@ -22,13 +22,13 @@ tasks, prints per task and as medians:
 
 from __future__ import annotations
 
-import json
 import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
 from metalearn.pieces.implicit_diff import ConjugateGradient, dot
 from metalearn.runs.experiment import build_experiment, parse_config
+from metalearn.runs.files import write_json_results
 from metalearn.training.checkpoint import restore
 
 FLAGS = flags.FLAGS
@@ -154,9 +154,9 @@ def main(argv):
     for k in rows[0]:
         values = " ".join(f"{r[k]:.3g}" for r in rows)
         print(f"step {step}  {k:32s} median {medians[k]:10.4g}   tasks: {values}")
-    if FLAGS.output:
-        with open(FLAGS.output, "w") as f:
-            json.dump({"step": step, "medians": medians, "tasks": rows}, f, indent=1)
+    if FLAGS.output:  # the figures are printed above: a failed write names the file
+        write_json_results(FLAGS.output, {"step": step, "medians": medians, "tasks": rows},
+                           None, "iMAML diagnostics")
 
 
 if __name__ == "__main__":

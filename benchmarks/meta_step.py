@@ -102,8 +102,8 @@ def formulation_of(name: str, parallel_iterations: int = 2, memory_budget=None):
     return options[name]() if name in options else execution.formulation(name)
 
 
-def _learner(formulation: str, steps: int, order: str, parallel_iterations: int = 2,
-             memory_budget=None):
+def benchmarked_learner(formulation: str, steps: int, order: str,
+                        parallel_iterations: int = 2, memory_budget=None):
     """The benchmarked learner and the formulation that runs it, from a
     ``--formulation`` name."""
     import keras
@@ -141,7 +141,7 @@ def count_flops(steps: int, order: str, tasks: int = 1) -> float:
     import metalearn
     from metalearn.training.step import make_meta_step
     keras.utils.set_random_seed(0)
-    learner, formulation = _learner("unrolled", steps, order)
+    learner, formulation = benchmarked_learner("unrolled", steps, order)
     step = make_meta_step(learner, metalearn.MetaGradient(), formulation)
     episodes = _episodes(tasks)
     spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), episodes)
@@ -177,7 +177,7 @@ def run_one(config: dict) -> dict:
         strategy = distribute.make_strategy(
             "mirrored", [f"/gpu:{i}" for i in range(len(gpus))])
     with (strategy or tf.distribute.get_strategy()).scope():
-        learner, formulation = _learner(
+        learner, formulation = benchmarked_learner(
             config["formulation"], config["inner_steps"], config["order"],
             config.get("parallel_iterations", 2), config.get("memory_budget") or None)
         rule = metalearn.MetaGradient()

@@ -40,7 +40,7 @@ def main(argv):
     keras.utils.set_random_seed(0)
     batch_size, inner_steps = int(FLAGS.meta_batch[0]), int(FLAGS.inner_steps[0])
     order, formulation = FLAGS.order[0], FLAGS.formulation[0]
-    learner, formulation_object = meta_step._learner(formulation, inner_steps, order)
+    learner, formulation_object = meta_step.benchmarked_learner(formulation, inner_steps, order)
     step = make_meta_step(learner, metalearn.MetaGradient(), formulation_object)
     batch = meta_step._episodes(batch_size)
     for _ in range(1 + FLAGS.warmup):

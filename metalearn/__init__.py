@@ -15,13 +15,15 @@ The public surface (folders by role; docs/architecture.md has the whole picture)
                                  EmbeddingLearner, PrototypicalNetworks, ProtoMAML)
     metalearn.execution          how a meta-batch runs: formulations (MapFn, Unrolled,
                                  Batched, Accumulate, Auto) and the Runtime
-    metalearn.outer              outer rules: MetaGradient, Reptile, SerialReptile; guards
-                                 (ClipByGlobalNorm, SkipNonFinite)
+    metalearn.outer              outer rules: MetaGradient, Reptile, SerialReptile,
+                                 EvolutionStrategies; guards (ClipDirections, SkipNonFinite)
     metalearn.training           the one meta-step builder, the loop, evaluation
     metalearn.runs               experiments, the workdir and its files, checks
     metalearn.studies            sweeps and results over runs (above training)
     metalearn.statistics         95% intervals and the paired t-test
     metalearn.tasks              episodes and task samplers
+    metalearn.rl                 meta-RL: in-graph environments (2D navigation, tabular
+                                 MDPs), policies, DiCE, PolicyLearner
     metalearn.models             plain Keras model builders (conv nets, ResNet-12, WRN)
     metalearn.layers             Keras layers they need (DropBlock)
     metalearn.testing            the contract every piece meets, for research code
@@ -65,7 +67,7 @@ from metalearn.learners import (ClassifierBaseline, EmbeddingLearner, Learner,  
                                 MultiStepLossLearner, PrototypicalNetworks, ProtoMAML,
                                 accuracy)
 from metalearn.outer import MetaGradient, MetaOptimizer, Reptile, SerialReptile  # noqa: E402
-from metalearn import execution, outer, runs, training  # noqa: E402
+from metalearn import execution, outer, rl, runs, training  # noqa: E402
 from metalearn.training import Experiment, restore  # noqa: E402
 from metalearn import _compat  # noqa: E402
 
@@ -84,4 +86,4 @@ __all__ = ["ClassifierBaseline", "EmbeddingLearner", "Experiment", "Learner", "M
            "MetaOptimizer", "execution",
            "MultiStepLossLearner", "PrototypicalNetworks", "ProtoMAML", "Reptile",
            "SerialReptile", "accuracy", "adapters", "functional", "heads", "learners",
-           "models", "outer", "restore", "runs", "tasks", "training"]
+           "models", "outer", "restore", "rl", "runs", "tasks", "training"]

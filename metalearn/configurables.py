@@ -145,6 +145,43 @@ def moved_keywords(table: Mapping[str, str], message: str = MOVED_MESSAGE):
     return decorate
 
 
+MEMBER_MESSAGE = "{owner}.{name} moved in metalearn 0.3: use {new} (BUILD.md, 'Migration')"
+
+
+def moved_members(table: Mapping[str, str], message: str = MEMBER_MESSAGE):
+    """Class decorator: public members (methods, properties) that moved elsewhere.
+
+    Reading one on an instance raises ``AttributeError`` naming its new spelling
+    (``message``, formatted with ``owner``, ``name``, ``new``), and constructing a
+    subclass that still defines one raises ``TypeError``: an override of a member the
+    class no longer calls would otherwise be silently ignored.
+    """
+    def decorate(cls):
+        def __getattr__(self, name: str):
+            if name in table:
+                raise AttributeError(message.format(owner=type(self).__name__, name=name,
+                                                    new=table[name]))
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            defined = [name for name in table if hasattr(type(self), name)]
+            if defined:
+                raise TypeError("; ".join(
+                    f"{type(self).__name__} defines {name}, which {cls.__name__} no longer "
+                    f"calls: " + message.format(owner=cls.__name__, name=name,
+                                                new=table[name]) for name in defined))
+            init(self, *args, **kwargs)
+
+        __init__.__signature__ = inspect.signature(init)
+        cls.__init__ = __init__
+        cls.__getattr__ = __getattr__
+        return cls
+    return decorate
+
+
 def moved_binding(configurable: str, parameter: str) -> Optional[str]:
     """The message naming the new spelling of ``configurable.parameter`` if that keyword
     moved, else ``None`` (``configurable`` may carry a module or scope prefix)."""

@@ -6,7 +6,10 @@ r"""Evaluates a trained run on held-out tasks, with 95% confidence intervals.
 
 Rebuilds the run from its saved config.gin (plus any --gin_file/--gin_param on top),
 restores the newest intact checkpoint and writes the results as JSON into the workdir
-(--output's folder is created and checked writable before anything is evaluated).
+(--workdir is checked to be a run directory and --output's folder is created and checked
+writable, with free space, before anything is evaluated). The figures are logged before
+the file is written: a write that fails still (a disk filled meanwhile) names the file
+and the reason, and logs the file's whole content, so the evaluation is not lost.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ from __future__ import annotations
 import json
 from typing import Dict, Sequence
 
-from absl import app, flags, logging
+from absl import app, flags
 
 import metalearn  # noqa: F401
 from metalearn.flags import define_gin_flags, resolve_gin_files
 from metalearn.training import evaluate, restore
-from metalearn.runs.files import check_writable, write_json
+from metalearn.training.evaluation import report_figures
+from metalearn.runs.files import check_writable, write_json_results
 from metalearn.runs.workdir import Workdir
 from metalearn.runs.modules import import_modules
 
@@ -42,6 +46,7 @@ def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str]
     Returns:
       The report (``evaluate``'s, plus ``checkpoint_step``).
     """
+    Workdir(workdir).require_run()  # before the output: a typo must not create it
     path = check_writable(Workdir(workdir).evaluation(output))  # before any work
     import_modules(modules)
     params = [f"include '{p}'" for p in resolve_gin_files(gin_files)]
@@ -49,7 +54,7 @@ def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str]
     report = evaluate(experiment.learner, experiment.sampler,
                       formulation=experiment.formulation)
     report["checkpoint_step"] = experiment.restored_step
-    write_json(path, report)
+    write_json_results(path, report, report_figures(report), "evaluation")  # logged first
     return report
 
 
@@ -57,10 +62,7 @@ def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     report = run(FLAGS.workdir, FLAGS.output, FLAGS.gin_file, FLAGS.gin_param,
-                 FLAGS.module)
-    for steps, metrics in report["results"].items():
-        logging.info("%s inner steps: %s", steps, "  ".join(
-            f"{name} {m['mean']:.4f} ± {m['ci95']:.4f}" for name, m in metrics.items()))
+                 FLAGS.module)  # logs the figures before it writes them
     print(json.dumps(report, sort_keys=True))
 
 

@@ -209,7 +209,7 @@ def check_metrics(learner: Any, metrics: Dict[str, Any], where: str) -> Dict[str
 
 
 def _scalar_signature(learner: Any, names: Sequence[str]) -> Dict[str, tf.TensorSpec]:
-    return {k: tf.TensorSpec([], learner.metric_dtype) for k in names}
+    return {k: tf.TensorSpec([], functional.metric_dtype(learner.model)) for k in names}
 
 
 def _missing_gradients(variables: Sequence[tf.Variable], gradients: Sequence[Any]) -> None:
@@ -226,8 +226,8 @@ def gradient_metrics(learner: Any, sums: Dict[str, Any], tasks: tf.Tensor
     (``sums``: each piece's backward pass sets its handle's gradient to its figure of
     the task, so the gradient is the sum over tasks). Handles no gradient reached (no
     backward pass used them) give no metric."""
-    return {name: tf.fill([tasks], tf.cast(total, learner.metric_dtype)
-                          / tf.cast(tasks, learner.metric_dtype))
+    dtype = functional.metric_dtype(learner.model)
+    return {name: tf.fill([tasks], tf.cast(total, dtype) / tf.cast(tasks, dtype))
             for name, total in sums.items() if total is not None}
 
 
@@ -288,11 +288,12 @@ class Formulation:
             adapted = learner.adapt(support_x, support_y, steps=steps, weights=weights)
             adapted = {p: tf.stop_gradient(adapted[p]) for p in weights}
             query_x, query_y = learner.query_data(adapted, query_x, query_y)
-            return adapted, learner.query_metrics(
-                query_y, learner.predict_on(adapted, query_x, query_y))
+            with functional.example_mask(example_mask(query_y)):
+                predictions = learner.predict(adapted, query_x)
+            return adapted, learner.query_metrics(query_y, predictions)
 
         signature = ({p: tf.TensorSpec(w.shape, w.dtype) for p, w in weights.items()},
-                     _scalar_signature(learner, learner.query_metric_names))
+                     _scalar_signature(learner, ["loss", *learner.metrics]))
         return self.per_task(learner, one_task, episodes, signature)
 
     def gradients(self, learner: Any, episodes: Any, variables: Sequence[tf.Variable],
@@ -300,13 +301,13 @@ class Formulation:
                   ) -> Tuple[List[tf.Tensor], Dict[str, tf.Tensor]]:
         """The meta-gradient of the mean query loss over ``episodes`` with respect to
         ``variables`` (one tape around :meth:`metrics`), and the per-task figures,
-        the pieces' backward-pass figures (:attr:`Learner.gradient_metrics`) included.
+        the pieces' backward-pass figures (``learner.pieces.gradient_metrics``) included.
 
         Raises:
           ValueError: no meta-gradient reaches some of ``variables``.
         """
         variables = list(variables)
-        handles = learner.gradient_metrics
+        handles = learner.pieces.gradient_metrics
         with tf.GradientTape() as tape:
             metrics = self.metrics(learner, episodes, steps)
             loss = tf.reduce_mean(metrics["loss"])
@@ -362,7 +363,7 @@ class MapFn(InFlight):
     name = "map_fn"
 
     def per_task(self, learner, fn, episodes, signature):
-        if learner.capabilities.custom_gradient:
+        if learner.pieces.capabilities.custom_gradient:
             return _unrolled(fn, episodes)
         # tf.map_fn sets the global variable scope's caching device for its loop and
         # restores it only when ``fn`` returns: an error raised by ``fn`` (a clear one of
@@ -461,7 +462,7 @@ class Batched(Formulation):
             with functional.example_mask(example_mask(y)):  # [tasks, examples]
                 predictions = full_precision(
                     batched.call(learner.model, task_weights, x, training=True),
-                    learner.metric_dtype)
+                    functional.metric_dtype(learner.model))
             return tf.vectorized_map(lambda args: learner.task_loss(*args), (y, predictions))
 
         adapted, inner = learner.adapter.adapt_and_measure(per_task, support_x, support_y,
@@ -472,14 +473,16 @@ class Batched(Formulation):
         with functional.example_mask(example_mask(query_y)):
             predictions = full_precision(
                 batched.call(learner.model, adapted, query_x,
-                             training=learner.query_training), learner.metric_dtype)
+                             training=learner.query_training),
+                functional.metric_dtype(learner.model))
         return tf.vectorized_map(lambda args: learner.query_metrics(*args),
                                  (query_y, predictions))
 
     def metrics(self, learner, episodes, steps=None, weights=None):
         adapted, inner, query_x, query_y = self._adapt(learner, episodes, steps, weights)
         results = self._query_metrics(learner, adapted, query_x, query_y)
-        results.update({k: tf.cast(v, learner.metric_dtype) for k, v in inner.items()})
+        dtype = functional.metric_dtype(learner.model)
+        results.update({k: tf.cast(v, dtype) for k, v in inner.items()})
         return check_metrics(learner, results, "episode_metrics (batched)")
 
     def adapted(self, learner, episodes, steps=None, weights=None):
@@ -506,7 +509,7 @@ class Accumulate(InFlight):
     name = "accumulate"
 
     def per_task(self, learner, fn, episodes, signature):
-        if learner.capabilities.custom_gradient:
+        if learner.pieces.capabilities.custom_gradient:
             # a tape around the loop (meta_metrics under a caller's tape) would not see
             # the pieces' custom gradients, as in tf.map_fn: unrolled, as MapFn does
             return _unrolled(fn, episodes)
@@ -529,8 +532,9 @@ class Accumulate(InFlight):
     def gradients(self, learner, episodes, variables, steps=None):
         variables = list(variables)
         tasks = _num_tasks(episodes)
-        scale = 1.0 / tf.cast(tasks, learner.metric_dtype)
-        handles = learner.gradient_metrics
+        dtype = functional.metric_dtype(learner.model)
+        scale = 1.0 / tf.cast(tasks, dtype)
+        handles = learner.pieces.gradient_metrics
         names = list(learner.metric_names) + list(handles)
         missing: List[tf.Variable] = []
 
@@ -544,8 +548,7 @@ class Accumulate(InFlight):
             grads = tape.gradient(loss, variables + list(handles.values()))
             grads, measured = grads[:len(variables)], grads[len(variables):]
             metrics = {**metrics, **{
-                name: tf.cast(g, learner.metric_dtype) if g is not None
-                else tf.constant(math.nan, learner.metric_dtype)
+                name: tf.cast(g, dtype) if g is not None else tf.constant(math.nan, dtype)
                 for name, g in zip(handles, measured)}}
             missing[:] = [v for v, g in zip(variables, grads) if g is None]
             grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
@@ -555,8 +558,7 @@ class Accumulate(InFlight):
             return i + 1, totals, arrays
 
         totals = [tf.zeros(v.shape, v.dtype) for v in variables]
-        arrays = [tf.TensorArray(learner.metric_dtype, size=tasks, element_shape=[])
-                  for _ in names]
+        arrays = [tf.TensorArray(dtype, size=tasks, element_shape=[]) for _ in names]
         _, totals, arrays = tf.while_loop(lambda i, *_: i < tasks, body,
                                           (tf.constant(0), totals, arrays),
                                           parallel_iterations=self.parallel_iterations)

@@ -23,6 +23,12 @@ Paired comparison of two runs evaluated on the same test episodes (the same
 writes ``paired.json`` and ``paired.md``: the mean per-episode difference (first minus
 second), its 95% interval and the paired t-test's p-value over the episodes.
 
+Runs that are not finished (unfinished, running, failed, never started: a sweep's root
+lists every run in ``sweep.json``) are left out of the figures and listed with their
+folders under the table (``**INCOMPLETE: ...**``), in ``runs.csv``'s ``status`` column
+and on stderr; the command then exits with status 3 (``--allow_incomplete``: 0). The
+table is logged before any file is written (results first, then the file).
+
 Plots need matplotlib (``pip install 'metalearn[report]'``). TensorBoard stays the live
 view of running jobs (``tensorboard --logdir ROOT``).
 """
@@ -38,7 +44,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from metalearn.runs.files import write_text
+from metalearn.runs.files import write_results
 from metalearn.runs.workdir import Workdir
 from metalearn.studies import results
 
@@ -58,7 +64,23 @@ flags.DEFINE_string("paired_metric", "accuracy", "The per-episode metric compare
 flags.DEFINE_string("paired_steps", None, "Inner steps of the compared values (default: "
                     "the last each run evaluated).")
 flags.DEFINE_string("eval_file", Workdir.EVALUATION, "The evaluation file inside each run.")
+flags.DEFINE_bool("allow_incomplete", False, "Exit 0 when runs are not finished (they "
+                  "are left out of the figures and listed either way); by default such "
+                  "a report exits with status 3.")
 FLAGS = flags.FLAGS
+
+
+INCOMPLETE_EXIT = 3
+"""``python -m metalearn.report``'s exit status when runs are not finished (the files
+are written all the same, marked ``INCOMPLETE``); ``--allow_incomplete`` makes it 0."""
+
+
+class IncompleteError(ValueError):
+    """No run of a report is finished; ``.states`` holds each run's state."""
+
+    def __init__(self, message: str, states):
+        super().__init__(message)
+        self.states = list(states)
 
 
 def pyplot():
@@ -203,9 +225,13 @@ def plot_against_swept(plt, runs, keys, seed_key, metric, output_dir) -> List[st
 
 def plot_sinusoid_adaptation(plt, workdir: str, path: str, steps=(1, 10), seed=0) -> bool:
     """The MAML paper's figure: one test task's curve, the meta-learned initial
-    prediction, the predictions after 1 and 10 inner steps, and the support points."""
+    prediction, the predictions after 1 and 10 inner steps, and the support points. For
+    a learner without inner steps (a neural process, ``adapter.steps == 0``) the
+    prediction from the support set, and for a Gaussian prediction its mean and the
+    band of two scales around it."""
     import numpy as np
     import tensorflow as tf
+    from metalearn.functional import Gaussian
     from metalearn.tasks import Sinusoid
     from metalearn.training import restore
 
@@ -221,12 +247,21 @@ def plot_sinusoid_adaptation(plt, workdir: str, path: str, steps=(1, 10), seed=0
     as_tensor = lambda a: tf.constant(a, sampler.dtype)
     figure, axis = plt.subplots(figsize=(5, 3.5))
     axis.plot(grid, amplitude * np.sin(grid - phase), "k-", label="ground truth")
-    initial = learner.predict(learner.initial_weights(), as_tensor(grid))
-    axis.plot(grid, np.asarray(initial), ":", label="pre-update")
+    if getattr(learner.adapter, "steps", None) == 0:  # model-based: reads the support set
+        steps = (0,)
+    else:
+        initial = learner.predict(learner.initial_weights(), as_tensor(grid))
+        axis.plot(grid, np.asarray(initial), ":", label="pre-update")
     for count in steps:
         adapted = learner.adapt(as_tensor(support_x), as_tensor(support_y), steps=count)
-        axis.plot(grid, np.asarray(learner.predict(adapted, as_tensor(grid))), "--",
-                  label=f"{count} grad step{'s' * (count > 1)}")
+        prediction = learner.predict(adapted, as_tensor(grid))
+        label = f"{count} grad step{'s' * (count > 1)}" if count else "prediction"
+        if isinstance(prediction, Gaussian):  # a predictive distribution: its band
+            mean, scale = (np.asarray(t)[:, 0] for t in prediction)
+            axis.fill_between(grid[:, 0], mean - 2 * scale, mean + 2 * scale, alpha=0.25,
+                              label="mean ± 2 scale")
+            prediction = prediction.mean
+        axis.plot(grid, np.asarray(prediction), "--", label=label)
     axis.plot(support_x, support_y, "^", color="C3", label=f"{sampler.shots} points used")
     axis.set(xlabel="x", ylabel="y")
     axis.set_title(f"one test task, {os.path.basename(os.path.normpath(workdir))}", fontsize=7)
@@ -243,10 +278,25 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
            adaptation_plot: bool = True) -> Dict[str, object]:
     """Writes the CSVs, the Markdown table and the plots of the runs under ``paths``.
 
+    Runs that are not finished (unfinished, running, failed, never started: see
+    :func:`metalearn.studies.results.run_state`) are left out of the figures and
+    listed, with their folders, under the table (``**INCOMPLETE: ...**``) and in
+    ``runs.csv`` (its ``status`` column); the table is logged before any file is
+    written.
+
     Returns:
-      ``{"table": markdown, "files": [written paths], "rows": summary rows}``.
+      ``{"table": markdown, "files": [written paths], "rows": summary rows,
+      "incomplete": [RunState of each run not finished]}``.
+
+    Raises:
+      IncompleteError: no run is finished (the message lists each run's state).
     """
-    runs = results.load_runs(paths)
+    states = results.run_states(paths)
+    incomplete = [state for state in states if not state.finished]
+    if len(incomplete) == len(states):
+        raise IncompleteError(f"no finished run under {list(paths)}: " + "; ".join(
+            str(state) for state in incomplete), incomplete)
+    runs = results.load_runs(paths, [state.workdir for state in states if state.finished])
     output_dir = output_dir or Workdir(paths[0]).report
     os.makedirs(output_dir, exist_ok=True)
     columns = results.metric_columns(runs, metrics) if metrics else default_columns(runs)
@@ -254,12 +304,12 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
         raise ValueError(f"no result columns match {list(metrics)}; available: "
                          f"{results.metric_columns(runs)}")
     keys, rows = results.summarise(runs, columns, seed_key)
-    table = results.markdown_table(keys, rows, columns)
-    files = [os.path.join(output_dir, name) for name in ("runs.csv", "summary.csv",
-                                                         "table.md")]
-    results.write_runs_csv(files[0], runs, results.metric_columns(runs))
-    results.write_summary_csv(files[1], keys, rows, columns)
-    write_text(files[2], table)
+    table = results.markdown_table(keys, rows, columns) + results.incomplete_text(states)
+    files = [os.path.join(output_dir, name) for name in ("table.md", "runs.csv",
+                                                         "summary.csv")]
+    write_results(files[0], table, table, "report table")  # the table logged first
+    results.write_runs_csv(files[1], runs, results.metric_columns(runs), incomplete)
+    results.write_summary_csv(files[2], keys, rows, columns)
     if plots:
         plt = pyplot()
         path = os.path.join(output_dir, "learning_curves.png")
@@ -282,7 +332,7 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
                 path = os.path.join(output_dir, "sinusoid_adaptation.png")
                 if plot_sinusoid_adaptation(plt, chosen.workdir, path):
                     files.append(path)
-    return {"table": table, "files": files, "rows": rows}
+    return {"table": table, "files": files, "rows": rows, "incomplete": incomplete}
 
 
 def paired_report(workdir_a: str, workdir_b: str, output_dir: Optional[str] = None,
@@ -300,10 +350,11 @@ def paired_report(workdir_a: str, workdir_b: str, output_dir: Optional[str] = No
     table = results.paired_markdown(result, *names)
     output_dir = output_dir or Workdir(workdir_a).report
     os.makedirs(output_dir, exist_ok=True)
-    files = [os.path.join(output_dir, "paired.json"), os.path.join(output_dir, "paired.md")]
-    write_text(files[0], json.dumps({"a": workdir_a, "b": workdir_b, **result},
-                                    indent=2, sort_keys=True) + "\n")
-    write_text(files[1], table)
+    files = [os.path.join(output_dir, "paired.md"), os.path.join(output_dir, "paired.json")]
+    write_results(files[0], table, table, "paired comparison")  # the table logged first
+    write_results(files[1], json.dumps({"a": workdir_a, "b": workdir_b, **result},
+                                       indent=2, sort_keys=True) + "\n", None,
+                  "paired comparison")
     return {"table": table, "files": files, "result": result}
 
 
@@ -320,11 +371,33 @@ def main(argv) -> None:
         for path in out["files"]:
             print(f"wrote {path}")
         return
-    out = report(argv[1:], FLAGS.output_dir, FLAGS.metrics, FLAGS.seed_key,
-                 FLAGS.plot_metric, FLAGS.plots, FLAGS.adaptation_plot)
+    try:
+        out = report(argv[1:], FLAGS.output_dir, FLAGS.metrics, FLAGS.seed_key,
+                     FLAGS.plot_metric, FLAGS.plots, FLAGS.adaptation_plot)
+    except IncompleteError as error:
+        print(f"INCOMPLETE: {error}", file=sys.stderr)
+        sys.exit(INCOMPLETE_EXIT)
+    status = console(out, FLAGS.allow_incomplete)
+    if status:
+        sys.exit(status)
+
+
+def console(out: Dict[str, object], allow_incomplete: bool = False) -> int:
+    """Prints :func:`report`'s table and files, and what is incomplete (on stderr).
+
+    Returns:
+      The exit status: :data:`INCOMPLETE_EXIT` if runs are not finished (unless
+      ``allow_incomplete``), else 0.
+    """
     sys.stdout.write(out["table"])
     for path in out["files"]:
         print(f"wrote {path}")
+    if not out["incomplete"]:
+        return 0
+    print(f"INCOMPLETE: {len(out['incomplete'])} run(s) not finished, left out of the "
+          "figures:\n" + "".join(f"  {state}\n" for state in out["incomplete"]),
+          file=sys.stderr, end="")
+    return 0 if allow_incomplete else INCOMPLETE_EXIT
 
 
 if __name__ == "__main__":

@@ -98,11 +98,19 @@ def main(argv) -> int:
     except sweeps.SweepError as error:
         print(f"sweep error: {error}", file=sys.stderr)
         return 2
+    except (SystemExit, KeyboardInterrupt):  # SIGTERM, Ctrl-C: say what is left
+        print(f"INCOMPLETE: the sweep was stopped; its unfinished runs resume when the "
+              f"same command runs again, and python -m metalearn.report {FLAGS.root} "
+              "lists them", file=sys.stderr, flush=True)
+        raise
     bad = [r for r in results if r["status"] in ("failed", "locked")]
     for result in bad:
-        print(f"{result['status']}: {result['name']} {result.get('log', '')}",
+        why = (f"exit code {result.get('exit_code')}, see {result.get('log')}"
+               if result["status"] == "failed" else "another sweep process runs it")
+        print(f"{result['status']}: {result['name']} ({result.get('workdir')}; {why})",
               file=sys.stderr)
-    print(f"{len(results) - len(bad)}/{len(results)} runs finished")
+    print(f"{len(results) - len(bad)}/{len(results)} runs finished"
+          + (f"; INCOMPLETE: {len(bad)} not finished (listed above)" if bad else ""))
     return 1 if bad else 0
 
 

@@ -18,9 +18,9 @@ from metalearn.adapters import (AnnealOrder, ClipByGlobalNorm, GradientDescent,
                                 LearnedRates, Mask, MetaSGD, MiniBatches,
                                 PerStepLearningRates, PerStepWeights, Recompute,
                                 WhileLoop)
-from metalearn.testing import (WAYS, LearnerContract, classification_learner,
-                               compiled_meta_gradient, contract_model,
-                               synthetic_classification)
+from metalearn.testing import (WAYS, LearnerContract, OuterRuleContract, RegressionContract,
+                               classification_learner, compiled_meta_gradient, contract_model,
+                               regression_learner, synthetic_classification)
 
 
 class TestMAML(LearnerContract):
@@ -170,6 +170,25 @@ class TestMAMLPlusPlus(LearnerContract):
                                       anneal_steps=10)
 
 
+class TestRegressionMAML(RegressionContract):
+    """The contract on regression: MAML (second order) on linear tasks, MSE."""
+    covers = (GradientDescent, metalearn.Learner)
+
+    def make_learner(self):
+        return regression_learner(GradientDescent(steps=2, learning_rate=0.05))
+
+
+class TestRegressionMetaSGDAccumulated(RegressionContract):
+    """Meta-SGD on regression, every batch run by the Accumulate formulation."""
+    covers = (MetaSGD,)
+
+    def make_learner(self):
+        return regression_learner(MetaSGD(steps=1, learning_rate=0.05))
+
+    def make_formulation(self):
+        return metalearn.execution.Accumulate()
+
+
 # --- every export has a contract case ---------------------------------------------
 
 def _exported(module, base):
@@ -187,7 +206,8 @@ def test_every_exported_piece_learner_and_outer_rule_has_a_contract_case():
     for name in sorted(os.listdir(tests)):  # the cases live in the test modules
         if name.endswith("_test.py"):
             importlib.import_module(f"tests.{name[:-3]}")
-    cases, stack = [], list(LearnerContract.__subclasses__())
+    # a learner's contract or an outer rule's (OuterRuleContract) covers a class
+    cases, stack = [], LearnerContract.__subclasses__() + OuterRuleContract.__subclasses__()
     while stack:
         case = stack.pop()
         cases.append(case)

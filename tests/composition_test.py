@@ -89,7 +89,7 @@ def test_implicit_gradient_inside_a_hypernetwork_runs_unrolled():
     then = lambda: ImplicitGradientDescent(steps=3, learning_rate=0.1, regularization=2.0,
                                            cg_steps=3)
     learner = _hypernetwork_learner(then())  # run with MapFn below
-    assert learner.adapter.needs_unrolled_tasks and learner.capabilities.custom_gradient
+    assert learner.adapter.needs_unrolled_tasks and learner.pieces.capabilities.custom_gradient
     unrolled = _hypernetwork_learner(then())
     episodes = _episodes()
     got = compiled_meta_gradient(learner, episodes, MAP_FN)  # tf.map_fn: a graph loop

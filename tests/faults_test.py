@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import metalearn
-from metalearn import execution
+from metalearn import execution, functional
 from metalearn.adapters import GradientDescent
 from metalearn.models import mlp
 from metalearn.tasks import Episode, Sinusoid
@@ -36,11 +36,11 @@ class FaultyLearner(metalearn.Learner):
         results = dict(super().query_metrics(query_y, predictions))
         now = tf.equal(self.meta_step, self.fault_step - 1)
         if self.fault == "loss":
-            bad = tf.where(now, tf.constant(np.nan, self.metric_dtype), 0.0)
+            bad = tf.where(now, tf.constant(np.nan, functional.metric_dtype(self.model)), 0.0)
         else:
             bias = self.model.layers[-1].bias
             zero = tf.sqrt(tf.reduce_sum(tf.square(bias - tf.stop_gradient(bias))))
-            bad = tf.where(now, tf.cast(zero, self.metric_dtype), 0.0)
+            bad = tf.where(now, tf.cast(zero, functional.metric_dtype(self.model)), 0.0)
         results["loss"] = results["loss"] + bad
         return results
 

@@ -97,7 +97,7 @@ def test_mini_batches_refuse_the_batched_formulation():
     with pytest.raises(ValueError, match=r"task_axis is False for \['MiniBatches'\]"):
         metalearn.training.make_meta_step(learner, metalearn.MetaGradient(),
                                           metalearn.execution.Batched())
-    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="MiniBatches.batch_size must be a whole number >= 1, got 0"):
         MiniBatches(0)
 
 
@@ -137,5 +137,5 @@ def test_adapt_pattern_matching_nothing_is_an_error():
 
 
 def test_negative_steps_rejected():
-    with pytest.raises(ValueError, match="steps must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="steps must be a whole number >= 0, got -1"):
         GradientDescent(steps=-1)

@@ -73,7 +73,7 @@ def test_a_fixed_ridge_head_learns_nothing_itself():
                                          ways=WAYS)
     assert [v.path for v in learner.meta_variables] == [
         v.path for v in learner.model.trainable_variables]
-    with pytest.raises(ValueError, match="regularization .* must be > 0, got 0"):
+    with pytest.raises(ValueError, match="RidgeHead.regularization must be > 0, got 0"):
         RidgeHead(regularization=0)
 
 
@@ -224,7 +224,7 @@ def test_logistic_newton_solution_is_stationary(n, d, intercept):
 def test_lr_d2_meta_gradient_equals_finite_differences():
     learner = metalearn.EmbeddingLearner(_embedding(), head=LogisticHead(0.7, scale=2.0),
                                          ways=WAYS)
-    assert learner.capabilities.custom_gradient  # unrolled tasks: map_fn drops it
+    assert learner.pieces.capabilities.custom_gradient  # unrolled tasks: map_fn drops it
     episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
     analytic = assert_meta_gradient_matches_finite_differences(learner, episodes)
     for variable in learner.head.own_meta_variables():  # lambda through the implicit path
@@ -242,7 +242,7 @@ OPTIONS = {"implicit_intercept_normalised": dict(intercept=True, normalize=True)
 def test_logistic_head_options_meta_gradient_equals_finite_differences(options):
     head = LogisticHead(0.7, scale=2.0, bias=0.1, **OPTIONS[options])
     learner = metalearn.EmbeddingLearner(_embedding(), head=head, ways=WAYS)
-    assert learner.capabilities.custom_gradient == (head.gradient == "implicit")
+    assert learner.pieces.capabilities.custom_gradient == (head.gradient == "implicit")
     episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
     analytic = assert_meta_gradient_matches_finite_differences(learner, episodes)
     log_lambda = learner.head.own_meta_variables()[0]
@@ -264,13 +264,13 @@ def test_implicit_and_unrolled_gradients_agree_once_newton_converges(intercept):
 
 
 def test_logistic_head_arguments_are_checked():
-    with pytest.raises(ValueError, match="LogisticHead steps must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="LogisticHead.steps must be a whole number >= 1, got 0"):
         LogisticHead(steps=0)
     with pytest.raises(ValueError, match="LogisticHead gradient must be one of"):
         LogisticHead(gradient="backprop")
-    with pytest.raises(ValueError, match="LogisticHead damping must be > 0, got 0"):
+    with pytest.raises(ValueError, match="LogisticHead.damping must be > 0, got 0"):
         LogisticHead(damping=0)
-    with pytest.raises(ValueError, match=r"regularization \(lambda\) must be > 0"):
+    with pytest.raises(ValueError, match=r"LogisticHead.regularization must be > 0"):
         LogisticHead(regularization=0)
     with pytest.raises(ValueError, match="LogisticRegressionHead.C must be > 0, got 0"):
         LogisticRegressionHead(C=0)

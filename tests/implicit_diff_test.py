@@ -52,13 +52,13 @@ def test_a_non_symmetric_condition_with_neumann():
 
 
 def test_solver_arguments_are_checked():
-    with pytest.raises(ValueError, match="cg_steps must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="ConjugateGradient.steps must be a whole number >= 1, got 0"):
         ConjugateGradient(0)
-    with pytest.raises(ValueError, match="damping must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="ConjugateGradient.damping must be >= 0, got -1"):
         ConjugateGradient(3, damping=-1)
-    with pytest.raises(ValueError, match="Neumann alpha must be > 0, got 0"):
+    with pytest.raises(ValueError, match="Neumann.alpha must be > 0, got 0"):
         Neumann(alpha=0)
-    with pytest.raises(ValueError, match="tolerance must be > 0 .* got 0"):
+    with pytest.raises(ValueError, match="ConjugateGradient.tolerance must be > 0, got 0"):
         ConjugateGradient(3, tolerance=0)
 
 

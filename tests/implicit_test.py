@@ -137,11 +137,11 @@ def test_clipping_applies_to_the_whole_update():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match=r"regularization \(lambda\) must be > 0, got 0"):
+    with pytest.raises(ValueError, match=r"ImplicitGradientDescent.regularization must be > 0, got 0"):
         ImplicitGradientDescent(regularization=0)
-    with pytest.raises(ValueError, match="cg_steps must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="ImplicitGradientDescent.cg_steps must be a whole number >= 1, got 0"):
         ImplicitGradientDescent(cg_steps=0)
-    with pytest.raises(ValueError, match=r"clip_norm must be > 0 \(or None for no clipping\), got -1"):
+    with pytest.raises(ValueError, match=r"ImplicitGradientDescent.clip_norm must be > 0, got -1"):
         ImplicitGradientDescent(clip_norm=-1)
 
 
@@ -251,7 +251,7 @@ def _explicit_curvatures(learner, task):
     unflatten = lambda v: dict(zip(paths, [tf.reshape(t, s) for t, s in
                                            zip(tf.split(v, sizes), shapes)]))
     vector = tf.constant(flat([weights[p] for p in paths]))
-    objective = learner.support_objective
+    objective = metalearn.learners.support_objective(learner)
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(vector)
         with tf.GradientTape() as inner:
@@ -279,8 +279,8 @@ def test_gauss_newton_product_equals_explicit_jacobians():
     task = episodes.task(0)
     weights, unflatten, hessian, gauss_newton = _explicit_curvatures(learner, task)
     v = np.random.default_rng(0).normal(size=gauss_newton.shape[0])
-    product = gauss_newton_product(learner.support_objective, weights, task.support_x,
-                                   task.support_y, unflatten(tf.constant(v)))
+    product = gauss_newton_product(metalearn.learners.support_objective(learner), weights,
+                                   task.support_x, task.support_y, unflatten(tf.constant(v)))
     np.testing.assert_allclose(flat([product[p] for p in weights]), gauss_newton @ v,
                                rtol=1e-10, atol=1e-14)
     # What makes it the remedy: at this point (a tanh net at its initialisation, not a

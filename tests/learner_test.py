@@ -116,6 +116,63 @@ def test_bad_arguments_are_named():
         metalearn.Learner(model, GradientDescent(), loss="msee")
 
 
+# The learner's public surface, each member a deliberate choice (issue 27: about 20):
+# what it holds (the constructor's arguments and the outer-step counter) and what it
+# does. A new member is a decision to record here, not a drift.
+SURFACE = {
+    "held": ["adapter", "loss", "meta_step", "metrics", "model", "query_training",
+             "task_init"],
+    "does": ["adapt", "adapt_and_measure", "adapt_trajectory", "episode_metrics",
+             "forward", "initial_weights", "meta_loss", "meta_metrics", "meta_variables",
+             "metric_names", "objective", "pieces", "predict", "query_data",
+             "query_metrics", "split", "support_loss", "task_initial_weights",
+             "task_loss", "task_paths"],
+}
+
+
+def test_learner_public_surface_is_the_recorded_one():
+    learner = metalearn.Learner(models.mlp(), GradientDescent(), loss="mse")
+    module = set(dir(tf.Module))
+    held = sorted(n for n in vars(learner) if not n.startswith("_"))
+    does = sorted(n for n in dir(type(learner)) if not n.startswith("_") and n not in module)
+    assert (held, does) == (SURFACE["held"], SURFACE["does"])
+    assert len(does) <= 20
+
+
+@pytest.mark.parametrize("name, new", [
+    ("capabilities", r"learner\.pieces\.capabilities"),
+    ("gradient_metrics", r"learner\.pieces\.gradient_metrics"),
+    ("metric_dtype", r"functional\.metric_dtype\(learner\.model\)"),
+    ("predict_on", r"learners\.predict_on\(learner"),
+    ("support_objective", r"learners\.support_objective\(learner\)"),
+    ("support_outputs", "support_loss"),
+    ("query_metric_names", "metric_names"),
+])
+def test_moved_members_name_their_new_spelling(name, new):
+    learner = metalearn.Learner(models.mlp(), GradientDescent(), loss="mse")
+    with pytest.raises(AttributeError, match=rf"Learner\.{name} moved in metalearn 0\.3.*{new}"):
+        getattr(learner, name)
+    # an override of a member the learner no longer calls would be silently ignored
+    subclass = type("Old", (metalearn.Learner,), {name: lambda self, *a: None})
+    with pytest.raises(TypeError, match=rf"Old defines {name}, which Learner no longer calls"):
+        subclass(models.mlp(), GradientDescent(), loss="mse")
+    assert not hasattr(learner, "no_such_member")
+
+
+def test_pieces_answer_for_the_whole_learner():
+    """learner.pieces is one Piece over the adapter, task initialisers (and a head):
+    capabilities, task paths and meta-variables are asked of every part."""
+    head = metalearn.heads.SVMHead()
+    learner = metalearn.learners.EmbeddingLearner(
+        models.mlp(hidden=(4,), outputs=3), head=head, ways=2,
+        task_init=[metalearn.learners.ZeroInit(("head",))])
+    pieces = learner.pieces
+    assert list(pieces) == [learner.adapter, *learner.task_init, head]
+    assert pieces.capabilities.custom_gradient == head.capabilities.custom_gradient
+    assert set(pieces.task_paths(learner.initial_weights())) == set(learner.task_paths())
+    assert [id(v) for v in pieces.meta_variables] == [id(v) for v in head.meta_variables]
+
+
 def test_subclass_overrides_task_loss():
     class L1Learner(metalearn.Learner):
         def task_loss(self, y_true, y_pred):

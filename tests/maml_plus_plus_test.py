@@ -165,7 +165,7 @@ def test_multi_step_loss_needs_a_trajectory():
     learner = metalearn.MultiStepLossLearner(_mlp(), OneShot(), loss=mse)
     with pytest.raises(NotImplementedError, match="OneShot does not expose"):
         learner.meta_loss(regression_episodes())
-    with pytest.raises(ValueError, match="anneal_steps must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="MultiStepLossLearner.anneal_steps must be a whole number >= 1, got 0"):
         metalearn.MultiStepLossLearner(_mlp(), GradientDescent(), loss=mse, anneal_steps=0)
 
 
@@ -219,12 +219,12 @@ def test_learned_rates_are_checkpointed(tmp_path):
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="first_order_steps must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match="AnnealOrder.first_order_steps must be a whole number >= 0, got -1"):
         AnnealOrder(-1)
     with pytest.raises(ValueError, match="PerStepWeights=\\('nope',\\) matches none"):
         metalearn.Learner(_mlp(), GradientDescent(wrappers=[PerStepWeights(("nope",))]),
                           loss=mse)
-    with pytest.raises(ValueError, match="PerStepLearningRates needs steps >= 1, got 0"):
+    with pytest.raises(ValueError, match="PerStepLearningRates.steps must be a whole number >= 1, got 0"):
         PerStepLearningRates(steps=0)
     with pytest.raises(ValueError, match="per-step learning_rate needs steps >= 1, got 0"):
         metalearn.Learner(_mlp(), GradientDescent(0, update=LearnedRates("layer_step")),
@@ -243,7 +243,7 @@ def test_max_learning_rate_clips_the_rates_in_use():
     fast = learner.adapt(x, y)
     np.testing.assert_allclose(fast["mlp/head/kernel"],
                                start["mlp/head/kernel"] - [[0.05], [-0.05]] * grad)
-    with pytest.raises(ValueError, match="max_learning_rate must be > 0, got 0"):
+    with pytest.raises(ValueError, match="LearnedRates.max_learning_rate must be > 0, got 0"):
         MetaSGD(max_learning_rate=0)
 
 
@@ -257,6 +257,6 @@ def test_min_learning_rate_keeps_rates_non_negative():
     assert float(rate("mlp/head/kernel", tf.float64, 1)) == 0.02  # inside
     adapter.learning_rates["mlp/head/kernel"].assign([1.0, 1.0])
     assert float(rate("mlp/head/kernel", tf.float64, 0)) == 0.05
-    with pytest.raises(ValueError, match="min_learning_rate=0.1 must be below "
-                                         "max_learning_rate=0.05"):
+    with pytest.raises(ValueError, match="LearnedRates.min_learning_rate must be "
+                                         "<= 0.01, got 0.1"):
         PerStepLearningRates(max_learning_rate=0.05, min_learning_rate=0.1)

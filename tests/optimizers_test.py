@@ -101,7 +101,7 @@ def test_inner_adam_composes_with_a_mask_per_step_weights_and_recompute():
                                          InnerAdam(Learned(0.05, "layer"), epsilon=1e-4)],
                               wrappers=[PerStepWeights(("bn0",)), Recompute()])
     learner = metalearn.Learner(model, adapter, loss=mse)
-    assert learner.capabilities.custom_gradient
+    assert learner.pieces.capabilities.custom_gradient
     episodes = regression_episodes(tasks=2, shots=5)
     assert_meta_gradient_matches_finite_differences(learner, episodes)
 
@@ -156,9 +156,9 @@ def test_boil_adapts_the_body_and_freezes_the_head():
 def test_bad_hyperparameters_are_named():
     with pytest.raises(ValueError, match="learning_rate must be > 0, got -1"):
         InnerAdam(-1)
-    with pytest.raises(ValueError, match="beta_1 must be < 1, got 1.0"):
+    with pytest.raises(ValueError, match=r"InnerAdam.beta_1 must be in \[0, 1\), got 1.0"):
         InnerAdam(beta_1=1.0)
-    with pytest.raises(ValueError, match="momentum must be < 1, got 1.5"):
+    with pytest.raises(ValueError, match=r"InnerMomentum.momentum must be in \[0, 1\), got 1.5"):
         InnerMomentum(momentum=1.5)
     with pytest.raises(ValueError, match="Learned per must be one of"):
         Learned(0.1, per="row")

@@ -15,7 +15,8 @@ import tensorflow as tf
 
 import metalearn
 from metalearn import execution
-from metalearn.outer import ClipDirections, MetaGradient, Reptile, SerialReptile, SkipNonFinite
+from metalearn.outer import (ClipDirections, EvolutionStrategies, MetaGradient, Reptile,
+                             SerialReptile, SkipNonFinite)
 from metalearn.testing import OuterRuleContract, task_adapted, task_meta_gradient, values
 
 LR, EPSILON, MAX_NORM = 0.5, 0.5, 0.05
@@ -76,6 +77,65 @@ class TestSerialReptile(OuterRuleContract):
             adapted = task_adapted(learner, episodes.task(i), start)
             weights = {p: w + EPSILON * (adapted[p] - w) for p, w in weights.items()}
         return weights
+
+
+def philox_gaussian(seed, pair, k, shape):
+    """Evolution strategies' noise by hand: Philox bits under the documented seed
+    derivation, Box-Muller in numpy (float64)."""
+    fold = lambda s, d: tf.random.experimental.stateless_fold_in(
+        s, tf.constant(d, tf.int64), alg="philox")
+    key = fold(fold(tf.constant(seed, tf.int64), pair), k)
+    size = max(int(np.prod(shape)), 1)
+    bits = tf.random.stateless_uniform([2, size], seed=key, dtype=tf.uint32, minval=None,
+                                       maxval=None, alg="philox").numpy().astype(np.float64)
+    u = (bits + 0.5) / 2.0 ** 32
+    z = np.sqrt(-2.0 * np.log(u[0])) * np.cos(2.0 * np.pi * u[1])
+    return z[:int(np.prod(shape))].reshape(shape)
+
+
+def es_reference(learner, episodes, population, sigma, seed, step=0, ranks=False):
+    """The ES estimate by hand: each task's query loss at theta +- sigma eps_j, the
+    variables assigned and restored, one task at a time, eagerly; the pair weights are the
+    mean over tasks of the antithetic differences (or of the centred ranks of the mean
+    losses)."""
+    variables = learner.meta_variables
+    start = [v.numpy() for v in variables]
+    eps = [[philox_gaussian([seed, step], j, k, v.shape) for k, v in enumerate(variables)]
+           for j in range(population)]
+
+    def loss_at(values):
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+        return np.mean([learner.episode_metrics(episodes.task(i))["loss"].numpy()
+                        for i in range(episodes.num_tasks)])
+
+    plus = np.array([loss_at([w + sigma * e for w, e in zip(start, eps[j])])
+                     for j in range(population)])
+    minus = np.array([loss_at([w - sigma * e for w, e in zip(start, eps[j])])
+                      for j in range(population)])
+    for variable, value in zip(variables, start):
+        variable.assign(value)
+    if ranks:
+        both = np.concatenate([plus, minus])
+        centred = np.argsort(np.argsort(both, kind="stable"), kind="stable") / (
+            2 * population - 1) - 0.5
+        plus, minus = centred[:population], centred[population:]
+    return [sum((plus[j] - minus[j]) * eps[j][k] for j in range(population))
+            / (2 * population * sigma) for k in range(len(variables))]
+
+
+class TestEvolutionStrategies(OuterRuleContract):
+    """A stochastic rule under the contract: with its seed fixed, one step (the learner's
+    ``meta_step`` 0) draws known noise, and the reference computes the same antithetic
+    differences one task at a time."""
+    covers = (EvolutionStrategies,)
+
+    def make_rule(self):
+        return EvolutionStrategies(keras.optimizers.SGD(LR), population=2, sigma=0.1, seed=3)
+
+    def reference_step(self, learner, episodes):
+        estimate = es_reference(learner, episodes, population=2, sigma=0.1, seed=3)
+        return {v.path: v.numpy() - LR * g for v, g in zip(learner.meta_variables, estimate)}
 
 
 @functools.lru_cache(maxsize=None)  # once per process: the class registers with gin once

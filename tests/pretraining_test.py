@@ -18,7 +18,6 @@ from metalearn.tasks.datasets.base import LabelledImages
 from metalearn.testing import (DIM, WAYS, LearnerContract,
                                assert_meta_gradient_matches_finite_differences,
                                synthetic_classification, uninformative_support)
-from metalearn.testing import contract
 from metalearn.training import Experiment, Loop, WarmStart, restore_weights, train
 from metalearn.training.checkpoint import UnmatchedCheckpointError
 
@@ -354,17 +353,5 @@ class TestClassifierBaseline(_ProbeContract):
         return ClassifierBaseline(_contract_embedding(), classes=WAYS, ways=WAYS,
                                   metrics={"accuracy": "accuracy"})
 
-    @pytest.fixture
-    def whole_class(self, monkeypatch):
-        original = contract.synthetic_classification
-        monkeypatch.setattr(contract, "synthetic_classification",
-                            lambda *a, **k: as_whole_class(original(*a, **k)))
-
-    def test_meta_step_lowers_the_loss(self, whole_class):
-        super().test_meta_step_lowers_the_loss()
-
-    def test_overfits_one_episode(self, whole_class):
-        super().test_overfits_one_episode()
-
-    def test_works_under_tf_function(self, whole_class):
-        super().test_works_under_tf_function()
+    def training_episodes(self, seed, tasks):
+        return as_whole_class(self.episodes(seed, tasks))

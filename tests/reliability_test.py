@@ -217,11 +217,11 @@ def test_restore_names_the_objects_of_other_pieces(tmp_path):
     _train(metasgd, METASGD, params=["Loop.num_steps = 2"])
     with pytest.raises(UnmatchedCheckpointError,
                        match=r"the checkpoint holds \d+ variable\(s\) the config does not "
-                       r"build \(learner/adapter.*restoring would drop them"):
+                       r"build \(adapter .*restoring would drop them"):
         restore(str(maml), checkpoint=str(metasgd / "checkpoints" / "ckpt-2"))
     with pytest.raises(UnmatchedCheckpointError,
                        match=r"the config builds \d+ variable\(s\) the checkpoint does not "
-                       r"hold \(learner/adapter.*keep their initial values"):
+                       r"hold \(adapter variable .*keep their initial values"):
         restore(str(metasgd), checkpoint=str(maml / "checkpoints" / "ckpt-2"))
 
 

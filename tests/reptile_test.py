@@ -81,7 +81,7 @@ def test_reptile_refuses_adapter_state_it_cannot_train():
                                 MetaSGD(), loss=mse)
     with pytest.raises(ValueError, match="Reptile moves the model's initial weights only"):
         metalearn.Reptile().directions(learner, regression_episodes(), execution.MapFn())
-    with pytest.raises(ValueError, match="inner_steps must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="inner_steps must be a whole number >= 1, got 0"):
         metalearn.Reptile(inner_steps=0)
 
 

@@ -102,18 +102,18 @@ def test_metaoptnet_meta_gradient_equals_finite_differences(c):
     support set has 6 examples and the solution lies on a face of the simplices)."""
     learner = metalearn.EmbeddingLearner(_embedding(), head=SVMHead(c, scale=2.0, steps=50),
                                          ways=WAYS)
-    assert learner.capabilities.custom_gradient  # unrolled tasks: map_fn drops it
+    assert learner.pieces.capabilities.custom_gradient  # unrolled tasks: map_fn drops it
     episodes = synthetic_classification(0, tasks=2, dtype=tf.float64)
     analytic = assert_meta_gradient_matches_finite_differences(learner, episodes)
     assert abs(analytic[learner.head.own_meta_variables()[0].path]) > 0
 
 
 def test_svm_head_arguments_are_checked():
-    with pytest.raises(ValueError, match=r"SVMHead c \(the SVM's C\) must be > 0, got 0"):
+    with pytest.raises(ValueError, match=r"SVMHead.c must be > 0, got 0"):
         SVMHead(c=0)
-    with pytest.raises(ValueError, match="SVMHead steps must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="SVMHead.steps must be a whole number >= 1, got 0"):
         SVMHead(steps=0)
-    with pytest.raises(ValueError, match="SVMHead ridge must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="SVMHead.ridge must be >= 0, got -1"):
         SVMHead(ridge=-1)
 
 

@@ -78,10 +78,17 @@ def test_train_entry_point_records_the_module_and_restore_imports_it(tmp_path,
     assert out.returncode == 0, out.stderr[-3000:]
     with open(workdir / Workdir.MODULES) as f:
         assert json.load(f) == [str(tmp_path / "rule_train.py")]
+    # the same command without --module, from elsewhere, resumes: the recorded module
+    # is imported before gin parses the config that binds it
+    longer = [c for c in command if not c.startswith("--module")] + [
+        "--gin_param=Loop.num_steps = 6", "--gin_file=experiments/sinusoid/maml.gin"]
+    longer.remove("--gin_file=sinusoid/maml.gin")
+    out = subprocess.run(longer, cwd=ROOT, env=_env(), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
     assert "rule_train" not in sys.modules
     monkeypatch.chdir(ROOT)
     experiment = restore(str(workdir))
-    assert experiment.restored_step == 4
+    assert experiment.restored_step == 6
     assert experiment.learner.adapter.learning_rate == pytest.approx(0.05)
 
 

@@ -8,7 +8,9 @@ in step; ``python -m tests.validation_test`` prints the table from the cases.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import gzip
 import os
 import re
@@ -30,18 +32,23 @@ from metalearn.tasks.datasets import (ChecksumError, LabelledImages, load_cub,
                                       load_tiered_imagenet)
 
 from metalearn.flags import resolve_gin_files
+from metalearn.heads.base import LabelOutsideClassesError
+from metalearn.pieces import HyperparameterRangeError
 from metalearn.runs import validation
 from metalearn.runs.lock import WorkdirLockedError
 from metalearn.runs.modules import ModuleImportError
 from metalearn.training.checkpoint import DamagedCheckpointError, UnmatchedCheckpointError
 from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.evaluation import evaluate
+from metalearn.report import IncompleteError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS_TABLE = os.path.join(ROOT, "docs", "errors.md")
 
 SINUSOID = ["include 'experiments/sinusoid/maml.gin'", "Loop.num_steps = 2",
             "Loop.log_every = 1"]
+SINUSOID_ES = ["include 'experiments/sinusoid/maml_es.gin'", "Loop.num_steps = 2",
+               "Loop.log_every = 1"]
 
 CLASSES = [f"c{i}" for i in range(10)]
 CLASSIFICATION = [
@@ -388,18 +395,137 @@ def gin_only(name, bad_line, error, excerpt, base=SINUSOID, points_to="the bindi
                 points_to)
 
 
-def _saved_run(folder, gin_file="experiments/sinusoid/maml.gin", params=()):
-    """A workdir with config.gin and one checkpoint (step 0), no training."""
+def _saved_run(folder, gin_file="experiments/sinusoid/maml.gin", params=(), step=0):
+    """A workdir with config.gin and one checkpoint (of ``step``; ``ckpt-1`` for step
+    0), no training."""
     from metalearn.training.checkpoint import checkpoint_for
     os.makedirs(folder, exist_ok=True)
     parse_config([gin_file], ["mlp.hidden = (4,)", *params])
     experiment = build_experiment()
     with open(os.path.join(folder, "config.gin"), "w") as f:
         f.write(experiment.config)
+    experiment.learner.meta_step.assign(step)
     checkpoint = checkpoint_for(experiment, experiment.learner.meta_step)
     tf.train.CheckpointManager(checkpoint, os.path.join(folder, "checkpoints"),
-                               max_to_keep=3).save(checkpoint_number=1)
-    return os.path.join(folder, "checkpoints", "ckpt-1")
+                               max_to_keep=3).save(checkpoint_number=step or 1)
+    return os.path.join(folder, "checkpoints", f"ckpt-{step or 1}")
+
+
+# issue 32: the library's cases of the third reliability round
+
+
+def resumed_below_its_step(tmp_path) -> None:
+    _saved_run(tmp_path / "run", step=5)
+    parse_config(["experiments/sinusoid/maml.gin"], ["mlp.hidden = (4,)",
+                                                     "Loop.num_steps = 3"])
+    train(build_experiment(), str(tmp_path / "run"))
+
+
+def restored_after_an_edit(tmp_path) -> None:
+    _saved_run(tmp_path / "run")
+    config = tmp_path / "run" / "config.gin"
+    config.write_text(config.read_text().replace("mlp.activation = 'relu'",
+                                                 "mlp.activation = 'tanh'"))
+    metalearn.restore(str(tmp_path / "run"))
+
+
+def restored_into_other_sizes(tmp_path) -> None:
+    _saved_run(tmp_path / "run")
+    metalearn.restore(str(tmp_path / "run"), gin_params=["mlp.hidden = (8,)"])
+
+
+def label_outside_the_classes(tmp_path) -> None:
+    learner = metalearn.learners.EmbeddingLearner(
+        metalearn.models.mlp((2,), hidden=(), outputs=4), metalearn.heads.RidgeHead(),
+        ways=3)
+    learner.adapt(tf.zeros([3, 2]), tf.constant([0, 1, 7]))
+
+
+@contextlib.contextmanager
+def full_disk(name: str):
+    """Inside, writing a file called ``name`` fails as on a disk that fills: the bytes
+    seem written, then the flush to disk (``os.fsync`` of ``files.write_text``'s
+    temporary file) reports ``ENOSPC``. Other files are written as usual."""
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        target = os.readlink(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") \
+            else ""
+        if os.path.basename(target).startswith(f".{name}."):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "fsync", fsync)
+        yield
+
+
+EVALUATE_SMALL = ["evaluate.num_tasks = 4", "evaluate.batch_size = 2",
+                  "evaluate.inner_steps = (1,)"]
+
+
+def evaluation_on_a_disk_that_fills(tmp_path) -> None:
+    from metalearn import evaluate as entry_point
+    _saved_run(tmp_path / "run")
+    gin.clear_config()
+    with full_disk("eval.json"):
+        entry_point.run(str(tmp_path / "run"), gin_params=EVALUATE_SMALL)
+
+
+@contextlib.contextmanager
+def no_free_space():
+    """Inside, every file system reports 0 bytes free (``os.statvfs``)."""
+    real = os.statvfs
+
+    class Full:
+        def __init__(self, found):
+            self.f_frsize, self.f_bavail = found.f_frsize, 0
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "statvfs", lambda path: Full(real(path)))
+        yield
+
+
+def evaluation_on_a_full_disk(tmp_path) -> None:
+    from metalearn import evaluate as entry_point
+    (tmp_path / "config.gin").write_text("")
+    with no_free_space():
+        entry_point.run(str(tmp_path))
+
+
+def report_of_no_finished_run(tmp_path) -> None:
+    from metalearn import report
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.gin").write_text("Loop.num_steps = 10\n")
+    report.report([str(tmp_path)], plots=False)
+
+
+def evaluate_workdir_that_is_a_file(tmp_path) -> None:
+    from metalearn import evaluate as entry_point
+    (tmp_path / "run").write_text("")
+    entry_point.run(str(tmp_path / "run"))
+
+
+def non_utf8_gin_file(tmp_path) -> None:
+    (tmp_path / "bad.gin").write_bytes(b"include 'experiments/sinusoid/maml.gin'\n"
+                                       b"# caf\xe9\n")
+    parse_config([str(tmp_path / "bad.gin")])
+
+
+def undecodable_meta_dataset_image(tmp_path) -> None:
+    file = _meta_dataset_source(tmp_path) / "0.tfrecords"
+    records = [r.numpy() for r in tf.data.TFRecordDataset(str(file))]
+    example = tf.train.Example()
+    example.ParseFromString(records[0])
+    image = example.features.feature["image"].bytes_list
+    image.value[0] = image.value[0][:2] + b"\x00" * 64  # JPEG's magic, no JPEG
+    with tf.io.TFRecordWriter(str(file)) as writer:
+        for record in [example.SerializeToString()] + records[1:]:
+            writer.write(record)
+    sampler = MetaDataset(str(tmp_path), train_sources=("aircraft",), min_ways=2,
+                          max_ways=6, max_query=1, max_support_set_size=20, image_size=8)
+    for _ in sampler.dataset(1, num_steps=30):  # until an episode reads record 0
+        pass
 
 
 def metasgd_into_maml(tmp_path) -> None:
@@ -655,6 +781,15 @@ def warm_start_without_head(tmp_path) -> None:
                     str(tmp_path / "pretrain" / "checkpoints" / "ckpt-1"))
 
 
+def _neural_process_steps():
+    learner = metalearn.Learner(
+        metalearn.models.mlp((9,), hidden=(), outputs=2, name="decoder"),
+        metalearn.adapters.ConditionalNeuralProcess(
+            metalearn.models.mlp((2,), hidden=(), outputs=8, name="encoder")),
+        loss=metalearn.functional.gaussian_nll)
+    learner.adapt(tf.zeros([3, 1]), tf.zeros([3, 1]), steps=1)
+
+
 # --- the cases: one per row of docs/errors.md --------------------------------------
 
 
@@ -682,8 +817,8 @@ CASES: List[Case] = [
              "doesn't have a parameter named 'num_stepz'"),
     gin_case("mistyped value", "Loop.num_steps = '1000'", TypeError,
              "Loop.num_steps must be an integer, got '1000' (str)"),
-    gin_case("mistyped value, no type check of its own", "GradientDescent.steps = 'two'",
-             ValueError, "invalid literal for int() with base 10: 'two'"),
+    gin_case("mistyped inner steps", "GradientDescent.steps = 'two'", TypeError,
+             "GradientDescent.steps must be a whole number >= 0, got 'two' (str)"),
     gin_case("fractional steps", "Loop.num_steps = 2.5", TypeError,
              "Loop.num_steps must be an integer, got 2.5 (float)"),
     gin_case("zero meta-steps", "Loop.num_steps = 0", ValueError,
@@ -697,11 +832,18 @@ CASES: List[Case] = [
     gin_case("zero checkpoints kept", "Loop.keep_checkpoints = 0", ValueError,
              "Loop.keep_checkpoints must be >= 1, got 0"),
     gin_case("negative inner steps", "GradientDescent.steps = -1", ValueError,
-             "steps must be >= 0, got -1"),
+             "GradientDescent.steps must be a whole number >= 0, got -1"),
     gin_case("zero inner learning rate", "GradientDescent.learning_rate = 0.0", ValueError,
-             "learning_rate must be > 0, got 0.0"),
+             "GradientDescent.learning_rate must be > 0, got 0.0"),
     gin_case("negative outer learning rate", "keras.optimizers.Adam.learning_rate = -0.001",
              ValueError, "the optimizer's learning_rate must be > 0, got -0.001 (Adam)"),
+    gin_case("zero noise scale of evolution strategies", "EvolutionStrategies.sigma = 0.0",
+             ValueError, "EvolutionStrategies.sigma (the noise scale) must be a finite "
+             "number > 0, got 0.0", base=SINUSOID_ES),
+    gin_case("empty population of evolution strategies",
+             "EvolutionStrategies.population = 0", ValueError,
+             "EvolutionStrategies.population (antithetic pairs) must be a whole number >= 1, "
+             "got 0", base=SINUSOID_ES),
     gin_case("zero sinusoid shots", "Sinusoid.shots = 0", ValueError,
              "shots must be >= 1, got 0"),
     gin_case("model output size, regression", "mlp.outputs = 2", ValueError,
@@ -963,12 +1105,13 @@ CASES: List[Case] = [
          lambda p: str(p / "run" / "checkpoints" / "ckpt-1"), "the checkpoint"),
     Case("Meta-SGD checkpoint into a MAML config", "`restore(maml_run, "
          "checkpoint=<Meta-SGD checkpoint>)`", UnmatchedCheckpointError,
-         "the checkpoint holds 4 variable(s) the config does not build (learner/adapter",
-         metasgd_into_maml, None, "the variables by path"),
+         "the checkpoint holds 4 variable(s) the config does not build (adapter ",
+         metasgd_into_maml, None, "the variables by piece, name and shape"),
     Case("MAML checkpoint into a Meta-SGD config", "`restore(metasgd_run, "
          "checkpoint=<MAML checkpoint>)`", UnmatchedCheckpointError,
-         "the config builds 4 variable(s) the checkpoint does not hold (learner/adapter",
-         maml_into_metasgd, None, "the variables by path"),
+         "the config builds 4 variable(s) the checkpoint does not hold (adapter variable "
+         "mlp_hidden0_kernel_lr (1, 4)", maml_into_metasgd, None,
+         "the variables by piece, name and shape"),
     Case("config.gin lost, config changed", "`train` into a workdir without `config.gin` "
          "whose checkpoint has another `GradientDescent.learning_rate`",
          validation.ConfigChangeError, "GradientDescent.learning_rate: 0.01 in the workdir, "
@@ -1116,6 +1259,31 @@ CASES: List[Case] = [
          lambda p: metalearn.adapters.GradientDescent(2, 0.1, wrappers=[
              metalearn.adapters.Recompute(), metalearn.adapters.WhileLoop()]), None,
          "the pieces and what to do"),
+    # issue 31: neural processes
+    Case("neural process decoder of the wrong size",
+         "`Learner(mlp((8,), outputs=2), ConditionalNeuralProcess(mlp((2,), outputs=8)))`",
+         ValueError, "the decoder must read x + r = 9 values",
+         lambda p: metalearn.Learner(
+             metalearn.models.mlp((8,), hidden=(), outputs=2, name="decoder"),
+             metalearn.adapters.ConditionalNeuralProcess(
+                 metalearn.models.mlp((2,), hidden=(), outputs=8, name="encoder")),
+             loss=metalearn.functional.gaussian_nll), None,
+         "the encoder's and decoder's sizes"),
+    Case("inner steps for a neural process", "`learner.adapt(x, y, steps=1)` with a "
+         "`ConditionalNeuralProcess` (or `evaluate.inner_steps = (1,)`)", ValueError,
+         "takes no inner steps (it reads the support set in one forward pass), got steps=1",
+         lambda p: _neural_process_steps(), None, "the value and evaluate.inner_steps = (0,)"),
+    Case("non-positive predicted scale", "`gaussian_nll(y, Gaussian(mean, scale))` with a "
+         "scale <= 0", tf.errors.InvalidArgumentError,
+         "the predicted scale (standard deviation) must be positive",
+         lambda p: metalearn.functional.gaussian_nll(tf.ones([2, 1]), metalearn.functional.
+                                                     Gaussian(tf.ones([2, 1]), -tf.ones([2, 1]))),
+         None, "the scale values (in the message's data)"),
+    Case("Gaussian loss of a point prediction", "`Learner.loss = @gaussian_nll` for a "
+         "model without a neural process (a point prediction)", TypeError,
+         "gaussian_nll needs a Gaussian(mean, scale) prediction",
+         lambda p: metalearn.functional.gaussian_nll(tf.ones([2, 1]), tf.ones([2, 1])),
+         None, "what it got and what to use instead"),
     # issue 27: a user's module
     Case("module file that does not exist", "`--module=<tmp>/no_rule.py` "
          "(`parse_config(modules=...)`)", ModuleImportError, "does not exist",
@@ -1126,6 +1294,67 @@ CASES: List[Case] = [
          "that raises", ModuleImportError, "failed: NameError",
          broken_module, lambda p: str(p / "broken_rule.py"),
          "the file and its error (chained, with the file's traceback)"),
+    # issue 32: entry points and data
+    Case("results file on a disk that fills", "`evaluate` whose `eval.json` cannot be "
+         "written (`ENOSPC` when flushed), after the evaluation", OSError,
+         "No space left on device; nothing is lost: the evaluation figures were logged "
+         "before the write", evaluation_on_a_disk_that_fills,
+         lambda p: f"cannot write '{p / 'run' / 'eval.json'}'",
+         "the file, the reason and the log holding the figures"),
+    Case("evaluation output on a full disk", "`evaluate --output` on a disk with 0 bytes "
+         "free", OSError, "No space left on device (0 bytes free", evaluation_on_a_full_disk,
+         lambda p: "nothing was run", "the path, before any work"),
+    Case("report of runs none of which is finished", "`metalearn.report` of a folder "
+         "whose run has `config.gin` and no `metrics.json`", IncompleteError,
+         "no finished run under", report_of_no_finished_run,
+         lambda p: f"unfinished: run ({p / 'run'}; at step 0)",
+         "each run, its state and folder"),
+    Case("evaluate --workdir that is a file", "`evaluate --workdir=<a file>`",
+         NotADirectoryError, "is a file, not a run directory",
+         evaluate_workdir_that_is_a_file, lambda p: f"workdir '{p / 'run'}'",
+         "the workdir, before the output"),
+    Case("non-UTF-8 byte in a gin file", "`# caf\\xe9` (Latin-1) in `bad.gin`",
+         SyntaxError, "line 2, column 6: byte 0xe9 is not UTF-8", non_utf8_gin_file,
+         lambda p: f'bad gin file "{p / "bad.gin"}"', "the file, line, column and byte"),
+    Case("absurd image_size", "`load_image_folder.image_size = 100000`", ValueError,
+         "image_size must be a whole number of pixels from 1 to 1024",
+         lambda p: load_image_folder(str(p), image_size=100_000), None,
+         "the loader and the bound, before any allocation"),
+    Case("undecodable Meta-Dataset image", "a record whose image bytes start like a JPEG "
+         "and are not one", tf.errors.InvalidArgumentError, "is not a decodable image",
+         undecodable_meta_dataset_image,
+         lambda p: f"the image of record 0 of Meta-Dataset class file "
+                   f"'{p / 'aircraft' / '0.tfrecords'}'", "the file and record"),
+    # issue 32: the library's cases of the third reliability round
+    Case("inner Adam's beta out of range", "`InnerAdam(beta_1=-1)`",
+         HyperparameterRangeError, "InnerAdam.beta_1 must be in [0, 1), got -1",
+         lambda p: metalearn.adapters.InnerAdam(beta_1=-1), None,
+         "the piece, hyperparameter, value and range"),
+    gin_case("negative inner momentum", "InnerMomentum.momentum = -0.9",
+             HyperparameterRangeError, "InnerMomentum.momentum must be in [0, 1), got -0.9",
+             base=SINUSOID + ["GradientDescent.learning_rate = None",
+                              "GradientDescent.update = @InnerMomentum()"]),
+    Case("learned value outside its bounds", "`Learned(0.5, low=0, high=0.1)`",
+         HyperparameterRangeError, "Learned.initial must be in [0, 0.1], got 0.5",
+         lambda p: metalearn.adapters.Learned(0.5, low=0, high=0.1), None,
+         "the value and the bounds"),
+    Case("support label outside the task's classes", "label 7 in a 3-way task's support "
+         "set, any head (`adapt`; in a `tf.function`: `InvalidArgumentError`)",
+         LabelOutsideClassesError, "a support label is outside the 3 classes of the task",
+         label_outside_the_classes, lambda p: "label 7 of support example 2",
+         "the label, its example and the classes"),
+    Case("resuming below the checkpoint's step", "`Loop.num_steps = 3`, the workdir's "
+         "checkpoint at step 5", validation.RunLengthError,
+         "Loop.num_steps = 3 is below step 5", resumed_below_its_step,
+         lambda p: "Nothing was written", "the checkpoint, before any write"),
+    Case("config.gin edited after training", "`mlp.activation` changed in a workdir's "
+         "`config.gin`, then `restore` or `evaluate`", validation.ConfigChangeError,
+         "mlp.activation: 'relu' in the checkpoint, 'tanh' in", restored_after_an_edit,
+         lambda p: str(p / "run" / "config.gin"), "the binding, both values, the file"),
+    Case("restore into other layer sizes", "`restore(run, gin_params=['mlp.hidden = (8,)'])` "
+         "of a `(4,)` run", UnmatchedCheckpointError,
+         "kernel of layer 'hidden0': (1, 4) in the checkpoint, (1, 8) in the config",
+         restored_into_other_sizes, None, "the layers and shapes"),
 ]
 
 

@@ -3,6 +3,8 @@
 * the loop: :class:`GradientDescent` (and the front doors :class:`MetaSGD`,
   :class:`PerStepLearningRates`), :class:`ImplicitGradientDescent`,
   :class:`Hypernetwork`, :class:`NoAdaptation`;
+* model-based, no inner loop (:mod:`metalearn.adapters.neural_process`):
+  :class:`ConditionalNeuralProcess`, :class:`AttentiveNeuralProcess`;
 * update transforms (:mod:`metalearn.adapters.updates`): :class:`GradientStep`,
   :class:`FirstOrder`, :class:`AnnealOrder`, :class:`Mask`, :class:`LearnedRates`,
   :class:`ClipByGlobalNorm`, :class:`Proximal`, :class:`Chain`; any hyperparameter
@@ -23,6 +25,8 @@ from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.adapters.hypernetwork import Hypernetwork
 from metalearn.adapters.implicit import ImplicitGradientDescent
 from metalearn.adapters.hyperparameters import Learned
+from metalearn.adapters.neural_process import (AttentiveNeuralProcess,
+                                              ConditionalNeuralProcess, NeuralProcess)
 from metalearn.adapters.learned_rates import MetaSGD, PerStepLearningRates
 from metalearn.adapters.optimizers import InnerAdam, InnerMomentum, InnerRMSProp
 from metalearn.adapters.updates import (AnnealOrder, Chain, ClipByGlobalNorm,
@@ -32,10 +36,11 @@ from metalearn.adapters.wrappers import (MiniBatches, PerStepWeights, Recompute,
                                         SupportFromWeights, WhileLoop)
 from metalearn.pieces import CallFn, Capabilities, LossFn, Piece, SplitLoss
 
-__all__ = ["Adapter", "AnnealOrder", "CallFn", "Capabilities", "Chain", "ClipByGlobalNorm",
-           "FirstOrder", "GradientDescent", "GradientStep", "Hypernetwork",
-           "ImplicitGradientDescent", "InnerAdam", "InnerMomentum", "InnerRMSProp",
-           "Learned", "LearnedRates", "LossFn", "Mask", "MetaSGD", "MiniBatches",
-           "NoAdaptation", "PerStepLearningRates", "PerStepWeights", "Piece", "Proximal",
-           "Recompute", "SplitLoss", "StepInfo", "StepWrapper", "SupportFromWeights",
-           "Update", "WhileLoop"]
+__all__ = ["Adapter", "AnnealOrder", "AttentiveNeuralProcess", "CallFn", "Capabilities",
+           "Chain", "ClipByGlobalNorm", "ConditionalNeuralProcess", "FirstOrder",
+           "GradientDescent", "GradientStep", "Hypernetwork", "ImplicitGradientDescent",
+           "InnerAdam", "InnerMomentum", "InnerRMSProp", "Learned", "LearnedRates",
+           "LossFn", "Mask", "MetaSGD", "MiniBatches", "NeuralProcess", "NoAdaptation",
+           "PerStepLearningRates", "PerStepWeights", "Piece", "Proximal", "Recompute",
+           "SplitLoss", "StepInfo", "StepWrapper", "SupportFromWeights", "Update",
+           "WhileLoop"]

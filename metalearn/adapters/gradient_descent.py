@@ -22,7 +22,7 @@ from metalearn.adapters.updates import (Chain, FirstOrder, GradientStep, StepInf
                                         Update, update_or_rate)
 from metalearn.adapters.wrappers import StepWrapper
 from metalearn.functional import Weights
-from metalearn.pieces import Capabilities, LossFn
+from metalearn.pieces import STEPS, Capabilities, LossFn, check_range
 
 MOVED = {
     "adapt": "update=[Mask(patterns), GradientStep(learning_rate)]",
@@ -55,9 +55,9 @@ class GradientDescent(Adapter):
         GradientDescent(20, 0.1, wrappers=[WhileLoop()])     # graph flat in the steps
 
     Args:
-      steps: inner steps during meta-training.
+      steps: inner steps during meta-training (a whole number ``>= 0``).
       learning_rate: the inner step size of the default update, ``GradientStep(learning_rate)``
-        (0.01 when not given). Give either this or ``update``.
+        (``> 0``; 0.01 when not given). Give either this or ``update``.
       first_order: drop second-order terms from the meta-gradient: a
         :class:`~metalearn.adapters.updates.FirstOrder` put before the update.
       update: an update transform, or a list of them (chained), from the incoming
@@ -71,8 +71,7 @@ class GradientDescent(Adapter):
                  update: Union[Update, Sequence[Update], None] = None,
                  wrappers: Sequence[StepWrapper] = (), name: Optional[str] = None):
         super().__init__(name=name)
-        if int(steps) < 0:
-            raise ValueError(f"steps must be >= 0, got {steps}")
+        steps = check_range("GradientDescent", "steps", steps, STEPS)
         update = update_or_rate("GradientDescent", learning_rate, update)
         if first_order:
             update = Chain(FirstOrder(), update)
@@ -137,9 +136,8 @@ class GradientDescent(Adapter):
              steps: Optional[int], keep_all: bool) -> List[Weights]:
         """The weights before the first step and after each (after the last only, beside
         the first, when not ``keep_all`` and a wrapper runs the steps)."""
-        steps = self.steps if steps is None else int(steps)
-        if steps < 0:
-            raise ValueError(f"steps must be >= 0, got {steps}")
+        steps = self.steps if steps is None else \
+            check_range("GradientDescent", "steps", steps, STEPS)
         paths = self.adapted_paths(weights)
         weights = dict(weights)
         for wrapper in self.wrappers:

@@ -47,7 +47,7 @@ import tensorflow as tf
 from metalearn import functional
 from metalearn.adapters.base import Adapter
 from metalearn.functional import Weights
-from metalearn.pieces import CallFn, LossFn, select_paths
+from metalearn.pieces import COUNT, CallFn, LossFn, check_range, select_paths
 
 CONDITIONS = ("support", "input")
 POOLINGS = ("class_means", "mean")
@@ -61,7 +61,7 @@ def _run(model: keras.Model, x: tf.Tensor) -> tf.Tensor:
     return model(x, training=False)  # no weights to differentiate: a fixed transform
 
 
-def _flatten_examples(t: tf.Tensor) -> tf.Tensor:
+def flatten_examples(t: tf.Tensor) -> tf.Tensor:
     """``[examples, ...]`` -> ``[examples, features]`` keeping static sizes."""
     t = tf.convert_to_tensor(t)
     size = t.shape[1:].num_elements()
@@ -125,8 +125,8 @@ class Hypernetwork(Adapter):
             raise TypeError("Hypernetwork needs a generator (a keras.Model)")
         if then is not None and not isinstance(then, Adapter):
             raise TypeError(f"Hypernetwork then= must be a metalearn Adapter, got {then!r}")
-        if num_classes is not None and int(num_classes) < 1:
-            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        if num_classes is not None:
+            num_classes = check_range("Hypernetwork", "num_classes", num_classes, COUNT)
         self.generator = generator  # attributes of a tf.Module: tracked by checkpoints
         self.encoder = encoder
         self.then = then
@@ -170,7 +170,7 @@ class Hypernetwork(Adapter):
           ValueError: the output's size per example is not the generated weights'
             total size; the message lists every generated weight's shape and size.
         """
-        flat = _flatten_examples(flat)
+        flat = flatten_examples(flat)
         size = flat.shape[-1]
         if size != self.output_size:
             raise ValueError(
@@ -188,7 +188,7 @@ class Hypernetwork(Adapter):
     def features(self, x: Any) -> tf.Tensor:
         """The encoder's features of a batch of examples, ``[examples, features]``."""
         x = tf.convert_to_tensor(x)
-        return _flatten_examples(x if self.encoder is None else _run(self.encoder, x))
+        return flatten_examples(x if self.encoder is None else _run(self.encoder, x))
 
     def task_embedding(self, support_x: Any, support_y: Any) -> tf.Tensor:
         """The support set's embedding, ``[1, embedding]``; invariant to the order of the
@@ -198,8 +198,8 @@ class Hypernetwork(Adapter):
             labels = tf.reshape(tf.cast(support_y, tf.int32), [-1])  # [support]
             means = tf.math.unsorted_segment_mean(features, labels, self.num_classes)
             return tf.reshape(means, [1, -1])                        # [1, classes * d]
-        x = _flatten_examples(support_x)
-        pairs = tf.concat([x, tf.cast(_flatten_examples(support_y), x.dtype)], axis=-1)
+        x = flatten_examples(support_x)
+        pairs = tf.concat([x, tf.cast(flatten_examples(support_y), x.dtype)], axis=-1)
         return tf.reduce_mean(self.features(pairs), axis=0, keepdims=True)  # [1, d]
 
     def generate(self, conditioning: tf.Tensor) -> Dict[str, tf.Tensor]:

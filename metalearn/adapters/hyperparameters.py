@@ -18,10 +18,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from metalearn.pieces import clamp_step
+from metalearn.pieces import HyperparameterRangeError, Range, check_range, clamp_step
 from metalearn.functional import Weights
 
 PER = ("scalar", "layer", "step", "layer_step", "element")
+FINITE = Range()
 
 
 @gin.configurable
@@ -29,14 +30,21 @@ class Learned:
     """A meta-learned hyperparameter.
 
     Args:
-      initial: its initial value.
+      initial: its initial value: in the range of the hyperparameter it stands for (a
+        learning rate ``> 0``, a momentum or beta in ``[0, 1)``, as the piece's docstring
+        states; checked when the piece is built) and in ``[low, high]``.
       per: ``"scalar"`` (one value for every weight and step), ``"layer"`` (one per
         adapted weight tensor), ``"step"`` (one per inner step), ``"layer_step"`` (one
         per weight tensor and step) or ``"element"`` (one per element of each weight).
         With more inner steps at test time than it was built for, the last step's value
         is reused.
-      low, high: if set, the value is clipped to ``[low, high]`` where it is used (no
-        gradient reaches it while it is clipped).
+      low, high: if set, bounds the value never leaves: after every outer update a
+        Keras optimizer makes (every :class:`~metalearn.outer.OptimizerRule`) the
+        variables are projected back onto ``[low, high]`` (their ``constraint``), and
+        where they are used they are clipped to it. At a bound the clip passes the
+        gradient on, so a value the outer step pushed onto a bound moves back inside
+        when the meta-gradient says so (it is never stuck outside, with no gradient).
+        ``low`` must be below ``high``.
     """
 
     def __init__(self, initial: float = gin.REQUIRED, per: str = "scalar",
@@ -45,15 +53,32 @@ class Learned:
             raise ValueError("Learned needs an initial value")
         if per not in PER:
             raise ValueError(f"Learned per must be one of {PER}, got {per!r}")
-        if low is not None and high is not None and not float(low) < float(high):
-            raise ValueError(f"Learned low={low} must be below high={high}")
-        self.initial = float(initial)
+        low = None if low is None else check_range("Learned", "low", low, FINITE)
+        high = None if high is None else check_range("Learned", "high", high, FINITE)
+        if low is not None and high is not None and not low < high:
+            raise HyperparameterRangeError(f"Learned low={low:g} must be below "
+                                           f"high={high:g}")
+        self.initial = check_range("Learned", "initial", initial, self.bounds(low, high))
         self.per = per
-        self.low = None if low is None else float(low)
-        self.high = None if high is None else float(high)
+        self.low, self.high = low, high
+
+    @staticmethod
+    def bounds(low: Optional[float], high: Optional[float]) -> Range:
+        """``[low, high]`` as a :class:`~metalearn.pieces.Range` (an end ``None``:
+        unbounded)."""
+        return Range(low, high)
+
+    def project(self, value: tf.Tensor) -> tf.Tensor:
+        """``value`` clipped to ``[low, high]`` (itself when unbounded)."""
+        if self.low is None and self.high is None:
+            return value
+        return tf.clip_by_value(value, -np.inf if self.low is None else self.low,
+                                np.inf if self.high is None else self.high)
 
     def __repr__(self) -> str:
-        return f"Learned({self.initial}, per={self.per!r})"
+        bounds = "".join(f", {n}={v:g}" for n, v in (("low", self.low), ("high", self.high))
+                         if v is not None)
+        return f"Learned({self.initial:g}, per={self.per!r}{bounds})"
 
 
 Value = Union[float, Learned]
@@ -76,18 +101,14 @@ class HyperparameterSet(tf.Module):
         self._steps = 0
         self._variables: Dict[str, List[keras.Variable]] = {}
 
-    def declare(self, name: str, value: Value, positive: bool = False,
-                below_one: bool = False) -> Value:
-        """Records hyperparameter ``name``; checks a number's range (``> 0``, ``< 1``)."""
-        if not isinstance(value, Learned):
-            number = float(value)
-            if positive and not number > 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
-            if below_one and not number < 1:
-                raise ValueError(f"{name} must be < 1, got {value}")
-            value = number
-        elif below_one and value.initial >= 1 or positive and value.initial <= 0:
-            raise ValueError(f"{name}'s initial value {value.initial} is out of range")
+    def declare(self, owner: str, name: str, value: Value, allowed: Range) -> Value:
+        """Records hyperparameter ``name`` of piece ``owner`` and checks it is in
+        ``allowed`` (:func:`~metalearn.pieces.check_range`): a number, or a
+        :class:`Learned` one's initial value."""
+        if isinstance(value, Learned):
+            check_range(owner, name, value.initial, allowed)
+        else:
+            value = check_range(owner, name, value, allowed)
         self.values[name] = value
         return value
 
@@ -106,15 +127,18 @@ class HyperparameterSet(tf.Module):
             dtype = next(iter(weights.values())).dtype.name if weights else "float32"
             if value.per in ("scalar", "step"):
                 shape = () if value.per == "scalar" else (steps,)
-                self._variables[name] = [keras.Variable(
-                    np.full(shape, value.initial), dtype=dtype, trainable=True,
-                    name=suffix)]
-                continue
-            self._variables[name] = [keras.Variable(
-                np.full({"layer": (), "layer_step": (steps,),
-                         "element": tuple(weights[p].shape)}[value.per], value.initial),
-                dtype=weights[p].dtype.name, trainable=True, name=variable_name(p, suffix))
-                for p in self._paths]
+                variables = [keras.Variable(np.full(shape, value.initial), dtype=dtype,
+                                            trainable=True, name=suffix)]
+            else:
+                variables = [keras.Variable(
+                    np.full({"layer": (), "layer_step": (steps,),
+                             "element": tuple(weights[p].shape)}[value.per], value.initial),
+                    dtype=weights[p].dtype.name, trainable=True,
+                    name=variable_name(p, suffix)) for p in self._paths]
+            if value.low is not None or value.high is not None:
+                for variable in variables:  # applied by Keras after each update
+                    variable.constraint = value.project
+            self._variables[name] = variables
 
     @property
     def meta_variables(self) -> List[keras.Variable]:
@@ -144,7 +168,4 @@ class HyperparameterSet(tf.Module):
         result = tf.cast(variable, dtype)
         if value.per in ("step", "layer_step"):
             result = result[clamp_step(step, self._steps - 1)]
-        if value.low is not None or value.high is not None:
-            result = tf.clip_by_value(result, -np.inf if value.low is None else value.low,
-                                      np.inf if value.high is None else value.high)
-        return result
+        return value.project(result)  # identity inside the bounds and at them

@@ -41,7 +41,8 @@ from metalearn.adapters.updates import (Chain, ClipByGlobalNorm, Proximal, Updat
                                         update_or_rate)
 from metalearn.adapters.wrappers import StepWrapper, WhileLoop
 from metalearn.functional import Weights
-from metalearn.pieces import Capabilities, LossFn, SplitLoss
+from metalearn.pieces import (COUNT, POSITIVE, STEPS, Capabilities, LossFn, SplitLoss,
+                              check_range)
 from metalearn.pieces.implicit_diff import (ConjugateGradient, LinearSolver, Neumann,
                                             diagnostic_names, dot, implicit_solution)
 
@@ -175,14 +176,14 @@ class ImplicitGradientDescent(Adapter):
                  update: Union[Update, Sequence[Update], None] = None,
                  wrappers: Sequence[StepWrapper] = (), name: Optional[str] = None):
         super().__init__(name=name)
-        if int(steps) < 0:
-            raise ValueError(f"steps must be >= 0, got {steps}")
-        if learning_rate is not None and not float(learning_rate) > 0:
-            raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
-        if int(cg_steps) < 1:
-            raise ValueError(f"cg_steps must be >= 1, got {cg_steps}")
-        if clip_norm is not None and not float(clip_norm) > 0:
-            raise ValueError(f"clip_norm must be > 0 (or None for no clipping), got {clip_norm}")
+        owner = "ImplicitGradientDescent"
+        steps = check_range(owner, "steps", steps, STEPS)
+        if learning_rate is not None:
+            check_range(owner, "learning_rate", learning_rate, POSITIVE)
+        cg_steps = check_range(owner, "cg_steps", cg_steps, COUNT)
+        if clip_norm is not None:  # None: no clipping
+            clip_norm = check_range(owner, "clip_norm", clip_norm, POSITIVE)
+        check_range(owner, "regularization", regularization, POSITIVE)
         if linear_solver is not None and not callable(linear_solver):
             raise TypeError(f"linear_solver must be callable(apply_a, b), e.g. "
                             f"ConjugateGradient(5, damping=1.0), got {linear_solver!r}")
@@ -215,9 +216,8 @@ class ImplicitGradientDescent(Adapter):
 
     @regularization.setter
     def regularization(self, value: float) -> None:
-        if not float(value) > 0:
-            raise ValueError(f"regularization (lambda) must be > 0, got {value}")
-        self.proximal.regularization = float(value)
+        self.proximal.regularization = check_range("ImplicitGradientDescent",
+                                                   "regularization", value, POSITIVE)
 
     @property
     def learning_rate(self) -> Optional[float]:
@@ -271,15 +271,14 @@ class ImplicitGradientDescent(Adapter):
         return self._adapt(weights, support_x, support_y, loss_fn, steps, measure=True)
 
     def _adapt(self, weights, support_x, support_y, loss_fn, steps, measure):
-        steps = self.steps if steps is None else int(steps)
-        if steps < 0:
-            raise ValueError(f"steps must be >= 0, got {steps}")
+        steps = self.steps if steps is None else \
+            check_range("ImplicitGradientDescent", "steps", steps, STEPS)
         if self.curvature == "gauss_newton" and not isinstance(loss_fn, SplitLoss):
             raise ValueError(
                 f"ImplicitGradientDescent(curvature='gauss_newton') needs the support loss "
                 f"as model outputs and a loss of them (metalearn.pieces.SplitLoss), got "
                 f"{loss_fn!r}: a Learner gives one unless its subclass overrides "
-                f"support_loss (override support_outputs and task_loss instead), or use "
+                f"support_loss (override task_loss and forward instead), or use "
                 f"curvature='hessian'")
         every = list(weights)  # theta: every weight, the adapted ones and the rest
         paths = self.inner.adapted_paths(weights)

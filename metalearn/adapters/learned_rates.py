@@ -14,6 +14,7 @@ from metalearn.adapters import gradient_descent
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.adapters.updates import LearnedRates
 from metalearn.adapters.wrappers import StepWrapper
+from metalearn.pieces import COUNT, check_range
 
 
 @configurables.moved_keywords(gradient_descent.MOVED, gradient_descent.MOVED_MESSAGE)
@@ -73,6 +74,5 @@ class PerStepLearningRates(_LearnedRatesDoor):
     _per = "layer_step"
 
     def __init__(self, steps: int = 1, *args: Any, **kwargs: Any):
-        if int(steps) < 1:
-            raise ValueError(f"PerStepLearningRates needs steps >= 1, got {steps}")
+        steps = check_range("PerStepLearningRates", "steps", steps, COUNT)
         super().__init__(steps, *args, **kwargs)

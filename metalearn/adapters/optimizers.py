@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from metalearn.adapters.hyperparameters import Learned, Value
 from metalearn.adapters.updates import Update
+from metalearn.pieces import DECAY, POSITIVE
 
 
 def _zeros(weights):
@@ -52,13 +53,16 @@ class InnerMomentum(Update):
     """SGD with momentum, as ``keras.optimizers.SGD(learning_rate, momentum, nesterov)``:
     ``m <- momentum * m - learning_rate * g``; the update is ``m``, or with Nesterov
     ``momentum * m - learning_rate * g``. State: ``m``, zero before the first step.
+
+    Ranges (:func:`~metalearn.pieces.check_range`; a :class:`Learned` one's initial
+    value): ``learning_rate > 0``, ``momentum`` in ``[0, 1)``.
     """
 
     def __init__(self, learning_rate: Value = 0.01, momentum: Value = 0.9,
                  nesterov: bool = False, name: Optional[str] = None):
         super().__init__(name=name)
-        self.learning_rate = self.hyperparameter("learning_rate", learning_rate, positive=True)
-        self.momentum = self.hyperparameter("momentum", momentum, below_one=True)
+        self.learning_rate = self.hyperparameter("learning_rate", learning_rate, POSITIVE)
+        self.momentum = self.hyperparameter("momentum", momentum, DECAY)
         self.nesterov = bool(nesterov)
 
     def init(self, weights):
@@ -83,15 +87,19 @@ class InnerAdam(Update):
     ``alpha = learning_rate sqrt(1 - beta_2^t) / (1 - beta_1^t)`` at inner step ``t``
     (from 1). State: ``(m, v)``, zero before the first step. ``sqrt`` has a zero
     derivative at 0 (see :func:`safe_sqrt`).
+
+    Ranges (:func:`~metalearn.pieces.check_range`; a :class:`Learned` one's initial
+    value): ``learning_rate > 0``, ``beta_1`` and ``beta_2`` in ``[0, 1)``,
+    ``epsilon > 0`` (Keras' Adam checks none of them).
     """
 
     def __init__(self, learning_rate: Value = 0.001, beta_1: Value = 0.9,
                  beta_2: Value = 0.999, epsilon: Value = 1e-7, name: Optional[str] = None):
         super().__init__(name=name)
-        self.learning_rate = self.hyperparameter("learning_rate", learning_rate, positive=True)
-        self.beta_1 = self.hyperparameter("beta_1", beta_1, below_one=True)
-        self.beta_2 = self.hyperparameter("beta_2", beta_2, below_one=True)
-        self.epsilon = self.hyperparameter("epsilon", epsilon, positive=True)
+        self.learning_rate = self.hyperparameter("learning_rate", learning_rate, POSITIVE)
+        self.beta_1 = self.hyperparameter("beta_1", beta_1, DECAY)
+        self.beta_2 = self.hyperparameter("beta_2", beta_2, DECAY)
+        self.epsilon = self.hyperparameter("epsilon", epsilon, POSITIVE)
 
     def init(self, weights):
         return _zeros(weights), _zeros(weights)
@@ -118,16 +126,20 @@ class InnerRMSProp(Update):
     g``), increment ``learning_rate g / sqrt(v [- a^2] + epsilon)``; with momentum
     ``m <- momentum m + increment`` and the update is ``-m``, else ``-increment``.
     State: ``(v, a, m)`` (``a`` and ``m`` only where used), zero before the first step.
+
+    Ranges (:func:`~metalearn.pieces.check_range`; a :class:`Learned` one's initial
+    value): ``learning_rate > 0``, ``rho`` and ``momentum`` in ``[0, 1)``,
+    ``epsilon > 0``.
     """
 
     def __init__(self, learning_rate: Value = 0.001, rho: Value = 0.9,
                  momentum: Value = 0.0, epsilon: Value = 1e-7, centered: bool = False,
                  name: Optional[str] = None):
         super().__init__(name=name)
-        self.learning_rate = self.hyperparameter("learning_rate", learning_rate, positive=True)
-        self.rho = self.hyperparameter("rho", rho, below_one=True)
-        self.momentum = self.hyperparameter("momentum", momentum, below_one=True)
-        self.epsilon = self.hyperparameter("epsilon", epsilon, positive=True)
+        self.learning_rate = self.hyperparameter("learning_rate", learning_rate, POSITIVE)
+        self.rho = self.hyperparameter("rho", rho, DECAY)
+        self.momentum = self.hyperparameter("momentum", momentum, DECAY)
+        self.epsilon = self.hyperparameter("epsilon", epsilon, POSITIVE)
         self.centered = bool(centered)
         self._uses_momentum = _learnable(momentum)
 

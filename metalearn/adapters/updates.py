@@ -34,7 +34,8 @@ import tensorflow as tf
 
 from metalearn.adapters.hyperparameters import HyperparameterSet, Learned, Value
 from metalearn.functional import Weights
-from metalearn.pieces import Capabilities, Piece, check_patterns, select_paths
+from metalearn.pieces import (POSITIVE, STEPS, Capabilities, Piece, Range, check_patterns,
+                              check_range, select_paths)
 
 State = Any
 """A transform's state between inner steps: any nest of tensors (``()`` for none)."""
@@ -71,11 +72,12 @@ class Update(Piece):
         super().__init__(name=name)
         self.hyperparameters = HyperparameterSet()
 
-    def hyperparameter(self, name: str, value: Value, positive: bool = False,
-                       below_one: bool = False) -> Value:
-        """Declares hyperparameter ``name``: a number, or :class:`Learned` (then
-        :meth:`build` creates its variables). Returns the checked value."""
-        return self.hyperparameters.declare(name, value, positive, below_one)
+    def hyperparameter(self, name: str, value: Value, allowed: Range) -> Value:
+        """Declares hyperparameter ``name``: a number in ``allowed``, or :class:`Learned`
+        with its initial value in it (then :meth:`build` creates its variables); out of
+        range, a :class:`~metalearn.pieces.HyperparameterRangeError` names this piece's
+        class, the hyperparameter, the value and the range. Returns the checked value."""
+        return self.hyperparameters.declare(type(self).__name__, name, value, allowed)
 
     def hp(self, name: str, path: str, info: "StepInfo", dtype: tf.DType) -> tf.Tensor:
         """The value of hyperparameter ``name`` for weight ``path`` at this inner step."""
@@ -120,6 +122,8 @@ def update_or_rate(owner: str, learning_rate: Optional[float],
     them, chained) or a plain ``GradientStep(learning_rate)`` (0.01 when neither is
     given); ``owner`` (the loop's name) is named in the error when both are."""
     update = as_update(update)
+    if learning_rate is not None:
+        learning_rate = check_range(owner, "learning_rate", learning_rate, POSITIVE)
     if update is not None and learning_rate is not None:
         raise ValueError(f"give {owner} either learning_rate ({learning_rate}) or update "
                          f"({update.name}), not both: put the rate in the update, e.g. "
@@ -164,13 +168,12 @@ class Chain(Update):
 
 @gin.configurable
 class GradientStep(Update):
-    """Plain gradient steps: ``updates = -learning_rate * grads``; the rate may be
-    :class:`Learned` (per element: Meta-SGD; per layer and step: LSLR)."""
+    """Plain gradient steps: ``updates = -learning_rate * grads``; the rate (``> 0``) may
+    be :class:`Learned` (per element: Meta-SGD; per layer and step: LSLR)."""
 
     def __init__(self, learning_rate: Value = 0.01, name: Optional[str] = None):
         super().__init__(name=name)
-        self.learning_rate = self.hyperparameter("learning_rate", learning_rate,
-                                                 positive=True)
+        self.learning_rate = self.hyperparameter("learning_rate", learning_rate, POSITIVE)
 
     def update(self, grads, state, weights, info):
         return {p: -self.hp("learning_rate", p, info, g.dtype) * g
@@ -190,14 +193,15 @@ class FirstOrder(Update):
 class AnnealOrder(Update):
     """MAML++'s derivative-order annealing: first order while the learner's
     :attr:`meta_step` is below ``first_order_steps``, second order from then on
-    (a ``tf.where``-style blend on the counter, so nothing retraces)."""
+    (a ``tf.where``-style blend on the counter, so nothing retraces).
+    ``first_order_steps``: a whole number ``>= 0``."""
 
     def __init__(self, first_order_steps: int = gin.REQUIRED, name: Optional[str] = None):
         super().__init__(name=name)
-        if first_order_steps is gin.REQUIRED or int(first_order_steps) < 0:
-            raise ValueError(f"first_order_steps must be an int >= 0, got "
-                             f"{first_order_steps!r}")
-        self.first_order_steps = int(first_order_steps)
+        if first_order_steps is gin.REQUIRED:
+            raise ValueError("AnnealOrder needs first_order_steps (a whole number >= 0)")
+        self.first_order_steps = check_range("AnnealOrder", "first_order_steps",
+                                             first_order_steps, STEPS)
 
     def update(self, grads, state, weights, info):
         if self.first_order_steps == 0:
@@ -244,13 +248,14 @@ class Mask(Update):
 @gin.configurable
 class ClipByGlobalNorm(Update):
     """Updates (or gradients, placed first in a chain) clipped to a global norm over all
-    adapted weights of one task. Mixes values across weights, so no task axis."""
+    adapted weights of one task (``max_norm > 0``). Mixes values across weights, so no
+    task axis."""
 
     def __init__(self, max_norm: float = gin.REQUIRED, name: Optional[str] = None):
         super().__init__(name=name)
-        if max_norm is gin.REQUIRED or not float(max_norm) > 0:
-            raise ValueError(f"max_norm must be > 0, got {max_norm!r}")
-        self.max_norm = float(max_norm)
+        if max_norm is gin.REQUIRED:
+            raise ValueError("ClipByGlobalNorm needs max_norm (> 0)")
+        self.max_norm = check_range("ClipByGlobalNorm", "max_norm", max_norm, POSITIVE)
 
     def own_capabilities(self) -> Capabilities:
         return Capabilities(task_axis=False)
@@ -271,14 +276,15 @@ class Proximal(Update):
     descends the proximally regularised support loss, iMAML's inner problem
     (:class:`~metalearn.adapters.ImplicitGradientDescent` builds its inner solve so).
     State: ``w_0``, the weights :meth:`init` saw (differentiable, as every state is).
-    Elementwise: works on a task axis.
+    Elementwise: works on a task axis. ``regularization``: ``> 0``.
     """
 
     def __init__(self, regularization: float = gin.REQUIRED, name: Optional[str] = None):
         super().__init__(name=name)
-        if regularization is gin.REQUIRED or not float(regularization) > 0:
-            raise ValueError(f"regularization (lambda) must be > 0, got {regularization!r}")
-        self.regularization = float(regularization)
+        if regularization is gin.REQUIRED:
+            raise ValueError("Proximal needs regularization (lambda, > 0)")
+        self.regularization = check_range("Proximal", "regularization", regularization,
+                                          POSITIVE)
 
     def init(self, weights):
         return dict(weights)
@@ -300,12 +306,12 @@ class LearnedRates(GradientStep):
         Li et al. 2017), or ``"layer_step"``, a scalar rate for every adapted weight
         tensor and inner step (MAML++'s LSLR, Antoniou et al. 2019; with more inner steps
         at test time than it was built for, the last step's rates are reused).
-      initial: the rates' initial value.
-      max_learning_rate: if set, the rates are clipped to
-        ``[-max_learning_rate, max_learning_rate]`` where they are used (no gradient
-        reaches a rate while it is clipped): a safeguard for regression losses whose
-        inner loop diverges above a small rate.
-      min_learning_rate: if set, the lower clipping bound instead of
+      initial: the rates' initial value (``> 0``).
+      max_learning_rate: if set (``> 0``), the rates are kept in
+        ``[-max_learning_rate, max_learning_rate]`` (:class:`Learned`'s ``low`` and
+        ``high``: projected back after each outer update, clipped where used): a
+        safeguard for regression losses whose inner loop diverges above a small rate.
+      min_learning_rate: if set (at most ``initial``), the lower bound instead of
         ``-max_learning_rate`` (``0.0`` keeps rates from turning the inner loop into
         gradient ascent).
     """
@@ -315,18 +321,15 @@ class LearnedRates(GradientStep):
                  min_learning_rate: Optional[float] = None, name: Optional[str] = None):
         if per not in RATES:
             raise ValueError(f"LearnedRates per must be one of {RATES}, got {per!r}")
-        if not float(initial) > 0:
-            raise ValueError(f"learning_rate must be > 0, got {initial} (a learned rate's "
-                             "initial value)")
-        if max_learning_rate is not None and not float(max_learning_rate) > 0:
-            raise ValueError(f"max_learning_rate must be > 0, got {max_learning_rate}")
-        if min_learning_rate is not None and max_learning_rate is not None and \
-                not float(min_learning_rate) < float(max_learning_rate):
-            raise ValueError(f"min_learning_rate={min_learning_rate} must be below "
-                             f"max_learning_rate={max_learning_rate}")
-        high = None if max_learning_rate is None else float(max_learning_rate)
-        low = float(min_learning_rate) if min_learning_rate is not None else \
-            (None if high is None else -high)
+        high = None if max_learning_rate is None else \
+            check_range("LearnedRates", "max_learning_rate", max_learning_rate, POSITIVE)
+        initial = check_range("LearnedRates", "initial", initial,
+                              Range(0, high, low_open=True))  # > 0 (and <= the maximum)
+        low = None if min_learning_rate is None else check_range(
+            "LearnedRates", "min_learning_rate", min_learning_rate,
+            Range(high=initial))  # at most the initial value, which is below the maximum
+        if low is None and high is not None:
+            low = -high
         super().__init__(Learned(initial, per, low=low, high=high), name=name)
         self.per = per
         self.initial = float(initial)

@@ -28,7 +28,8 @@ import tensorflow as tf
 from metalearn.adapters.hyperparameters import variable_name
 from metalearn.adapters.updates import State
 from metalearn.functional import Weights
-from metalearn.pieces import Capabilities, Piece, check_patterns, clamp_step, select_paths
+from metalearn.pieces import (COUNT, Capabilities, Piece, check_patterns, check_range,
+                              clamp_step, select_paths)
 
 StepFn = Callable[[Weights, State, int, Any, Any], Tuple[Weights, State]]
 OneStep = Callable[[Weights, State, Any], Tuple[Weights, State]]
@@ -191,9 +192,9 @@ class MiniBatches(StepWrapper):
 
     def __init__(self, batch_size: int = gin.REQUIRED, name: Optional[str] = None):
         super().__init__(name=name)
-        if batch_size is gin.REQUIRED or int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-        self.batch_size = int(batch_size)
+        if batch_size is gin.REQUIRED:
+            raise ValueError("MiniBatches needs batch_size (a whole number >= 1)")
+        self.batch_size = check_range("MiniBatches", "batch_size", batch_size, COUNT)
 
     def own_capabilities(self) -> Capabilities:
         return Capabilities(task_axis=False)
@@ -262,9 +263,8 @@ class WhileLoop(StepWrapper):
 
     def __init__(self, parallel_iterations: int = 1, name: Optional[str] = None):
         super().__init__(name=name)
-        if int(parallel_iterations) < 1:
-            raise ValueError(f"parallel_iterations must be >= 1, got {parallel_iterations!r}")
-        self.parallel_iterations = int(parallel_iterations)
+        self.parallel_iterations = check_range("WhileLoop", "parallel_iterations",
+                                               parallel_iterations, COUNT)
 
     def iterate(self, one_step, weights, state, steps, keep_all):
         if steps == 0:

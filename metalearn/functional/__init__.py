@@ -24,14 +24,16 @@ from typing import Any, Dict, Mapping
 import keras
 import tensorflow as tf
 
-from metalearn.functional.losses import softmax_cross_entropy
+from metalearn.functional.losses import (Gaussian, gaussian_nll, predictive_mse,
+                                          softmax_cross_entropy)
 from metalearn.functional.moments import batch_moments, exact_moments, example_mask
 
 Weights = Dict[str, tf.Tensor]
 """A model's weights by variable path, e.g. ``{"dense/kernel": <tf.Tensor [1, 40]>, ...}``."""
 
-__all__ = ["Weights", "layer", "variables", "weights", "call", "call_and_update", "check_built",
-           "exact_moments", "batch_moments", "example_mask", "softmax_cross_entropy"]
+__all__ = ["Weights", "layer", "metric_dtype", "variables", "weights", "call",
+           "call_and_update", "check_built", "exact_moments", "batch_moments", "example_mask",
+           "softmax_cross_entropy", "Gaussian", "gaussian_nll", "predictive_mse"]
 
 
 def check_built(model: keras.Model) -> None:
@@ -69,6 +71,14 @@ def variables(model: keras.Model) -> Dict[str, keras.Variable]:
                              f"{variable.path!r}; give its layers unique names")
         by_path[variable.path] = variable
     return by_path
+
+
+def metric_dtype(model: keras.Model) -> tf.DType:
+    """The dtype of a model's losses, metrics and meta-gradients: float64 for a float64
+    model, float32 otherwise (a mixed-precision model's outputs are cast up to it)."""
+    check_built(model)
+    dtype = tf.as_dtype(model.trainable_variables[0].dtype)
+    return tf.float64 if dtype == tf.float64 else tf.float32
 
 
 def weights(model: keras.Model) -> Weights:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 from metalearn.pieces import Capabilities, Piece
@@ -17,6 +18,55 @@ def solve_flat(matrix: tf.Tensor, b: tf.Tensor, adjoint: bool = False) -> tf.Ten
     return tf.reshape(tf.linalg.solve(matrix, flat, adjoint=adjoint), tf.shape(b))
 
 
+class LabelOutsideClassesError(ValueError):
+    """A support label is not one of the task's classes ``0 .. ways - 1``."""
+
+
+def _outside_message(ways: int) -> str:
+    # no apostrophe: TensorFlow escapes it in an assertion's message
+    return (f"a support label is outside the {ways} classes of the task (labels 0 .. "
+            f"{ways - 1}; a head would drop its example silently):")
+
+
+def class_labels(labels: Any, ways: int
+                 ) -> Tuple[tf.Tensor, Optional[tf.Tensor], Optional[tf.Tensor], tf.Tensor]:
+    """``(labels, mask, classes, outside)`` of one task's support labels: the one place
+    a head turns labels into classes, and the one check that each is a class of the
+    task. ``labels`` ``[n]`` int32 (a padded example's: 0), ``mask`` and ``classes`` as
+    :func:`~metalearn.tasks.episode.unmask` gives them, ``outside`` ``[n]`` (bool) the
+    labels outside ``0 .. ways - 1`` (all False unless compiled by XLA, see below).
+
+    Raises:
+      LabelOutsideClassesError: (labels known when called: eagerly) a label outside the
+        task's classes; the message names the label, its example and the number of
+        classes.
+      tf.errors.InvalidArgumentError: the same inside a ``tf.function`` (an assertion
+        that runs with the step, its message naming the same). XLA drops assertions:
+        there a head makes the rows of such labels NaN (:func:`support_targets`,
+        :func:`~metalearn.heads.prototypes.class_prototypes`), a non-finite step for
+        ``Loop.on_non_finite`` rather than a silently dropped example.
+    """
+    labels, mask, classes = unmask(labels)
+    labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
+    outside = tf.logical_or(labels < 0, labels >= ways)
+    known = tf.get_static_value(labels)
+    if known is not None:
+        bad = np.flatnonzero((known < 0) | (known >= ways))
+        if bad.size:
+            raise LabelOutsideClassesError(
+                f"{_outside_message(ways)} label {int(known[bad[0]])} of support example "
+                f"{int(bad[0])}" + (f" (and {bad.size - 1} more)" if bad.size > 1 else "")
+                + f"; the support labels: {known.tolist()}")
+        return labels, mask, classes, outside
+    first = tf.argmax(tf.cast(outside, tf.int32))
+    check = tf.debugging.Assert(
+        tf.logical_not(tf.reduce_any(outside)),
+        [_outside_message(ways), "label", labels[first], "of support example", first,
+         "; the support labels:", labels], summarize=64)
+    with tf.control_dependencies([check]):
+        return tf.identity(labels), mask, classes, outside
+
+
 def support_targets(embeddings: tf.Tensor, labels: Any, ways: int
                     ) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor], Optional[tf.Tensor]]:
     """``(embeddings, targets, mask, classes)`` of one task's support set: the one-hot
@@ -24,10 +74,12 @@ def support_targets(embeddings: tf.Tensor, labels: Any, ways: int
     :class:`~metalearn.tasks.episode.MaskedLabels`, the padded rows of ``embeddings``
     ``[n, features]`` and of ``targets`` zeroed (so no padding value, however large,
     reaches a fit, and no gradient reaches it from one), the real examples ``mask``
-    ``[n]`` and the task's ``classes`` ``[ways]`` (bool; both ``None`` for plain labels)."""
-    labels, mask, classes = unmask(labels)
-    targets = tf.one_hot(tf.cast(tf.reshape(labels, [-1]), tf.int32), ways,
-                         dtype=embeddings.dtype)                           # [n, ways]
+    ``[n]`` and the task's ``classes`` ``[ways]`` (bool; both ``None`` for plain labels).
+    Labels outside the task's classes raise (:func:`class_labels`)."""
+    labels, mask, classes, outside = class_labels(labels, ways)
+    targets = tf.one_hot(labels, ways, dtype=embeddings.dtype)           # [n, ways]
+    targets = targets + tf.where(outside, tf.constant(np.nan, targets.dtype),
+                                 tf.zeros([], targets.dtype))[:, None]  # XLA: see there
     if mask is None:
         return embeddings, targets, None, None
     mask, classes = tf.reshape(mask, [-1]), tf.reshape(classes, [-1])
@@ -75,3 +127,28 @@ class Head(Piece):
     def logits(self, state: Any, embeddings: tf.Tensor) -> tf.Tensor:
         """``[n, ways]`` logits of ``[n, features]`` query embeddings."""
         raise NotImplementedError
+
+    def fit_finite(self, embeddings: tf.Tensor, labels: Any, ways: int) -> Any:
+        """:meth:`fit`, with a non-finite support embedding (of a real example) made a
+        non-finite state: the fit sees the embeddings with every NaN or infinity
+        replaced by 0 (a solver given NaN raises a raw TensorFlow error, "eigen
+        decomposition was not successful", "matrix is not invertible", which no
+        policy can skip) and every floating tensor of the state is then NaN, so the
+        task's loss is: a non-finite step for ``Loop.on_non_finite`` (``"skip"``:
+        :class:`~metalearn.outer.SkipNonFinite` skips it). What the learner calls
+        (``EmbeddingLearner.fit_head``); the same state as :meth:`fit` otherwise."""
+        finite = tf.math.is_finite(embeddings)
+        mask = unmask(labels)[1]
+        if mask is not None:  # padded rows: zeroed by support_targets, never fitted
+            finite = tf.logical_or(finite, tf.logical_not(tf.reshape(mask, [-1, 1])))
+        all_finite = tf.reduce_all(finite)
+        state = self.fit(tf.where(finite, embeddings, tf.zeros_like(embeddings)), labels,
+                         ways)
+
+        def poisoned(value):
+            value = tf.convert_to_tensor(value)
+            if not value.dtype.is_floating:
+                return value
+            return tf.where(all_finite, value, tf.constant(np.nan, value.dtype))
+
+        return tf.nest.map_structure(poisoned, state)

@@ -10,6 +10,7 @@ import gin
 import tensorflow as tf
 
 from metalearn.heads.base import Head, support_targets
+from metalearn.pieces import DECAY, NON_NEGATIVE, POSITIVE, STEPS, check_range
 from metalearn.heads.prototypes import class_prototypes, cosine_similarities
 from metalearn.tasks.episode import restrict_to_classes
 
@@ -48,11 +49,12 @@ class LinearProbeHead(Head):
 
     Args:
       classifier: ``"linear"`` or ``"cosine"``.
-      steps: gradient steps per task.
+      steps: gradient steps per task (a whole number >= 0).
       learning_rate, momentum: of the steps (``v = momentum * v + g; w -= lr * v``, as
-        ``torch.optim.SGD`` and ``keras.optimizers.SGD`` step).
-      weight_decay: L2 penalty on the kernel (not the bias).
-      scale: the cosine classifier's fixed scale.
+        ``torch.optim.SGD`` and ``keras.optimizers.SGD`` step): ``learning_rate > 0``,
+        ``momentum`` in ``[0, 1)``.
+      weight_decay: L2 penalty on the kernel (not the bias), ``>= 0``.
+      scale: the cosine classifier's fixed scale (> 0).
       normalize: L2-normalise the embeddings first (the linear classifier).
 
     On a padded episode (:class:`~metalearn.tasks.episode.MaskedLabels`) the loss is the
@@ -69,18 +71,13 @@ class LinearProbeHead(Head):
                  name: Optional[str] = None):
         super().__init__(name=name)
         self.classifier = check_classifier(classifier, "LinearProbeHead.classifier")
-        if isinstance(steps, bool) or int(steps) != steps or int(steps) < 0:
-            raise ValueError(f"LinearProbeHead.steps must be a whole number >= 0, got {steps!r}")
-        for what, value, low in (("learning_rate", learning_rate, 0.0), ("scale", scale, 0.0)):
-            if not float(value) > low:
-                raise ValueError(f"LinearProbeHead.{what} must be > 0, got {value}")
-        if not 0 <= float(momentum) < 1:
-            raise ValueError(f"LinearProbeHead.momentum must be in [0, 1), got {momentum}")
-        if not float(weight_decay) >= 0:
-            raise ValueError(f"LinearProbeHead.weight_decay must be >= 0, got {weight_decay}")
-        self.steps, self.learning_rate = int(steps), float(learning_rate)
-        self.momentum, self.weight_decay = float(momentum), float(weight_decay)
-        self.scale, self.normalize = float(scale), bool(normalize)
+        owner = "LinearProbeHead"
+        self.steps = check_range(owner, "steps", steps, STEPS)
+        self.learning_rate = check_range(owner, "learning_rate", learning_rate, POSITIVE)
+        self.momentum = check_range(owner, "momentum", momentum, DECAY)
+        self.weight_decay = check_range(owner, "weight_decay", weight_decay, NON_NEGATIVE)
+        self.scale = check_range(owner, "scale", scale, POSITIVE)
+        self.normalize = bool(normalize)
 
     def _inputs(self, embeddings: tf.Tensor) -> tf.Tensor:
         return tf.math.l2_normalize(embeddings, axis=-1) if self.normalize else embeddings

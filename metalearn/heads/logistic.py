@@ -38,7 +38,7 @@ import tensorflow as tf
 
 from metalearn.heads.base import solve_flat, support_targets
 from metalearn.heads.ridge import RidgeHead
-from metalearn.pieces import Capabilities, implicit_solution
+from metalearn.pieces import COUNT, POSITIVE, Capabilities, check_range, implicit_solution
 from metalearn.tasks.episode import restrict_to_classes
 
 GRADIENTS = ("implicit", "unrolled")
@@ -172,7 +172,7 @@ class LogisticHead(RidgeHead):
     Args:
       regularization: ``lambda``'s initial value (> 0; RFS's ``C`` is ``1 / lambda``).
       scale, bias: the logits' initial scale and offset.
-      steps: Newton steps.
+      steps: Newton steps (a whole number >= 1).
       learn: meta-learn ``lambda``, ``scale`` and ``bias``.
       intercept: fit an unpenalised per-class intercept ``b`` (RFS's).
       normalize: L2-normalise the embeddings, support and queries, first (RFS's).
@@ -194,14 +194,12 @@ class LogisticHead(RidgeHead):
                  name: Optional[str] = None):
         super().__init__(regularization=regularization, scale=scale, bias=bias, learn=learn,
                          name=name)
-        if isinstance(steps, bool) or int(steps) != steps or int(steps) < 1:
-            raise ValueError(f"LogisticHead steps must be >= 1, got {steps}")
+        steps = check_range(type(self).__name__, "steps", steps, COUNT)
         if gradient not in GRADIENTS:
             raise ValueError(f"LogisticHead gradient must be one of {GRADIENTS}, "
                              f"got {gradient!r}")
-        if not float(damping) > 0:
-            raise ValueError(f"LogisticHead damping must be > 0, got {damping}")
-        self.steps, self.gradient, self.damping = int(steps), gradient, float(damping)
+        damping = check_range(type(self).__name__, "damping", damping, POSITIVE)
+        self.steps, self.gradient, self.damping = steps, gradient, damping
         self.intercept, self.normalize = bool(intercept), bool(normalize)
 
     def own_capabilities(self) -> Capabilities:
@@ -269,22 +267,17 @@ class LogisticRegressionHead(LogisticHead):
     differentiated through its fixed ``iterations`` (``gradient="unrolled"``).
 
     Args:
-      C: inverse regularisation strength (scikit-learn's ``C``; RFS: 1.0).
-      iterations: Newton steps.
+      C: inverse regularisation strength (> 0; scikit-learn's ``C``; RFS: 1.0).
+      iterations: Newton steps (a whole number >= 1).
       normalize: L2-normalise the embeddings first (RFS does).
-      damping: added to the intercept's block of the Newton system.
+      damping: added to the intercept's block of the Newton system (> 0).
     """
 
     def __init__(self, C: float = 1.0, iterations: int = 10, normalize: bool = True,
                  damping: float = 1e-6, name: Optional[str] = None):
-        if not float(C) > 0:
-            raise ValueError(f"LogisticRegressionHead.C must be > 0, got {C}")
-        if isinstance(iterations, bool) or int(iterations) != iterations or int(iterations) < 1:
-            raise ValueError("LogisticRegressionHead.iterations must be a whole number >= 1, "
-                             f"got {iterations!r}")
-        if not float(damping) > 0:
-            raise ValueError(f"LogisticRegressionHead.damping must be > 0, got {damping}")
-        super().__init__(regularization=1.0 / float(C), scale=1.0, bias=0.0,
+        C = check_range("LogisticRegressionHead", "C", C, POSITIVE)
+        iterations = check_range("LogisticRegressionHead", "iterations", iterations, COUNT)
+        super().__init__(regularization=1.0 / C, scale=1.0, bias=0.0,
                          steps=iterations, learn=False, intercept=True, normalize=normalize,
                          gradient="unrolled", damping=damping, name=name)
         self.C, self.iterations = float(C), int(iterations)

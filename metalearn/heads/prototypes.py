@@ -7,10 +7,11 @@ from typing import Any, List, Optional
 
 import gin
 import keras
+import numpy as np
 import tensorflow as tf
 
-from metalearn.heads.base import Head
-from metalearn.tasks.episode import unmask
+from metalearn.heads.base import Head, class_labels
+from metalearn.pieces import POSITIVE, check_range
 
 DISTANCES = ("squared_euclidean", "cosine")
 
@@ -24,9 +25,9 @@ def class_prototypes(embeddings: tf.Tensor, labels: tf.Tensor, ways: int) -> tf.
     """Mean embedding of each class, ``[ways, features]``, from ``[n, features]``
     embeddings and ``n`` integer labels in ``[0, ways)`` (or
     :class:`~metalearn.tasks.episode.MaskedLabels`: the real examples only; a class
-    without examples gets a zero prototype)."""
-    labels, mask, _ = unmask(labels)
-    labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
+    without examples gets a zero prototype). A label outside ``0 .. ways - 1`` raises
+    (:func:`~metalearn.heads.base.class_labels`)."""
+    labels, mask, _, outside = class_labels(labels, ways)  # raises on a label outside
     weights = tf.ones_like(labels, embeddings.dtype) if mask is None else \
         tf.cast(tf.reshape(mask, [-1]), embeddings.dtype)
     if mask is not None:
@@ -34,7 +35,9 @@ def class_prototypes(embeddings: tf.Tensor, labels: tf.Tensor, ways: int) -> tf.
                               tf.zeros_like(embeddings))
     sums = tf.math.unsorted_segment_sum(embeddings, labels, ways)
     counts = tf.math.unsorted_segment_sum(weights, labels, ways)
-    return sums / tf.maximum(counts, 1)[:, None]
+    poison = tf.where(tf.reduce_any(outside), tf.constant(np.nan, embeddings.dtype),
+                      tf.zeros([], embeddings.dtype))  # under XLA (class_labels)
+    return sums / tf.maximum(counts, 1)[:, None] + poison
 
 
 def squared_distances(embeddings: tf.Tensor, prototypes: tf.Tensor) -> tf.Tensor:
@@ -62,7 +65,7 @@ class PrototypeHead(Head):
 
     Args:
       distance: ``"squared_euclidean"`` or ``"cosine"``.
-      scale: the logits' scale (its initial value when learned).
+      scale: the logits' scale (> 0; its initial value when learned).
       learn_scale: meta-learn the scale (one scalar, a meta-variable of the learner).
     """
 
@@ -74,10 +77,8 @@ class PrototypeHead(Head):
         if distance not in DISTANCES:
             raise ValueError(f"PrototypeHead.distance must be one of {DISTANCES}, "
                              f"got {distance!r}")
-        if not float(scale) > 0:
-            raise ValueError(f"PrototypeHead.scale must be > 0, got {scale}")
         self.distance = distance
-        self.initial_scale = float(scale)
+        self.initial_scale = check_range("PrototypeHead", "scale", scale, POSITIVE)
         self.learn_scale = bool(learn_scale)
         self._scale: List[keras.Variable] = []
 

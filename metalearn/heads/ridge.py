@@ -10,6 +10,9 @@ import keras
 import tensorflow as tf
 
 from metalearn.heads.base import Head, support_targets
+from metalearn.pieces import POSITIVE, Range, check_range
+
+FINITE = Range()
 
 
 @gin.configurable
@@ -30,7 +33,7 @@ class RidgeHead(Head):
 
     Args:
       regularization: ``lambda``'s initial value (> 0).
-      scale, bias: the logits' initial scale and offset.
+      scale, bias: the logits' initial scale and offset (finite).
       learn: meta-learn ``lambda``, ``scale`` and ``bias``.
     """
 
@@ -39,9 +42,10 @@ class RidgeHead(Head):
     def __init__(self, regularization: float = 1.0, scale: float = 1.0, bias: float = 0.0,
                  learn: bool = True, name: Optional[str] = None):
         super().__init__(name=name)
-        if not float(regularization) > 0:
-            raise ValueError(f"regularization (lambda) must be > 0, got {regularization}")
-        self.initial = (math.log(float(regularization)), float(scale), float(bias))
+        owner = type(self).__name__
+        regularization = check_range(owner, "regularization", regularization, POSITIVE)
+        self.initial = (math.log(regularization), check_range(owner, "scale", scale, FINITE),
+                        check_range(owner, "bias", bias, FINITE))
         self.learn = bool(learn)
         self._variables: List[keras.Variable] = []
 

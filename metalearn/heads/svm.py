@@ -28,7 +28,8 @@ import keras
 import tensorflow as tf
 
 from metalearn.heads.base import Head, solve_flat, support_targets
-from metalearn.pieces import Capabilities, implicit_solution
+from metalearn.pieces import (COUNT, NON_NEGATIVE, POSITIVE, Capabilities, Range,
+                              check_range, implicit_solution)
 
 
 def simplex_projection(z: tf.Tensor, total: tf.Tensor,
@@ -159,7 +160,8 @@ class SVMHead(Head):
       c: the SVM's regularisation ``C`` (> 0; MetaOptNet uses 0.1), a hyperparameter.
       scale: the logits' initial scale, meta-learned unless ``learn=False`` (MetaOptNet
         meta-learns it).
-      steps: projected-gradient iterations before the Newton step on the face.
+      steps: projected-gradient iterations before the Newton step on the face (a whole
+        number >= 1).
       ridge: adds ``ridge * I`` to the kernel (>= 0), keeping the dual strongly convex
         when ``n`` exceeds the features; 0 is the plain Crammer-Singer dual.
       learn: meta-learn ``scale``.
@@ -175,14 +177,11 @@ class SVMHead(Head):
     def __init__(self, c: float = 0.1, scale: float = 1.0, steps: int = 100,
                  ridge: float = 0.0, learn: bool = True, name: Optional[str] = None):
         super().__init__(name=name)
-        if not float(c) > 0:
-            raise ValueError(f"SVMHead c (the SVM's C) must be > 0, got {c}")
-        if int(steps) < 1:
-            raise ValueError(f"SVMHead steps must be >= 1, got {steps}")
-        if not float(ridge) >= 0:
-            raise ValueError(f"SVMHead ridge must be >= 0, got {ridge}")
-        self.c, self.steps, self.ridge = float(c), int(steps), float(ridge)
-        self.initial_scale, self.learn = float(scale), bool(learn)
+        self.c = check_range("SVMHead", "c", c, POSITIVE)
+        self.steps = check_range("SVMHead", "steps", steps, COUNT)
+        self.ridge = check_range("SVMHead", "ridge", ridge, NON_NEGATIVE)
+        self.initial_scale = check_range("SVMHead", "scale", scale, Range())
+        self.learn = bool(learn)
         self._scale: Optional[keras.Variable] = None
 
     def own_capabilities(self) -> Capabilities:

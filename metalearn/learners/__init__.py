@@ -2,11 +2,12 @@
 
 from metalearn.learners.baseline import ClassifierBaseline
 from metalearn.learners.embedding import EmbeddingLearner, Solution
-from metalearn.learners.learner import Learner, MetricFn, accuracy
+from metalearn.learners.learner import (Learner, MetricFn, accuracy, predict_on,
+                                        support_objective)
 from metalearn.learners.multi_step import MultiStepLossLearner
 from metalearn.learners.prototypical import PrototypicalNetworks, ProtoMAML
 from metalearn.learners.task_init import PrototypeInit, TaskInit, ZeroInit
 
 __all__ = ["ClassifierBaseline", "EmbeddingLearner", "Learner", "MetricFn", "MultiStepLossLearner",
            "PrototypeInit", "PrototypicalNetworks", "ProtoMAML", "Solution", "TaskInit",
-           "ZeroInit", "accuracy"]
+           "ZeroInit", "accuracy", "predict_on", "support_objective"]

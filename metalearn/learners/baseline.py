@@ -20,8 +20,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from metalearn import functional
-from metalearn.pieces import Piece
+from metalearn import execution, functional
+from metalearn.pieces import POSITIVE, Piece, Pieces, check_range
 from metalearn.functional import Weights
 from metalearn.heads.base import Head
 from metalearn.heads.linear import check_classifier, classifier_logits
@@ -52,8 +52,7 @@ class WholeClassClassifier(Piece):
                 or int(classes) < 2:
             raise ValueError(f"ClassifierBaseline.classes (training classes) must be a whole "
                              f"number >= 2, got {classes!r}")
-        if not float(scale) > 0:
-            raise ValueError(f"ClassifierBaseline.scale must be > 0, got {scale}")
+        scale = check_range("ClassifierBaseline", "scale", scale, POSITIVE)
         self.classes = int(classes)
         self.kind = check_classifier(kind, "ClassifierBaseline.classifier")
         self.initial_scale, self.learn_scale = float(scale), bool(learn_scale)
@@ -162,7 +161,7 @@ class ClassifierBaseline(EmbeddingLearner):
         self.update_batch_norm = bool(update_batch_norm)
 
     @property
-    def pieces(self) -> List[Piece]:
+    def pieces(self) -> Pieces:
         classifier = getattr(self, "classifier", None)  # set after Learner.__init__
         return super().pieces + ([classifier] if classifier is not None else [])
 
@@ -171,8 +170,8 @@ class ClassifierBaseline(EmbeddingLearner):
         """``[n, classes]`` logits of the whole-class classifier (``update``: assign
         the moving statistics the training-mode call computes)."""
         call = functional.call_and_update if update else functional.call
-        embeddings = flat(self._full_precision(call(self.model, weights, x,
-                                                    training=training)))
+        embeddings = flat(execution.full_precision(
+            call(self.model, weights, x, training=training), self._metric_dtype))
         return self.classifier.logits(embeddings)
 
     def episode_metrics(self, episode: Episode, steps: Optional[int] = None,

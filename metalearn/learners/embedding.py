@@ -19,7 +19,7 @@ from metalearn.functional import Weights, softmax_cross_entropy
 from metalearn.heads.base import Head
 from metalearn.heads.prototypes import flat
 from metalearn.learners.learner import Learner, MetricFn
-from metalearn.pieces import Piece
+from metalearn.pieces import Pieces
 from metalearn.tasks.episode import MaskedLabels, example_mask
 
 
@@ -93,7 +93,7 @@ class EmbeddingLearner(Learner):
         head.build(tf.as_dtype(self.model.trainable_variables[0].dtype))
 
     @property
-    def pieces(self) -> List[Piece]:
+    def pieces(self) -> Pieces:
         head = getattr(self, "head", None)  # set after Learner.__init__
         return super().pieces + ([head] if head is not None else [])
 
@@ -115,7 +115,7 @@ class EmbeddingLearner(Learner):
                 f"a variable-way, variable-shot sampler such as MetaDataset): it would fit "
                 f"the padding. Use a head that supports them ({', '.join(padding)}) or "
                 f"episodes of one size")
-        return self.head.fit(embeddings, labels, self.ways)
+        return self.head.fit_finite(embeddings, labels, self.ways)  # NaN: a NaN state
 
     def support_loss(self, weights: Weights, x: Any, y: Any) -> tf.Tensor:
         """The head fitted and evaluated on the support set (an adapter's objective)."""

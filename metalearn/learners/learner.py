@@ -13,7 +13,7 @@ from metalearn.adapters.base import Adapter
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.functional import Weights
 from metalearn.learners.task_init import TaskInit
-from metalearn.pieces import Capabilities, LossFn, Piece, SplitLoss
+from metalearn.pieces import LossFn, Piece, Pieces, SplitLoss
 from metalearn.tasks.episode import Episode, example_mask, restrict_to_classes, unmask
 
 MetricFn = Callable[[Any, Any], tf.Tensor]
@@ -31,6 +31,20 @@ _MOVED = {
                            " (metalearn.execution)",
     "zero_init": "task_init=[ZeroInit(patterns)] (metalearn.learners.ZeroInit; gin: "
                  "Learner.task_init = [@ZeroInit()], ZeroInit.patterns = ('head',))",
+}
+
+_MOVED_MEMBERS = {
+    "capabilities": "learner.pieces.capabilities (the learner's pieces as one Piece)",
+    "gradient_metrics": "learner.pieces.gradient_metrics",
+    "metric_dtype": "metalearn.functional.metric_dtype(learner.model)",
+    "predict_on": "metalearn.learners.predict_on(learner, weights, x, y) (it calls "
+                  "learner.predict: override that)",
+    "support_objective": "metalearn.learners.support_objective(learner) (from "
+                         "learner.support_loss: override that)",
+    "support_outputs": "learner.forward under functional.example_mask (override "
+                       "support_loss for another inner objective)",
+    "query_metric_names": "['loss', *learner.metrics] (learner.metric_names adds the "
+                          "adapter's)",
 }
 
 
@@ -181,7 +195,27 @@ def check_loss_shapes(what: str, y_true: Any, y_pred: Any, values: Any = None) -
             "averaged into a wrong loss")
 
 
+def predict_on(learner: "Learner", weights: Any, x: Any, y: Any) -> Any:
+    """``learner.predict(weights, x)`` for inputs ``x`` whose labels are ``y``: for a
+    padded episode the padding is kept out of the batch statistics (BatchNorm in
+    training mode)."""
+    with functional.example_mask(example_mask(y)):
+        return learner.predict(weights, x)
+
+
+def support_objective(learner: "Learner") -> LossFn:
+    """What the learner's adapter minimises, as it receives it: the learner's
+    :meth:`~Learner.support_loss`, given in its two halves
+    (:class:`~metalearn.pieces.SplitLoss`: the model's outputs on the support set, then
+    :meth:`~Learner.task_loss`) unless the learner's class overrides ``support_loss``,
+    whose halves cannot be known (an adapter that needs them then says so)."""
+    if type(learner).support_loss is not Learner.support_loss:
+        return learner.support_loss
+    return SplitLoss(learner._support_outputs, learner.task_loss)
+
+
 @gin.configurable
+@configurables.moved_members(_MOVED_MEMBERS)
 @configurables.moved_keywords(_MOVED)
 class Learner(tf.Module):
     """A Keras model, an inner-loop adapter and a task loss.
@@ -266,7 +300,7 @@ class Learner(tf.Module):
         self.query_training = bool(query_training)
         self.task_init = task_init
         dtype = tf.as_dtype(model.trainable_variables[0].dtype)
-        self.metric_dtype = tf.float64 if dtype == tf.float64 else tf.float32
+        self._metric_dtype = functional.metric_dtype(model)
         self.loss = in_precision(self.loss, dtype)
         self.metrics = {k: in_precision(v, dtype) for k, v in self.metrics.items()}
         # The outer-step counter: advanced by the compiled meta-step (training.loop),
@@ -294,17 +328,12 @@ class Learner(tf.Module):
                         lambda self, value: setattr(self, "metrics", value))
 
     @property
-    def pieces(self) -> List[Piece]:
-        """The learner's inner-loop pieces: its adapter and task initialisers."""
-        return [self.adapter, *self.task_init]
-
-    @property
-    def capabilities(self) -> Capabilities:
-        """What the learner's pieces (and every part of them) allow, combined."""
-        result = Capabilities()
-        for piece in self.pieces:
-            result = result & piece.capabilities
-        return result
+    def pieces(self) -> Pieces:
+        """The learner's pieces as one :class:`~metalearn.pieces.Pieces`: its adapter
+        and task initialisers (a subclass adds its own, e.g. a head). What they allow
+        and measure, combined over every part: ``pieces.capabilities``,
+        ``pieces.gradient_metrics`` (backward-pass figures the meta-step reports)."""
+        return Pieces([self.adapter, *self.task_init])
 
     # --- what the outer step trains ----------------------------------------------
 
@@ -316,12 +345,7 @@ class Learner(tf.Module):
         found = [v for p, v in functional.variables(self.model).items()
                  if p not in per_task]
         seen = {id(v) for v in found}
-        for piece in self.pieces:
-            for variable in piece.meta_variables:
-                if id(variable) not in seen:
-                    seen.add(id(variable))
-                    found.append(variable)
-        return found
+        return found + [v for v in self.pieces.meta_variables if id(v) not in seen]
 
     def initial_weights(self) -> Weights:
         """The model's current weights as tensors (the meta-learned initialisation;
@@ -332,11 +356,7 @@ class Learner(tf.Module):
         """Model weight paths that are set per task rather than meta-learned: those of
         every piece (generated weights, per-step copies, task initialisers), in the
         model's order."""
-        weights = self.initial_weights()
-        found = set()
-        for piece in self.pieces:
-            found.update(piece.task_paths(weights))
-        return [p for p in weights if p in found]
+        return self.pieces.task_paths(self.initial_weights())
 
     # --- one task ----------------------------------------------------------------
 
@@ -345,12 +365,10 @@ class Learner(tf.Module):
         :meth:`~metalearn.adapters.Adapter.forward`, which is a plain call unless the
         adapter generates weights per input)."""
         call = lambda w, inputs: functional.call(self.model, w, inputs, training=training)
-        return self._full_precision(self.adapter.forward(call, weights, x))
-
-    def _full_precision(self, outputs: Any) -> Any:
-        """Outputs of a mixed-precision model (float16/bfloat16) cast to the metric dtype,
-        so losses, metrics and meta-gradients are computed in float32."""
-        return execution.full_precision(outputs, self.metric_dtype)
+        # a mixed-precision model's outputs (float16/bfloat16) cast up, so losses,
+        # metrics and meta-gradients are computed in float32
+        return execution.full_precision(self.adapter.forward(call, weights, x),
+                                        self._metric_dtype)
 
     def task_loss(self, y_true: Any, y_pred: Any) -> tf.Tensor:
         """Scalar loss of one task's predictions (override for a custom loss): the mean
@@ -367,35 +385,19 @@ class Learner(tf.Module):
             else self.loss(labels, y_pred)
         check_loss_shapes(what, labels, y_pred, values)
         if mask is None:
-            return tf.cast(tf.reduce_mean(values), self.metric_dtype)
-        return tf.cast(masked_mean(values, mask, what), self.metric_dtype)
+            return tf.cast(tf.reduce_mean(values), self._metric_dtype)
+        return tf.cast(masked_mean(values, mask, what), self._metric_dtype)
 
-    def support_outputs(self, weights: Weights, x: Any, y: Any) -> Any:
-        """The model's outputs on a support batch, whose :meth:`task_loss` is
-        :meth:`support_loss` (``y`` gives the padding mask of batch statistics)."""
+    def _support_outputs(self, weights: Weights, x: Any, y: Any) -> Any:
+        # the model's outputs on a support batch (y gives the padding mask of batch
+        # statistics): the first half of support_loss
         with functional.example_mask(example_mask(y)):
             return self.forward(weights, x, training=True)
 
     def support_loss(self, weights: Weights, x: Any, y: Any) -> tf.Tensor:
-        """The inner loop's objective: the task loss on a support batch."""
-        return self.task_loss(y, self.support_outputs(weights, x, y))
-
-    @property
-    def support_objective(self) -> LossFn:
-        """What the adapter minimises, as it receives it: :meth:`support_loss`, given in
-        its two halves (:class:`~metalearn.adapters.SplitLoss` of
-        :meth:`support_outputs` and :meth:`task_loss`) unless a subclass overrides
-        ``support_loss``, whose halves the learner cannot know (an adapter that needs
-        them then says so)."""
-        if type(self).support_loss is not Learner.support_loss:
-            return self.support_loss
-        return SplitLoss(self.support_outputs, self.task_loss)
-
-    def predict_on(self, weights: Weights, x: Any, y: Any) -> Any:
-        """:meth:`predict` for inputs ``x`` whose labels are ``y``: for a padded episode
-        the padding is kept out of the batch statistics (BatchNorm in training mode)."""
-        with functional.example_mask(example_mask(y)):
-            return self.predict(weights, x)
+        """The inner loop's objective: the task loss on a support batch (override for
+        another; the adapter receives it through :func:`support_objective`)."""
+        return self.task_loss(y, self._support_outputs(weights, x, y))
 
     def adapt(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
               weights: Optional[Weights] = None) -> Weights:
@@ -417,7 +419,7 @@ class Learner(tf.Module):
         weights = self.initial_weights() if weights is None else weights
         weights = self.task_initial_weights(weights, support_x, support_y)
         return self.adapter.adapt_and_measure(weights, support_x, support_y,
-                                              self.support_objective, steps=steps)
+                                              support_objective(self), steps=steps)
 
     def adapt_trajectory(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
                          weights: Optional[Weights] = None) -> List[Weights]:
@@ -425,7 +427,7 @@ class Learner(tf.Module):
         weights = self.initial_weights() if weights is None else weights
         weights = self.task_initial_weights(weights, support_x, support_y)
         return self.adapter.adapt_trajectory(weights, support_x, support_y,
-                                             self.support_objective, steps=steps)
+                                             support_objective(self), steps=steps)
 
     def task_initial_weights(self, weights: Weights, support_x: Any,
                              support_y: Any) -> Weights:
@@ -466,8 +468,8 @@ class Learner(tf.Module):
         support_x, support_y, query_x, query_y = self.split(episode)
         adapted, inner = self.adapt_and_measure(support_x, support_y, steps, weights)
         query_x, query_y = self.query_data(adapted, query_x, query_y)
-        results = self.query_metrics(query_y, self.predict_on(adapted, query_x, query_y))
-        results.update({k: tf.cast(v, self.metric_dtype) for k, v in inner.items()})
+        results = self.query_metrics(query_y, predict_on(self, adapted, query_x, query_y))
+        results.update({k: tf.cast(v, self._metric_dtype) for k, v in inner.items()})
         return results
 
     def query_metrics(self, query_y: Any, predictions: Any) -> Dict[str, tf.Tensor]:
@@ -482,31 +484,17 @@ class Learner(tf.Module):
             what = f"{type(self).__name__} metric {name!r} {name_of(fn)}"
             check_loss_shapes(what, labels, predictions, values)
             value = tf.reduce_mean(values) if mask is None else masked_mean(values, mask, what)
-            results[name] = tf.cast(value, self.metric_dtype)
+            results[name] = tf.cast(value, self._metric_dtype)
         return results
 
     # --- a batch of tasks --------------------------------------------------------
 
     @property
-    def query_metric_names(self) -> List[str]:
-        """What :meth:`query_metrics` gives: ``"loss"`` and the learner's metrics."""
-        return ["loss"] + list(self.metrics)
-
-    @property
     def metric_names(self) -> List[str]:
-        """What :meth:`episode_metrics` gives: the query metrics and the adapter's
+        """What :meth:`episode_metrics` gives: what :meth:`query_metrics` gives
+        (``"loss"`` and the learner's metrics) and the adapter's figures
         (:attr:`~metalearn.adapters.Adapter.metric_names`)."""
-        return self.query_metric_names + list(self.adapter.metric_names)
-
-    @property
-    def gradient_metrics(self) -> Dict[str, tf.Variable]:
-        """What the pieces measure in the backward pass, by name: handles whose gradient
-        of the meta-loss is each figure (:meth:`~metalearn.adapters.base.Piece.
-        own_gradient_metrics`); the meta-step reports them with the other metrics."""
-        found: Dict[str, tf.Variable] = {}
-        for piece in self.pieces:
-            found.update(piece.gradient_metrics)
-        return found
+        return ["loss", *self.metrics, *self.adapter.metric_names]
 
     def meta_metrics(self, episodes: Episode, steps: Optional[int] = None,
                      weights: Optional[Weights] = None,

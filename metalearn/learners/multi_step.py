@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from metalearn.adapters.base import Adapter
 from metalearn.functional import Weights
-from metalearn.learners.learner import Learner, MetricFn
+from metalearn.learners.learner import Learner, MetricFn, predict_on
+from metalearn.pieces import COUNT, check_range
 from metalearn.tasks.episode import Episode
 
 
@@ -41,16 +42,15 @@ class MultiStepLossLearner(Learner):
                  loss: Optional[Union[str, MetricFn]] = None,
                  metrics: Optional[Mapping[str, Union[str, MetricFn]]] = None,
                  anneal_steps: int = 1000, **kwargs: Any):
-        if int(anneal_steps) < 1:
-            raise ValueError(f"anneal_steps must be >= 1, got {anneal_steps}")
+        anneal_steps = check_range("MultiStepLossLearner", "anneal_steps", anneal_steps, COUNT)
         super().__init__(model, adapter=adapter, loss=loss, metrics=metrics, **kwargs)
-        self.anneal_steps = int(anneal_steps)
+        self.anneal_steps = anneal_steps
 
     def step_importance(self, num_steps: int) -> tf.Tensor:
         """The weights of the query losses after steps ``1 .. num_steps``, ``[num_steps]``."""
-        progress = tf.minimum(tf.cast(self.meta_step, self.metric_dtype)
+        progress = tf.minimum(tf.cast(self.meta_step, self._metric_dtype)
                               / float(self.anneal_steps), 1.0)
-        last = tf.one_hot(num_steps - 1, num_steps, dtype=self.metric_dtype)
+        last = tf.one_hot(num_steps - 1, num_steps, dtype=self._metric_dtype)
         return (1.0 - progress) / float(num_steps) + progress * last
 
     def episode_metrics(self, episode: Episode, steps: Optional[int] = None,
@@ -60,10 +60,10 @@ class MultiStepLossLearner(Learner):
         support_x, support_y, query_x, query_y = self.split(episode)
         trajectory = self.adapt_trajectory(support_x, support_y, weights=weights)
         after_steps = trajectory[1:] or trajectory  # no steps: the initial weights
-        losses = [self.task_loss(query_y, self.predict_on(w, query_x, query_y))
+        losses = [self.task_loss(query_y, predict_on(self, w, query_x, query_y))
                   for w in after_steps[:-1]]
-        results = self.query_metrics(query_y, self.predict_on(after_steps[-1], query_x,
-                                                            query_y))
+        results = self.query_metrics(query_y, predict_on(self, after_steps[-1], query_x,
+                                                         query_y))
         losses.append(results["loss"])
         results["loss"] = tf.reduce_sum(self.step_importance(len(losses)) * tf.stack(losses))
         return results

@@ -18,6 +18,7 @@ from metalearn.execution import Formulation
 from metalearn.learners.learner import Learner
 from metalearn.outer import replicas
 from metalearn.outer.rule import ApplyFn, Metrics, OuterRule
+from metalearn.pieces import POSITIVE, check_range
 from metalearn.tasks.episode import Episode
 
 NON_FINITE = "non_finite"
@@ -81,9 +82,7 @@ class ClipDirections(Guard):
 
     def __init__(self, rule: OuterRule = gin.REQUIRED, max_norm: float = gin.REQUIRED):
         super().__init__(rule)
-        if isinstance(max_norm, bool) or not float(max_norm) > 0:
-            raise ValueError(f"ClipDirections.max_norm must be > 0, got {max_norm!r}")
-        self.max_norm = float(max_norm)
+        self.max_norm = check_range("ClipDirections", "max_norm", max_norm, POSITIVE)
 
     def apply(self, learner, directions, metrics):
         directions = replicas.mean(directions) if replicas.count() > 1 else list(directions)

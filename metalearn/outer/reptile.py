@@ -11,6 +11,7 @@ import tensorflow as tf
 from metalearn import configurables
 from metalearn.learners.learner import Learner
 from metalearn.outer.rule import OptimizerRule
+from metalearn.pieces import COUNT, check_range
 
 
 @gin.configurable
@@ -43,9 +44,8 @@ class Reptile(OptimizerRule):
             raise TypeError("Reptile(serial=True) is its own outer rule since metalearn "
                             "0.2: use SerialReptile(...) (gin: @SerialReptile())")
         super().__init__(optimizer)
-        if inner_steps is not None and int(inner_steps) < 1:
-            raise ValueError(f"inner_steps must be >= 1, got {inner_steps}")
-        self.inner_steps = None if inner_steps is None else int(inner_steps)
+        self.inner_steps = None if inner_steps is None else \
+            check_range(type(self).__name__, "inner_steps", inner_steps, COUNT)
 
     @classmethod
     def configured_class(cls) -> type:

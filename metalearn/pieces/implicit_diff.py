@@ -21,6 +21,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import gin
 import tensorflow as tf
 
+from metalearn.pieces.ranges import COUNT, NON_NEGATIVE, POSITIVE, check_range
+
 Tensors = List[tf.Tensor]
 Condition = Callable[[Tensors, Tensors], Tensors]
 """``F(x, theta)``: residuals with ``x``'s structure (a list of tensors)."""
@@ -59,15 +61,10 @@ class ConjugateGradient:
 
     def __init__(self, steps: int = 5, damping: float = 0.0,
                  tolerance: Optional[float] = None):
-        if int(steps) < 1:
-            raise ValueError(f"cg_steps must be >= 1, got {steps}")
-        if float(damping) < 0:
-            raise ValueError(f"damping must be >= 0, got {damping}")
-        if tolerance is not None and not float(tolerance) > 0:
-            raise ValueError(f"tolerance must be > 0 (or None: run every step), got "
-                             f"{tolerance}")
-        self.steps, self.damping = int(steps), float(damping)
-        self.tolerance = None if tolerance is None else float(tolerance)
+        self.steps = check_range("ConjugateGradient", "steps", steps, COUNT)
+        self.damping = check_range("ConjugateGradient", "damping", damping, NON_NEGATIVE)
+        self.tolerance = None if tolerance is None else \
+            check_range("ConjugateGradient", "tolerance", tolerance, POSITIVE)  # None: all steps
 
     def __call__(self, apply_a: Callable[[Tensors], Tensors], b: Tensors) -> Tensors:
         return self.solve(apply_a, b)[0]
@@ -130,11 +127,8 @@ class Neumann:
     DIAGNOSTICS = ("residual", "iterations", "growth")
 
     def __init__(self, steps: int = 10, alpha: float = 0.1):
-        if int(steps) < 1:
-            raise ValueError(f"Neumann steps must be >= 1, got {steps}")
-        if not float(alpha) > 0:
-            raise ValueError(f"Neumann alpha must be > 0, got {alpha}")
-        self.steps, self.alpha = int(steps), float(alpha)
+        self.steps = check_range("Neumann", "steps", steps, COUNT)
+        self.alpha = check_range("Neumann", "alpha", alpha, POSITIVE)
 
     def __call__(self, apply_a: Callable[[Tensors], Tensors], b: Tensors) -> Tensors:
         return self.solve(apply_a, b)[0]

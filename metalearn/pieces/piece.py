@@ -203,3 +203,34 @@ class Piece(tf.Module):
         """Gives this piece and every part the learner's outer-step counter."""
         for piece in [self, *self.parts()]:
             piece.meta_step = meta_step
+
+
+class Pieces(Piece):
+    """Pieces held together as one (a learner's adapter, task initialisers and head):
+    what the whole needs is asked of its parts, as for any composite piece
+    (:attr:`capabilities`, :attr:`gradient_metrics`, :meth:`task_paths`,
+    :attr:`meta_variables`, :meth:`bind`). Iterating gives the pieces as given.
+
+    Example::
+
+        learner.pieces.capabilities.custom_gradient   # some part differentiates itself
+        learner.pieces.gradient_metrics               # backward-pass figures by name
+    """
+
+    def __init__(self, pieces: Sequence[Piece] = ()):
+        super().__init__(name="pieces")
+        pieces = tuple(pieces)
+        for piece in pieces:
+            if not isinstance(piece, Piece):
+                raise TypeError(f"Pieces holds metalearn pieces, got {piece!r}")
+        self.members = pieces
+
+    def __iter__(self):
+        return iter(self.members)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __add__(self, other: Sequence[Piece]) -> "Pieces":
+        return Pieces([*self.members, *other])
+

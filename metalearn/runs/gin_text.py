@@ -95,6 +95,30 @@ def statements(text_or_file, filename: Optional[str] = None,
                           f"{_included(chain)}") from None
 
 
+def read_gin_file(path: str, chain: Tuple[Tuple[str, int, str], ...] = ()) -> str:
+    """A gin file's text, read as UTF-8 (what gin reads).
+
+    Args:
+      chain: the includes that led here, ``(file, line, text)``, for messages.
+
+    Raises:
+      SyntaxError: a byte that is not UTF-8; the message names the file, the line and
+        column, and the byte (as Python does for a source file), and the includes that
+        led to it.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise SyntaxError(f'bad gin file "{path}", line {line}, column {column}: byte '
+                          f"0x{data[error.start]:02x} is not UTF-8 ({error.reason}); gin "
+                          "files are read as UTF-8: save it as UTF-8 (or remove the "
+                          f"character){_included(chain)}") from None
+
+
 def find_file(path: str) -> Optional[str]:
     """A gin file path as gin's ``include`` finds it (the given path, then the search
     path that ``metalearn.configurables`` adds); ``None`` if neither has it."""
@@ -128,8 +152,8 @@ def _bindings_of(text_or_file, filename: Optional[str],
             if os.path.realpath(path) in files:
                 steps = "".join(f'\n  "{f}", line {n}: {t}' for f, n, t in chain + (here,))
                 raise GinIncludeError(f"gin file {path!r} includes itself:{steps}")
-            with open(path) as f:
-                found += _bindings_of(f, path, chain + (here,))
+            found += _bindings_of(read_gin_file(path, chain + (here,)), path,
+                                  chain + (here,))
     return found
 
 
@@ -151,8 +175,7 @@ def binding_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = (
         for path in gin_files:
             found = find_file(path)
             if found is not None:
-                with open(found) as f:
-                    bindings += _bindings_of(f, found)
+                bindings += _bindings_of(read_gin_file(found), found)
         for param in gin_params:
             bindings += _bindings_of(param, None)
     except (SyntaxError, GinIncludeError):
@@ -198,5 +221,4 @@ def config_text_bindings(text: str) -> Dict[str, str]:
 def config_bindings(path: str) -> Dict[str, str]:
     """``key -> value text`` of a saved gin config file (see
     :func:`config_text_bindings`)."""
-    with open(path) as f:
-        return config_text_bindings(f.read())
+    return config_text_bindings(read_gin_file(path))

@@ -109,3 +109,24 @@ class WorkdirLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def holder(workdir: str) -> Optional[Dict[str, object]]:
+    """The process training in ``workdir`` (``{"pid", "host", "since"}``) as its lock
+    file records it, or ``None`` if none is: the file is absent or empty (released),
+    or it names a process of this host that is no longer running. Reads only: never
+    takes the lock, so it cannot make a starting run fail."""
+    path = Workdir(workdir).train_lock
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        record = _holder(fd)
+    finally:
+        os.close(fd)
+    if record.get("pid") is None:
+        return None
+    if record.get("host") == socket.gethostname() and _alive(record["pid"]) is False:
+        return None
+    return record

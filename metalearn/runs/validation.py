@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from metalearn import _compat, execution
 from metalearn import configurables as gin_plumbing
-from metalearn.learners.learner import name_of
+from metalearn.learners.learner import name_of, predict_on
 from metalearn.runs.gin_text import (Binding, GinIncludeError, Source,  # noqa: F401
                                      binding_sources, config_bindings, config_text_bindings)
 from metalearn.runs.workdir import Workdir
@@ -58,6 +58,10 @@ are shown with an output-size error."""
 
 class ConfigChangeError(ValueError):
     """The workdir holds a run of another config."""
+
+
+class RunLengthError(ValueError):
+    """A run resumed with ``Loop.num_steps`` below the step its checkpoint reached."""
 
 
 _SOURCES: List[Binding] = []
@@ -147,6 +151,69 @@ def config_differences(saved: Mapping[str, str], new: Mapping[str, str]
             if saved.get(k) != new.get(k) and not _resumable(k)]
 
 
+def _differences_text(differences, saved_where: str, new_where: str) -> str:
+    return "\n".join(f"  {key}: {'(not bound)' if old is None else old} {saved_where}, "
+                     f"{'(not bound)' if new is None else new} {new_where}"
+                     for key, old, new in differences)
+
+
+def check_run_length(num_steps: int, checkpoint: Optional[str], step: Optional[int]
+                     ) -> None:
+    """Raises before anything is written when a run would resume past its end.
+
+    Resuming with ``Loop.num_steps`` equal to the checkpoint's step runs no step and
+    reads the finished run's metrics back; below it, a resumed run would run nothing,
+    report the checkpoint's metrics as those of a shorter run and record the shorter
+    length in ``config.gin``: refused (a checkpoint is never rewound).
+
+    Args:
+      num_steps: the new run's ``Loop.num_steps``.
+      checkpoint: the checkpoint the run would resume from (``None``: a new run).
+      step: the step that checkpoint holds.
+
+    Raises:
+      RunLengthError: ``num_steps`` is below ``step``; the message names both, the
+        checkpoint and what to do.
+    """
+    if checkpoint is None or step is None or num_steps >= step:
+        return
+    raise RunLengthError(
+        f"Loop.num_steps = {num_steps} is below step {step}, which the run's checkpoint "
+        f"{checkpoint} has reached: resuming would run no step and rewrite the run's "
+        f"length. Nothing was written. To train on, set Loop.num_steps above {step}; to "
+        f"evaluate this run use metalearn.evaluate; to train {num_steps} steps from the "
+        "start use another --workdir.")
+
+
+def check_config_unedited(workdir: str, saved_config: Optional[str]) -> None:
+    """Raises if the workdir's ``config.gin`` was edited after its checkpoint was
+    written: what ``restore`` and ``evaluate`` check before they load weights, as
+    :func:`check_workdir_config` does before ``train`` resumes (the same bindings may
+    differ: the loop's settings, evaluation settings, :data:`RESUMABLE_BINDINGS`).
+
+    Args:
+      saved_config: the config the checkpoint carries (``None``: a checkpoint written
+        before checkpoints carried it; nothing to compare).
+
+    Raises:
+      ConfigChangeError: a binding differs; the message names each with both values.
+    """
+    path = Workdir(workdir).config
+    if not saved_config or not os.path.isfile(path):
+        return
+    differences = config_differences(config_text_bindings(saved_config),
+                                     config_bindings(path))
+    if not differences:
+        return
+    raise ConfigChangeError(
+        f"{path} was changed after the run's checkpoint was written; the checkpoint's "
+        f"weights were trained with its own copy of the config, which differs in\n"
+        f"{_differences_text(differences, 'in the checkpoint', f'in {path}')}\n"
+        "Loading them into the edited config would give another model. Undo the edit "
+        f"(the checkpoint's values are above), or give a deliberate change as a binding "
+        "(gin_params, --gin_param), which applies on top of the run's config.")
+
+
 def check_workdir_config(workdir: str, config: str, allow_config_change: bool = False,
                          saved_config: Optional[str] = None) -> None:
     """Raises unless ``workdir`` is new or holds a run of the same config.
@@ -177,9 +244,7 @@ def check_workdir_config(workdir: str, config: str, allow_config_change: bool = 
     differences = config_differences(saved, config_text_bindings(config))
     if not differences:
         return
-    lines = "\n".join(f"  {key}: {'(not bound)' if old is None else old} in the workdir, "
-                      f"{'(not bound)' if new is None else new} now"
-                      for key, old, new in differences)
+    lines = _differences_text(differences, "in the workdir", "now")
     if allow_config_change:
         from absl import logging
         logging.warning("resuming %s with a changed config (allow_config_change):\n%s",
@@ -252,7 +317,7 @@ def check_outputs(learner, episode, sampler, split: str = "train") -> None:
         return
     support_x, support_y, query_x, query_y = learner.split(episode)
     adapted = learner.adapt(support_x, support_y, steps=0)
-    predictions = learner.predict_on(adapted, query_x, query_y)
+    predictions = predict_on(learner, adapted, query_x, query_y)
     query_y, support_y = unmask(query_y)[0], unmask(support_y)[0]  # padded: the labels
     shape = tuple(predictions.shape)
     target = tuple(tf.convert_to_tensor(query_y).shape)
@@ -330,7 +395,7 @@ def check_loss_and_metrics(learner, episode) -> None:
                              "regression loss or metric, e.g. "
                              "keras.losses.MeanSquaredError()")
     adapted = learner.adapt(support_x, support_y, steps=0)
-    learner.query_metrics(padded_y, learner.predict_on(adapted, query_x, padded_y))
+    learner.query_metrics(padded_y, predict_on(learner, adapted, query_x, padded_y))
 
 
 def check_tasks_and_outputs(experiment) -> None:

@@ -132,6 +132,38 @@ class Workdir:
         """Every evaluation report here (``eval*.json``), sorted."""
         return sorted(glob.glob(self._file(self.EVALUATIONS)))
 
+    def require_run(self) -> "Workdir":
+        """Checks that this is a run directory to restore (it has ``config.gin`` or
+        ``checkpoints/``), before anything is written next to it.
+
+        Returns:
+          This workdir.
+
+        Raises:
+          NotADirectoryError: the path is a file (or below one); the message names it.
+          FileNotFoundError: it does not exist, or holds neither file; the message
+            names it and what it holds.
+        """
+        path = os.path.abspath(self.path)
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise NotADirectoryError(f"workdir {path!r} is a file, not a run directory: "
+                                     "give the folder metalearn.train wrote (with "
+                                     f"{self.CONFIG} and {self.CHECKPOINTS}/)")
+        if not os.path.isdir(path):
+            above = os.path.dirname(path)
+            while above and not os.path.exists(above):
+                above = os.path.dirname(above)
+            if above and not os.path.isdir(above):
+                raise NotADirectoryError(f"workdir {path!r} is below the file {above!r}, "
+                                         "not a run directory")
+            raise FileNotFoundError(f"workdir {path!r} does not exist: give the folder "
+                                    "metalearn.train wrote")
+        if not (os.path.isfile(self.config) or os.path.isdir(self.checkpoints)):
+            raise FileNotFoundError(f"workdir {path!r} is not a run directory: it has "
+                                    f"neither {self.CONFIG} nor {self.CHECKPOINTS}/ (it "
+                                    f"holds {sorted(os.listdir(path))[:10]})")
+        return self
+
     def is_run(self) -> bool:
         """Whether this is a run directory (it has ``config.gin`` or ``metrics.json``)."""
         return os.path.isfile(self.config) or os.path.isfile(self.metrics)

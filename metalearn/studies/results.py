@@ -19,11 +19,14 @@ import io
 import json
 import math
 import os
+import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from metalearn.runs.files import read_json, write_text
+from metalearn.runs.files import read_json, write_results
 from metalearn.runs.gin_text import config_bindings
+from metalearn.runs.lock import holder
 from metalearn.runs.workdir import Workdir
+from metalearn.training.checkpoint import STATE_FILE
 from metalearn.statistics import paired_difference, seed_interval
 
 SEED_KEY = "Runtime.seed"
@@ -68,6 +71,161 @@ def find_runs(paths: Sequence[str]) -> List[str]:
     return runs
 
 
+FINISHED = "finished"
+INCOMPLETE = ("unfinished", "running", "failed", "never started")
+"""What a run that is not finished is: started and stopped before its end (killed, or
+its machine lost), training now, failed (its process exited with an error), or never
+started (a sweep lists it, its folder holds no run yet)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunState:
+    """Whether a run is finished, and if not, what it is.
+
+    Attributes:
+      workdir: its folder.
+      name: its name (the sweep's, else the folder's).
+      status: ``"finished"`` or one of :data:`INCOMPLETE`.
+      detail: for an incomplete run, how far it got (``"at step 20 of 30"``, ``"exit
+        code 1, see <train.log>"``).
+    """
+    workdir: str
+    name: str
+    status: str
+    detail: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.status == FINISHED
+
+    def __str__(self) -> str:
+        return f"{self.status}: {self.name} ({self.workdir}" + \
+            (f"; {self.detail})" if self.detail else ")")
+
+
+def _json_or_none(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _step(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+def is_trained(workdir: str, num_steps: int) -> bool:
+    """Whether ``metrics.json`` in ``workdir`` reports step ``num_steps`` (or later)."""
+    metrics = _json_or_none(Workdir(workdir).metrics)
+    return isinstance(metrics, dict) and _step(metrics.get("step")) >= num_steps
+
+
+def is_evaluated(workdir: str, num_steps: int, output: str = Workdir.EVALUATION) -> bool:
+    """Whether the evaluation file in ``workdir`` is of the final checkpoint."""
+    report = _json_or_none(Workdir(workdir).evaluation(output))
+    return isinstance(report, dict) and _step(report.get("checkpoint_step")) >= num_steps
+
+
+def _checkpoint_step(workdir: str) -> Optional[int]:
+    """The step of the latest checkpoint the state file records (``ckpt-<step>``)."""
+    try:
+        with open(os.path.join(Workdir(workdir).checkpoints, STATE_FILE)) as f:
+            first = f.readline()
+    except OSError:
+        return None
+    found = re.search(r"ckpt-(\d+)", first)
+    return int(found.group(1)) if found else None
+
+
+def run_state(workdir: str, name: Optional[str] = None) -> RunState:
+    """What the run in ``workdir`` is (see :class:`RunState`).
+
+    A sweep's run (``sweep_run.json``) is finished when ``metrics.json`` reports its
+    ``num_steps`` and, if the sweep evaluates, ``eval.json`` is of that step; a run of
+    ``metalearn.train`` when it has ``metrics.json`` (written at its end). Otherwise it
+    is running if a live process holds its training lock, failed if the sweep recorded
+    its process's error, never started if its folder holds no run, else unfinished.
+    """
+    name = name or os.path.basename(os.path.normpath(workdir))
+    folder = Workdir(workdir)
+    if not os.path.isdir(workdir):
+        return RunState(workdir, name, "never started", "no folder")
+    record = _json_or_none(folder.sweep_run)
+    record = record if isinstance(record, dict) else {}
+    name = str(record.get("name", name))
+    steps = _step(record.get("num_steps"))
+    if steps >= 0:
+        trained = is_trained(workdir, steps)
+        finished = trained and (not record.get("evaluate") or is_evaluated(workdir, steps))
+    else:
+        trained = finished = os.path.isfile(folder.metrics)
+    if finished:
+        return RunState(workdir, name, FINISHED)
+    reached = _checkpoint_step(workdir)
+    progress = ("trained, not evaluated" if trained else
+                f"at step {reached if reached is not None else 0}"
+                f"{f' of {steps}' if steps >= 0 else ''}")
+    running = holder(workdir)
+    if running is not None:
+        return RunState(workdir, name, "running", f"{progress}; process "
+                        f"{running.get('pid')} on {running.get('host')!r}")
+    outcome = record.get("outcome")
+    if isinstance(outcome, dict) and outcome.get("status") == "failed":
+        return RunState(workdir, name, "failed", f"{progress}; exit code "
+                        f"{outcome.get('exit_code')}, see {folder.train_log}")
+    if not (os.path.isfile(folder.config) or os.path.isdir(folder.checkpoints) or trained):
+        return RunState(workdir, name, "never started", "nothing trained in its folder")
+    return RunState(workdir, name, "unfinished", progress)
+
+
+def run_states(paths: Sequence[str]) -> List[RunState]:
+    """Every run under ``paths``, finished or not: each path that is a run, else its run
+    folders and, in a sweep's root, every run its ``sweep.json`` lists (in the sweep's
+    order; those without a folder are ``"never started"``).
+
+    Raises:
+      FileNotFoundError: a path is neither a run nor holds runs, nor a sweep's root.
+    """
+    states: List[RunState] = []
+    for path in paths:
+        if is_run(path):
+            states.append(run_state(path))
+            continue
+        sweep = Workdir(path).sweep
+        names: List[str] = []
+        if os.path.isfile(sweep):
+            saved = read_json(sweep, "a sweep record {\"runs\": [names], ...}")
+            try:
+                names = [str(name) for name in saved["runs"]]
+            except (KeyError, TypeError) as error:
+                raise ValueError(f"{sweep} is not a sweep record: expected an object with "
+                                 f"a list \"runs\" ({error!r})") from None
+        found = sorted(os.path.basename(p) for p in glob.glob(os.path.join(path, "*"))
+                       if is_run(p) or os.path.isfile(Workdir(p).sweep_run))
+        names += [n for n in found if n not in names]
+        if not names:
+            raise FileNotFoundError(f"{path!r} is neither a run directory nor holds any "
+                                    f"(no {Workdir.CONFIG} or {Workdir.METRICS})")
+        states += [run_state(os.path.join(path, n), n) for n in names]
+    return states
+
+
+def incomplete_text(states: Sequence[RunState]) -> str:
+    """A Markdown section listing the runs that are not finished (``""`` if none)."""
+    missing = [s for s in states if not s.finished]
+    if not missing:
+        return ""
+    counts = ", ".join(f"{sum(s.status == kind for s in missing)} {kind}"
+                       for kind in INCOMPLETE if any(s.status == kind for s in missing))
+    return (f"\n**INCOMPLETE: {len(missing)} of {len(states)} runs are not finished "
+            f"({counts}); the table holds the {len(states) - len(missing)} finished "
+            "runs only.**\n\n" + "".join(f"- {s}\n" for s in missing))
+
+
 def load_run(workdir: str) -> RunResult:
     """Reads a run directory's ``sweep_run.json``, ``metrics.json`` and ``eval*.json``."""
     name, bindings = os.path.basename(os.path.normpath(workdir)), {}
@@ -107,10 +265,11 @@ def load_run(workdir: str) -> RunResult:
     return RunResult(workdir, name, bindings, metrics, evals)
 
 
-def load_runs(paths: Sequence[str]) -> List[RunResult]:
-    """Every run under ``paths``; runs without saved sweep bindings get the config
-    bindings that differ between them."""
-    runs = [load_run(p) for p in find_runs(paths)]
+def load_runs(paths: Sequence[str], workdirs: Optional[Sequence[str]] = None
+              ) -> List[RunResult]:
+    """Every run under ``paths`` (or the run folders ``workdirs``); runs without saved
+    sweep bindings get the config bindings that differ between them."""
+    runs = [load_run(p) for p in (find_runs(paths) if workdirs is None else workdirs)]
     plain = [r for r in runs if not r.bindings]
     configs = {r.workdir: config_bindings(Workdir(r.workdir).config)
                for r in plain if os.path.isfile(Workdir(r.workdir).config)}
@@ -173,7 +332,8 @@ def _format(value: float) -> str:
 
 def markdown_table(keys: Sequence[str], rows: Sequence[Dict[str, object]],
                    columns: Sequence[str]) -> str:
-    """A Markdown table: one row per group, ``mean ± ci95`` across seeds."""
+    """A Markdown table: one row per group, ``mean ± ci95`` across seeds (``(n=k)``
+    after a value that only ``k`` of the group's seeds have)."""
     header = list(keys) + ["seeds"] + list(columns)
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header)
              + " |"]
@@ -181,26 +341,34 @@ def markdown_table(keys: Sequence[str], rows: Sequence[Dict[str, object]],
         cells = [str(row[k]) for k in keys] + [str(row["seeds"])]
         for column in columns:
             stat = row[column]
+            fewer = "" if stat is None or stat["n"] == row["seeds"] else \
+                f" (n={stat['n']})"  # a column some seeds lack: never read as all seeds
             if stat is None:
                 cells.append("")
             elif stat["n"] == 1:
-                cells.append(_format(stat["mean"]))
+                cells.append(_format(stat["mean"]) + fewer)
             else:
-                cells.append(f"{_format(stat['mean'])} ± {_format(stat['ci95'])}")
+                cells.append(f"{_format(stat['mean'])} ± {_format(stat['ci95'])}{fewer}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def write_runs_csv(path: str, runs: Sequence[RunResult], columns: Sequence[str]) -> None:
-    """One row per run: workdir, name, every swept binding and every column."""
+def write_runs_csv(path: str, runs: Sequence[RunResult], columns: Sequence[str],
+                   incomplete: Sequence[RunState] = ()) -> None:
+    """One row per run: workdir, name, status, every swept binding and every column;
+    then a row (status and detail) per run that is not finished."""
     keys = swept_keys(runs)
     f = io.StringIO()
     writer = csv.writer(f)
-    writer.writerow(["workdir", "name"] + keys + list(columns))
+    writer.writerow(["workdir", "name", "status"] + keys + list(columns))
     for run in runs:
-        writer.writerow([run.workdir, run.name] + [run.bindings.get(k, "") for k in keys]
-                        + [run.metrics.get(c, "") for c in columns])
-    write_text(path, f.getvalue())
+        writer.writerow([run.workdir, run.name, FINISHED] +
+                        [run.bindings.get(k, "") for k in keys] +
+                        [run.metrics.get(c, "") for c in columns])
+    for state in incomplete:
+        writer.writerow([state.workdir, state.name, f"{state.status}: {state.detail}"] +
+                        [""] * (len(keys) + len(columns)))
+    write_results(path, f.getvalue(), None, "runs table")
 
 
 def write_summary_csv(path: str, keys: Sequence[str], rows: Sequence[Dict[str, object]],
@@ -216,7 +384,7 @@ def write_summary_csv(path: str, keys: Sequence[str], rows: Sequence[Dict[str, o
             stat = row[column]
             cells += ["", ""] if stat is None else [stat["mean"], stat["ci95"]]
         writer.writerow(cells)
-    write_text(path, f.getvalue())
+    write_results(path, f.getvalue(), None, "summary table")
 
 
 # --- paired comparison of two runs on the same test episodes -------------------------

@@ -49,11 +49,13 @@ from metalearn.flags import resolve_gin_files
 from metalearn.runs.experiment import build_experiment, parse_config
 from metalearn import repository
 from metalearn.repository import from_repository, portable
-from metalearn.runs.files import read_json, write_json, write_text
+from metalearn.runs.files import read_json, write_json_results, write_text
 from metalearn.runs.modules import import_modules
 from metalearn.runs.validation import check_tasks_and_outputs
 from metalearn.runs.workdir import Workdir
+from metalearn.studies.results import is_evaluated, is_trained
 from metalearn.training import evaluate, restore, train
+from metalearn.training.evaluation import report_figures
 
 _KEY = re.compile(r"^([\w.]+/)*[\w.]+\.\w+$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+\-]+")
@@ -321,26 +323,6 @@ def validate(spec: SweepSpec, runs: Sequence[Run]) -> List[Run]:
     return checked
 
 
-def _read_json(path: str) -> Optional[Dict[str, Any]]:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def is_trained(workdir: str, num_steps: int) -> bool:
-    """Whether ``metrics.json`` in ``workdir`` reports step ``num_steps`` (or later)."""
-    metrics = _read_json(Workdir(workdir).metrics)
-    return bool(metrics) and int(metrics.get("step", -1)) >= num_steps
-
-
-def is_evaluated(workdir: str, num_steps: int, output: str = Workdir.EVALUATION) -> bool:
-    """Whether the evaluation file in ``workdir`` is of the final checkpoint."""
-    report = _read_json(Workdir(workdir).evaluation(output))
-    return bool(report) and int(report.get("checkpoint_step", -1)) >= num_steps
-
-
 def _is_done(run: Mapping[str, Any]) -> bool:
     workdir, steps = run["workdir"], int(run["num_steps"])
     return is_trained(workdir, steps) and (not run["evaluate"] or
@@ -377,8 +359,9 @@ def train_and_evaluate(workdir: str) -> None:
         experiment = restore(workdir, gin_params=run["eval_params"])
         report = evaluate(experiment.learner, experiment.sampler)
         report["checkpoint_step"] = experiment.restored_step
-        write_json(Workdir(workdir).evaluation(), report)
         print("evaluation: " + json.dumps(report["results"], sort_keys=True), flush=True)
+        write_json_results(Workdir(workdir).evaluation(), report, report_figures(report),
+                           "evaluation")  # results first, then the file
 
 
 _ACTIVE: Dict[int, subprocess.Popen] = {}
@@ -428,8 +411,9 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
 
     Returns:
       ``{"name", "status", "pid"}``: status ``"done"`` (nothing to do), ``"ran"``,
-      ``"failed"`` (with ``"log"``) or ``"locked"``; ``pid``, the process that ran this
-      call.
+      ``"failed"`` (with ``"log"``, ``"exit_code"`` and ``"workdir"``; the outcome is
+      recorded in ``sweep_run.json`` too, for ``metalearn.report``) or ``"locked"``
+      (with ``"workdir"``); ``pid``, the process that ran this call.
     """
     workdir = run["workdir"]
     os.makedirs(workdir, exist_ok=True)
@@ -438,7 +422,8 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return {"name": run["name"], "status": "locked", "pid": os.getpid()}
+            return {"name": run["name"], "status": "locked", "pid": os.getpid(),
+                    "workdir": workdir}
         saved = dict(run, bindings=dict(run["bindings"]))
         write_text(Workdir(workdir).sweep_run, json.dumps(saved, indent=2))
         if _is_done(saved):
@@ -446,8 +431,13 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
         log = Workdir(workdir).train_log
         code = _call(["-m", "metalearn.sweep", "--alsologtostderr",
                       f"--execute={workdir}"], log, pass_fds=(lock,))
-        if code != 0 or not _is_done(saved):
-            return {"name": run["name"], "status": "failed", "log": log, "pid": os.getpid()}
+        status = "failed" if code != 0 or not _is_done(saved) else "ran"
+        # The outcome, for metalearn.report (a rerun's record replaces it).
+        write_text(Workdir(workdir).sweep_run, json.dumps(
+            dict(saved, outcome={"status": status, "exit_code": code}), indent=2))
+        if status == "failed":
+            return {"name": run["name"], "status": "failed", "log": log, "pid": os.getpid(),
+                    "workdir": workdir, "exit_code": code}
         return {"name": run["name"], "status": "ran", "pid": os.getpid()}
     finally:
         os.close(lock)

@@ -5,11 +5,13 @@ from metalearn.tasks.base import SPLITS, TaskSampler, split_seed
 from metalearn.tasks.batches import SupervisedBatches
 from metalearn.tasks.classification import FewShotClassification, rotate
 from metalearn.tasks import datasets
+from metalearn.tasks.gaussian_process import GaussianProcess
 from metalearn.tasks.episode import Episode, MaskedLabels, pad_episodes
 from metalearn.tasks.meta_dataset import MetaDataset
 from metalearn.tasks.sinusoid import Sinusoid
 from metalearn.tasks.whole_class import WholeClassBatches
 
-__all__ = ["Episode", "FewShotClassification", "ImageAugmentation", "MaskedLabels",
+__all__ = ["Episode", "FewShotClassification", "GaussianProcess", "ImageAugmentation",
+           "MaskedLabels",
            "MetaDataset", "SPLITS", "Sinusoid", "SupervisedBatches", "TaskSampler",
            "WholeClassBatches", "datasets", "pad_episodes", "rotate", "split_seed"]

@@ -18,7 +18,9 @@ appendix):
 
 Every draw is a function of the episode's seed (NumPy's PCG64 seeded from the stream's
 stateless seed), so a stream is the same on any machine and resumes exactly. Records
-are read from disk per episode (:class:`~metalearn.tasks.datasets.meta_dataset.RecordReader`).
+are read from disk and decoded per episode
+(:meth:`~metalearn.tasks.datasets.meta_dataset.RecordReader.decode`), where each image's
+file and record are known: one that does not decode is named by both.
 
 Episodes are padded to ``max_support_set_size`` support and ``max_ways * max_query``
 query examples; their labels are :class:`~metalearn.tasks.episode.MaskedLabels`, which
@@ -39,6 +41,7 @@ import tensorflow as tf
 from metalearn.repository import data_path
 from metalearn.tasks.base import SPLITS, TaskSampler
 from metalearn.tasks.datasets.base import folder_contents, require_file
+from metalearn.tasks.datasets.images import check_image_size, check_memory
 from metalearn.tasks.datasets.meta_dataset import (RecordReader, SourceSpec,
                                                    load_meta_dataset_source)
 from metalearn.tasks.episode import PADDING, Episode, MaskedLabels
@@ -109,8 +112,7 @@ class MetaDataset(TaskSampler):
         self.sources = {s: tuple(given[s]) if given[s] is not None else PROTOCOLS[protocol][s]
                         for s in SPLITS}
         for name, value, low in (("min_ways", min_ways, 2), ("max_query", max_query, 1),
-                                 ("max_support_per_class", max_support_per_class, 1),
-                                 ("image_size", image_size, 1)):
+                                 ("max_support_per_class", max_support_per_class, 1)):
             if int(value) != value or int(value) < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         if int(max_ways) < int(min_ways):
@@ -127,7 +129,7 @@ class MetaDataset(TaskSampler):
         self.max_support_set_size = int(max_support_set_size)
         self.max_support_per_class = int(max_support_per_class)
         self.log_weights = (float(min_log_weight), float(max_log_weight))
-        self.image_size = int(image_size)
+        self.image_size = check_image_size(image_size, "MetaDataset")
         self.use_dag_hierarchy = bool(use_dag_hierarchy)
         self.use_bilevel_hierarchy = bool(use_bilevel_hierarchy)
         self.max_query_set_size = self.max_ways * self.max_query
@@ -241,11 +243,14 @@ class MetaDataset(TaskSampler):
         return name, classes.astype(np.int64), shots.astype(np.int64), queries
 
     def _episodes(self, seed: np.ndarray, num_tasks: int, split: bytes):
-        """NumPy side of :meth:`sample`: the records and labels of ``num_tasks``
-        episodes, padded."""
+        """NumPy side of :meth:`sample`: the decoded images (float32 in ``[-1, 1]``,
+        zeros where padded) and labels of ``num_tasks`` episodes, padded. Decoding
+        here, where each image's file and record are known, lets an undecodable one be
+        named (:meth:`RecordReader.decode`)."""
         split = split.decode() if isinstance(split, bytes) else str(split)
         support, query = self.max_support_set_size, self.max_query_set_size
-        records = np.full([num_tasks, support + query], b"", dtype=object)
+        size = self.image_size
+        decoded = np.zeros([num_tasks, support + query, size, size, 3], np.float32)
         labels = np.full([num_tasks, support + query], PADDING, np.int32)
         present = np.zeros([num_tasks, self.max_ways], bool)
         for task in range(int(num_tasks)):
@@ -258,14 +263,14 @@ class MetaDataset(TaskSampler):
             for label, (class_id, k) in enumerate(zip(classes, shots)):
                 chosen = rng.choice(spec.images_per_class[class_id], k + queries,
                                     replace=False)
-                images = reader.read(class_id, chosen)
-                records[task, s:s + k] = images[:k]
+                images = reader.decode(class_id, chosen, size)
+                decoded[task, s:s + k] = images[:k]
                 labels[task, s:s + k] = label
-                records[task, support + q:support + q + queries] = images[k:]
+                decoded[task, support + q:support + q + queries] = images[k:]
                 labels[task, support + q:support + q + queries] = label
                 s, q = s + k, q + queries
             present[task, :len(classes)] = True
-        return records, labels, present
+        return decoded, labels, present
 
     # --- the stream ----------------------------------------------------------------
 
@@ -280,13 +285,15 @@ class MetaDataset(TaskSampler):
         self._check_split(split)
         num_tasks = int(num_tasks)
         support, query = self.max_support_set_size, self.max_query_set_size
-        records, labels, present = tf.numpy_function(
+        size = self.image_size
+        check_memory(num_tasks * (support + query), size, 3, f"MetaDataset episodes "
+                     f"({num_tasks} tasks of {support} + {query} examples)", 4)
+        images, labels, present = tf.numpy_function(
             self._episodes, [tf.cast(seed, tf.int64), num_tasks, split],
-            [tf.string, tf.int32, tf.bool], stateful=False)
-        records = tf.ensure_shape(records, [num_tasks, support + query])
+            [tf.float32, tf.int32, tf.bool], stateful=False)
+        images = tf.ensure_shape(images, [num_tasks, support + query, size, size, 3])
         labels = tf.ensure_shape(labels, [num_tasks, support + query])
         present = tf.ensure_shape(present, [num_tasks, self.max_ways])
-        images = self._decode(records)              # [tasks, support + query, H, W, 3]
         mask = labels != PADDING
 
         def part(t, start, size):
@@ -297,22 +304,3 @@ class MetaDataset(TaskSampler):
                        part(images, support, query),
                        MaskedLabels(part(labels, support, query), part(mask, support, query),
                                     present))
-
-    def _decode(self, records: tf.Tensor) -> tf.Tensor:
-        """Encoded images ``[tasks, n]`` (``b""`` where padded) as float32 ``[tasks, n,
-        size, size, 3]`` in ``[-1, 1]``, zeros where padded."""
-        size = self.image_size
-        flat = tf.reshape(records, [-1])
-        where = tf.where(tf.strings.length(flat) > 0)                 # [real, 1]
-
-        def decode(data):
-            image = tf.io.decode_image(data, channels=3, expand_animations=False)
-            image = tf.image.resize(tf.cast(image, tf.float32), [size, size],
-                                    method="bilinear")
-            return image / 127.5 - 1.0
-
-        decoded = tf.map_fn(decode, tf.gather_nd(flat, where),
-                            fn_output_signature=tf.TensorSpec([size, size, 3], tf.float32))
-        images = tf.scatter_nd(where, decoded, tf.stack([tf.size(flat, out_type=tf.int64), size,
-                                                      size, 3]))
-        return tf.reshape(images, tf.concat([tf.shape(records), [size, size, 3]], 0))

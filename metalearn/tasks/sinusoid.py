@@ -12,11 +12,21 @@ from metalearn.tasks.base import TaskSampler
 from metalearn.tasks.episode import Episode
 
 
-def _check_range(name: str, value: Tuple[float, float]) -> Tuple[float, float]:
+def check_range(name: str, value: Tuple[float, float]) -> Tuple[float, float]:
     low, high = (float(v) for v in value)
     if not low <= high:
         raise ValueError(f"{name} must be a (low, high) pair with low <= high, got {value!r}")
     return low, high
+
+
+def check_points(shots: int, queries: Optional[int]) -> Tuple[int, int]:
+    """``(shots, queries)`` of a regression sampler, queries defaulting to shots; raises
+    ``ValueError`` naming a count below 1."""
+    if int(shots) < 1:
+        raise ValueError(f"shots must be >= 1, got {shots}")
+    if queries is not None and int(queries) < 1:
+        raise ValueError(f"queries must be >= 1, got {queries}")
+    return int(shots), int(shots) if queries is None else int(queries)
 
 
 @gin.configurable
@@ -38,15 +48,10 @@ class Sinusoid(TaskSampler):
                  phase: Tuple[float, float] = (0.0, math.pi),
                  x_range: Tuple[float, float] = (-5.0, 5.0),
                  dtype: str = "float32"):
-        if int(shots) < 1:
-            raise ValueError(f"shots must be >= 1, got {shots}")
-        if queries is not None and int(queries) < 1:
-            raise ValueError(f"queries must be >= 1, got {queries}")
-        self.shots = int(shots)
-        self.queries = self.shots if queries is None else int(queries)
-        self.amplitude = _check_range("amplitude", amplitude)
-        self.phase = _check_range("phase", phase)
-        self.x_range = _check_range("x_range", x_range)
+        self.shots, self.queries = check_points(shots, queries)
+        self.amplitude = check_range("amplitude", amplitude)
+        self.phase = check_range("phase", phase)
+        self.x_range = check_range("x_range", x_range)
         self.dtype = tf.as_dtype(dtype)
 
     def sample(self, seed: tf.Tensor, num_tasks: int, split: str = "train") -> Episode:

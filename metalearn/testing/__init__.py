@@ -9,7 +9,9 @@ A new algorithm gets the whole contract by writing one small test class::
         def make_learner(self):
             return classification_learner(MyAdapter(steps=2))
 
-and checks its meta-gradient against finite differences in float64 with
+(:class:`RegressionContract` and :func:`regression_learner` for a regression learner;
+the ``episodes`` and ``training_episodes`` hooks for other tasks, or a learner trained
+on whole-class batches), and checks its meta-gradient against finite differences in float64 with
 :func:`assert_meta_gradient_matches_finite_differences` (built of
 :func:`analytic_meta_gradient`, :func:`finite_difference_variables` and
 :func:`relative_error`; :func:`finite_difference_gradient` for a function of weights);
@@ -21,9 +23,10 @@ imports pytest.
 """
 
 from metalearn.testing.contract import (DIM, QUERIES, SHOTS, WAYS, LearnerContract,
-                                        classification_learner, contract_model,
+                                        RegressionContract, classification_learner,
+                                        contract_model, regression_learner,
                                         softmax_cross_entropy, synthetic_classification,
-                                        uninformative_support)
+                                        synthetic_regression, uninformative_support)
 from metalearn.testing.outer import (OuterRuleContract, task_adapted, task_meta_gradient,
                                      values)
 from metalearn.testing.reference import (analytic_meta_gradient,
@@ -35,11 +38,12 @@ from metalearn.testing.reference import (analytic_meta_gradient,
 from metalearn.testing.tasks import (image_episodes, mse, regression_episodes, small_learner,
                                      softmax_xent)
 
-__all__ = ["DIM", "LearnerContract", "OuterRuleContract", "task_adapted",
+__all__ = ["DIM", "LearnerContract", "RegressionContract", "OuterRuleContract", "task_adapted",
            "task_meta_gradient", "values", "QUERIES", "SHOTS", "WAYS", "analytic_meta_gradient",
            "assert_meta_gradient_matches_finite_differences", "classification_learner",
            "compiled_meta_gradient", "contract_model", "finite_difference_directions",
            "finite_difference_gradient", "finite_difference_variables", "flat",
            "image_episodes", "mse", "regression_episodes", "relative_error", "small_learner",
            "softmax_cross_entropy", "softmax_xent", "synthetic_classification",
+           "synthetic_regression", "regression_learner",
            "uninformative_support"]

@@ -11,10 +11,18 @@ A new algorithm gets the whole contract by writing one small class::
 every exported adapter, update, wrapper, head, task initialiser, learner and outer rule
 is covered by some case.
 
-The tasks are tiny synthetic N-way classification problems: each task draws ``ways``
-random class centres in ``dim`` dimensions and Gaussian examples around them, so a
-label means nothing across tasks (a model that has not seen the support set is at
-chance) and the classes of one task are well separated (one episode can be fitted).
+The tasks of :class:`LearnerContract` are tiny synthetic N-way classification problems:
+each task draws ``ways`` random class centres in ``dim`` dimensions and Gaussian
+examples around them, so a label means nothing across tasks (a model that has not seen
+the support set is at chance) and the classes of one task are well separated (one
+episode can be fitted). :class:`RegressionContract` runs the same contract on linear
+regression tasks ``y = x . w_task`` (:func:`synthetic_regression`): ``w_task`` is drawn
+per task, so a model that has not seen the support set cannot beat predicting zero.
+
+What the contract measures on and what its meta-steps train on are two hooks,
+:meth:`LearnerContract.episodes` and :meth:`LearnerContract.training_episodes`: a
+learner that is not trained on episodes (a pre-training baseline trained on whole-class
+batches) overrides the second.
 """
 
 from __future__ import annotations
@@ -60,6 +68,23 @@ def synthetic_classification(seed: int, tasks: int, ways: int = WAYS, shots: int
                    labels(queries))
 
 
+def synthetic_regression(seed: int, tasks: int, shots: int = SHOTS * WAYS,
+                         queries: int = QUERIES * WAYS, dim: int = DIM, noise: float = 0.05,
+                         dtype=tf.float32) -> Episode:
+    """A batch of linear regression tasks ``y = x . w_task + noise``, ``[tasks, ...]``:
+    inputs ``[tasks, n, dim]``, targets ``[tasks, n, 1]``; ``w_task`` standard normal,
+    so targets have variance about ``dim`` and mean zero over tasks."""
+    keys = tf.random.experimental.stateless_split([seed, 13], 5)
+    w = tf.random.stateless_normal([tasks, dim, 1], keys[0], dtype=dtype)
+
+    def examples(key, noise_key, count):
+        x = tf.random.stateless_normal([tasks, count, dim], key, dtype=dtype)
+        return x, x @ w + noise * tf.random.stateless_normal([tasks, count, 1], noise_key,
+                                                             dtype=dtype)
+
+    return Episode(*examples(keys[1], keys[2], shots), *examples(keys[3], keys[4], queries))
+
+
 def uninformative_support(episodes: Episode, seed: int = 0) -> Episode:
     """``episodes`` with each task's support labels shuffled against its examples, so the
     support set says nothing about the query labels."""
@@ -85,6 +110,16 @@ def classification_learner(adapter, model: Optional[keras.Model] = None,
                          metrics={"accuracy": "accuracy"}, **kwargs)
 
 
+def regression_learner(adapter, model: Optional[keras.Model] = None,
+                       learner_class=metalearn.Learner, **kwargs) -> metalearn.Learner:
+    """A learner for the synthetic regression tasks: a ``DIM -> 16 -> 1`` tanh MLP, mean
+    squared error."""
+    if model is None:
+        keras.utils.set_random_seed(0)
+        model = models.mlp((DIM,), hidden=(16,), outputs=1, activation="tanh")
+    return learner_class(model, adapter=adapter, loss="mse", **kwargs)
+
+
 def _state(learner: metalearn.Learner) -> List[np.ndarray]:
     variables = list(learner.model.variables) + [
         v for piece in learner.pieces for v in piece.meta_variables]
@@ -102,6 +137,33 @@ class LearnerContract(abc.ABC):
     @abc.abstractmethod
     def make_learner(self) -> metalearn.Learner:
         """A fresh learner for the synthetic ``WAYS``-way tasks."""
+
+    def episodes(self, seed: int, tasks: int) -> Episode:
+        """The tasks the contract measures on (``seed`` fixed per test)."""
+        return synthetic_classification(seed, tasks)
+
+    def training_episodes(self, seed: int, tasks: int) -> Episode:
+        """What the contract's meta-steps train on: :meth:`episodes` (override for a
+        learner trained otherwise, e.g. on whole-class batches)."""
+        return self.episodes(seed, tasks)
+
+    prediction_shape = (WAYS * QUERIES, WAYS)
+    """One task's query predictions."""
+
+    required_metrics = ("accuracy", "loss")
+
+    def assert_uninformed(self, metrics: Dict[str, tf.Tensor], episodes: Episode) -> None:
+        """``metrics`` (of :meth:`chance_metrics`) are what a learner that has not seen
+        the tasks' support sets can reach: chance accuracy."""
+        accuracy = metrics["accuracy"].numpy()
+        assert abs(accuracy.mean() - 1 / WAYS) < 0.1, accuracy.mean()
+
+    def assert_fitted(self, metrics: Dict[str, tf.Tensor], first_loss: float) -> None:
+        """``metrics`` after overfitting one episode: every query right, the loss below
+        a quarter of the first."""
+        assert float(metrics["accuracy"][0]) == 1.0
+        assert float(metrics["loss"][0]) < 0.25 * first_loss, (first_loss,
+                                                              float(metrics["loss"][0]))
 
     def make_outer_rule(self) -> metalearn.outer.OuterRule:
         return metalearn.MetaGradient(keras.optimizers.Adam(learning_rate=0.01))
@@ -121,7 +183,7 @@ class LearnerContract(abc.ABC):
 
     def test_shapes(self):
         learner = self.make_learner()
-        episodes = synthetic_classification(0, tasks=2)
+        episodes = self.episodes(0, tasks=2)
         task = episodes.task(0)
         start = learner.initial_weights()
         adapted = learner.adapt(task.support_x, task.support_y)
@@ -129,23 +191,22 @@ class LearnerContract(abc.ABC):
         for path, value in start.items():
             assert weights.get(path, value).shape == value.shape, path
         predictions = learner.predict(adapted, task.query_x)
-        assert predictions.shape == (WAYS * QUERIES, WAYS)
+        assert tuple(predictions.shape) == tuple(self.prediction_shape)
         metrics = learner.meta_metrics(episodes, formulation=self.make_formulation())
         assert sorted(metrics) == sorted(learner.metric_names)
-        assert {"accuracy", "loss"} <= set(metrics)
+        assert set(self.required_metrics) <= set(metrics)
         for value in metrics.values():
             assert value.shape == (2,)
             assert np.all(np.isfinite(value))
 
-    def test_chance_accuracy_before_training(self):
+    def test_chance_before_training(self):
         learner = self.make_learner()
-        accuracy = self.chance_metrics(learner, synthetic_classification(1, tasks=60)
-                                       )["accuracy"].numpy()
-        assert abs(accuracy.mean() - 1 / WAYS) < 0.1, accuracy.mean()
+        episodes = self.episodes(1, tasks=60)
+        self.assert_uninformed(self.chance_metrics(learner, episodes), episodes)
 
     def test_meta_step_lowers_the_loss(self):
         learner = self.make_learner()
-        episodes = synthetic_classification(2, tasks=4)
+        episodes = self.training_episodes(2, tasks=4)
         formulation = self.make_formulation()
         before = float(learner.meta_loss(episodes, formulation=formulation))
         metalearn.training.make_meta_step(learner, self.make_outer_rule(),
@@ -155,20 +216,18 @@ class LearnerContract(abc.ABC):
 
     def test_overfits_one_episode(self):
         learner = self.make_learner()
-        episode = synthetic_classification(3, tasks=1)
+        episode = self.training_episodes(3, tasks=1)
         formulation = self.make_formulation()
         meta_step = metalearn.training.make_meta_step(learner, self.make_outer_rule(),
                                                       formulation)
         first = float(learner.meta_loss(episode, formulation=formulation))
         for _ in range(self.overfit_steps):
             meta_step(episode)
-        metrics = learner.meta_metrics(episode, formulation=formulation)
-        assert float(metrics["accuracy"][0]) == 1.0
-        assert float(metrics["loss"][0]) < 0.25 * first, (first, float(metrics["loss"][0]))
+        self.assert_fitted(learner.meta_metrics(episode, formulation=formulation), first)
 
     def test_adaptation_leaves_every_variable_untouched(self):
         learner = self.make_learner()
-        episodes = synthetic_classification(4, tasks=2)
+        episodes = self.episodes(4, tasks=2)
         before = _state(learner)
         learner.adapt(episodes.support_x[0], episodes.support_y[0])
         formulation = self.make_formulation()
@@ -179,7 +238,7 @@ class LearnerContract(abc.ABC):
 
     def test_works_under_tf_function(self):
         learner = self.make_learner()
-        episodes = synthetic_classification(5, tasks=3)
+        episodes = self.training_episodes(5, tasks=3)
         formulation = self.make_formulation()
         eager = learner.meta_metrics(episodes, formulation=formulation)
         compiled = tf.function(lambda e: learner.meta_metrics(e, formulation=formulation)
@@ -189,6 +248,30 @@ class LearnerContract(abc.ABC):
         meta_step = metalearn.training.make_meta_step(learner, self.make_outer_rule(),
                                                       formulation)
         for seed in (6, 7, 8):
-            meta_step(synthetic_classification(seed, tasks=3))
+            meta_step(self.training_episodes(seed, tasks=3))
         assert meta_step.experimental_get_tracing_count() == 1
         assert int(learner.meta_step) == 3
+
+
+class RegressionContract(LearnerContract):
+    """The contract on linear regression tasks (:func:`synthetic_regression`): subclass
+    it and implement :meth:`make_learner` (e.g. with :func:`regression_learner`)."""
+
+    prediction_shape = (WAYS * QUERIES, 1)
+    required_metrics = ("loss",)
+    overfit_steps = 100
+
+    def episodes(self, seed: int, tasks: int) -> Episode:
+        return synthetic_regression(seed, tasks)
+
+    def assert_uninformed(self, metrics: Dict[str, tf.Tensor], episodes: Episode) -> None:
+        """Without the support set no model beats predicting zero on tasks whose
+        weights are drawn per task: the loss is at least half the targets' mean
+        square."""
+        floor = 0.5 * float(tf.reduce_mean(tf.square(episodes.query_y)))
+        assert float(tf.reduce_mean(metrics["loss"])) > floor, (metrics["loss"], floor)
+
+    def assert_fitted(self, metrics: Dict[str, tf.Tensor], first_loss: float) -> None:
+        assert float(metrics["loss"][0]) < 0.25 * first_loss, (first_loss,
+                                                              float(metrics["loss"][0]))
+

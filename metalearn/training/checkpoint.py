@@ -13,7 +13,7 @@ import tensorflow as tf
 from absl import logging
 
 from metalearn import _compat
-from metalearn.runs import files
+from metalearn.runs import files, validation
 from metalearn.runs.experiment import Experiment, build_experiment, parse_config
 from metalearn.runs.workdir import Workdir
 
@@ -243,6 +243,15 @@ def saved_config(path: str) -> Optional[str]:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def saved_step(path: str) -> Optional[int]:
+    """The step a checkpoint holds (``None``: it holds none)."""
+    reader = tf.train.load_checkpoint(path)
+    key = "step/.ATTRIBUTES/VARIABLE_VALUE"
+    if key not in reader.get_variable_to_shape_map():
+        return None
+    return int(reader.get_tensor(key))
+
+
 def checkpoint_for(experiment: Experiment, step: tf.Variable,
                    progress: Optional[Progress] = None,
                    parts: Optional[Sequence[str]] = None) -> tf.train.Checkpoint:
@@ -282,16 +291,19 @@ def _keys(path: str) -> set:
             if not name.startswith(("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter"))}
 
 
-def _paths(path: str, root: str) -> set:
+def _paths(path: str, root: str) -> Dict[str, Tuple[int, ...]]:
     """Every variable under the checkpoint's top-level object ``root`` by its path of
     attribute names (``learner/adapter/rates/0``), read from the checkpoint's object
-    graph: the same names whichever object the checkpoint's keys went through."""
+    graph (the same names whichever object the checkpoint's keys went through), with
+    its shape."""
     reader = tf.train.load_checkpoint(path)
+    shapes = reader.get_variable_to_shape_map()
     graph = _compat.trackable_object_graph()()
     graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
     nodes = graph.nodes
     start = next((c.node_id for c in nodes[0].children if c.local_name == root), None)
-    found, seen = set(), set()
+    found: Dict[str, Tuple[int, ...]] = {}
+    seen: set = set()
     stack = [(start, root)] if start is not None else []
     while stack:
         node_id, prefix = stack.pop()
@@ -299,11 +311,51 @@ def _paths(path: str, root: str) -> set:
             continue
         seen.add(node_id)
         node = nodes[node_id]
-        if any(a.name == "VARIABLE_VALUE" for a in node.attributes):
-            found.add(prefix)
+        for attribute in node.attributes:
+            if attribute.name == "VARIABLE_VALUE":
+                found[prefix] = tuple(shapes.get(attribute.checkpoint_key, ()))
         for child in reversed(node.children):
             stack.append((child.node_id, f"{prefix}/{child.local_name}"))
     return found
+
+
+def _live_names(root: object, name: str) -> Dict[str, str]:
+    """The Keras path (``mlp/hidden0/kernel``) of each variable under ``root``, by its
+    path of attribute names as :func:`_paths` walks a checkpoint of it (the same
+    traversal of the same children, through ``tf.train.TrackableView``)."""
+    view = tf.train.TrackableView(root)
+    found: Dict[str, str] = {}
+    seen: set = set()
+    stack = [(root, name)]
+    while stack:
+        obj, prefix = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(getattr(obj, "path", None), str) and hasattr(obj, "shape"):
+            found[prefix] = obj.path
+        for child_name, child in reversed(list(view.children(obj).items())):
+            stack.append((child, f"{prefix}/{child_name}"))
+    return found
+
+
+def _described(path: str, shape: Tuple[int, ...], names: Dict[str, str]) -> str:
+    """A variable as a user knows it: ``kernel of layer 'hidden0' (1, 4)`` for a model's,
+    ``adapter variable mlp_hidden0_kernel_lr (1, 4)`` for a piece's; a variable only in
+    the checkpoint by its attributes (``layer 2``: the model's third operation)."""
+    parts = path.split("/")
+    part = parts[1] if len(parts) > 1 else path
+    shape_text = str(tuple(shape))
+    if path in names:
+        keras_path = names[path].split("/")
+        if part == "model" and len(keras_path) >= 2:
+            return f"{keras_path[-1]} of layer {keras_path[-2]!r} {shape_text}"
+        return f"{part} variable {names[path]} {shape_text}"
+    rest = "/".join(parts[2:])
+    rest = re.sub(r"_(?:operations|layers)/(\d+)", r"layer \1", rest)
+    rest = "/".join(p.lstrip("_") for p in rest.split("/")
+                    if p not in ("_functional", "_variables", "hyperparameters"))
+    return f"{part} {rest} {shape_text}"
 
 
 PARTS = ("step", "learner", "optimizer", "outer_rule", "config", "progress")
@@ -363,21 +415,32 @@ def _check_matched(experiment: Experiment, path: str) -> None:
         expected = _paths(tf.train.Checkpoint(learner=experiment.learner).write(
             os.path.join(folder, "paths")), "learner")
     saved = _paths(path, "learner")
-    missing, extra = sorted(expected - saved), sorted(saved - expected)
-    if not (missing or extra):
+    missing, extra = sorted(set(expected) - set(saved)), sorted(set(saved) - set(expected))
+    reshaped = sorted(p for p in set(expected) & set(saved) if expected[p] != saved[p])
+    if not (missing or extra or reshaped):
         return
+    names = _live_names(experiment.learner, "learner")
     show = names_shown
     text = []
+    if reshaped:
+        shown = [f"{_described(p, saved[p], names).rsplit(' (', 1)[0]}: {saved[p]} in the "
+                 f"checkpoint, {expected[p]} in the config" for p in reshaped]
+        text.append(f"{len(reshaped)} variable(s) have other shapes ({show(shown)}; "
+                    "layers are matched by their position in the model)")
     if extra:
         text.append(f"the checkpoint holds {len(extra)} variable(s) the config does not "
-                    f"build ({show(extra)}): restoring would drop them")
+                    f"build ({show([_described(p, saved[p], names) for p in extra])}): "
+                    "restoring would drop them")
     if missing:
         text.append(f"the config builds {len(missing)} variable(s) the checkpoint does not "
-                    f"hold ({show(missing)}): they would keep their initial values")
+                    f"hold ({show([_described(p, expected[p], names) for p in missing])}): "
+                    "they would keep their initial values")
     raise UnmatchedCheckpointError(
-        f"checkpoint {path} does not match the config's learner: " + "; ".join(text) +
+        f"checkpoint {path} does not match the config's learner (another architecture "
+        "or other pieces): " + "; ".join(text) +
         ". Restore it with the config it was trained with (the workdir's config.gin), or "
-        "with a learner of the same pieces (e.g. MetaSGD for a Meta-SGD run).")
+        "with a learner of the same pieces and layer sizes (e.g. MetaSGD for a Meta-SGD "
+        "run).")
 
 
 def restore(workdir: str, gin_params: Sequence[str] = (),
@@ -403,7 +466,12 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
     Raises:
       FileNotFoundError: no checkpoint, or no config.
       DamagedCheckpointError: checkpoints, none intact (or ``checkpoint`` damaged).
-      UnmatchedCheckpointError: the checkpoint's variables and the config's differ.
+      UnmatchedCheckpointError: the checkpoint's variables and the config's differ
+        (the message names them by layer and shape).
+      ConfigChangeError: the workdir's ``config.gin`` was edited after its checkpoint
+        was written (a binding other than the loop's and evaluation's settings differs
+        from the config the checkpoint carries): the message names each binding, as
+        ``train`` does; ``gin_params`` apply on top and are not compared.
     """
     directory = Workdir(workdir).checkpoints
     if checkpoint is not None:
@@ -414,6 +482,10 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
     else:
         path = find_checkpoint_logged(directory)
     config = saved_config(path) if path is not None else None
+    own = path is not None and os.path.abspath(os.path.dirname(path)) == \
+        os.path.abspath(directory)
+    if own:  # config.gin edited since: refused, as train refuses (before any loading)
+        validation.check_config_unedited(workdir, config)
     if path is None and not os.path.isfile(Workdir(workdir).config):
         parse_config(workdir=workdir, gin_params=gin_params)  # names the missing file
     parse_config(workdir=workdir, gin_params=gin_params, saved_config=config)

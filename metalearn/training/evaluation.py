@@ -89,3 +89,15 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     return {"num_tasks": int(num_tasks), "split": split, "seed": int(seed),
             "episodes": digest.hexdigest()[:16], "results": results,
             "per_task": per_episode}
+
+
+def report_figures(report: Dict[str, object]) -> str:
+    """An evaluation report's results as lines a person reads (``<steps> inner steps:
+    <metric> <mean> ± <ci95> ...``): what the entry points log before they write the
+    report (:func:`metalearn.runs.files.write_results`)."""
+    lines = [f"checkpoint step {report.get('checkpoint_step')}, {report.get('num_tasks')} "
+             f"{report.get('split')} tasks (seed {report.get('seed')})"]
+    for steps, metrics in report["results"].items():
+        lines.append(f"{steps} inner steps: " + "  ".join(
+            f"{name} {m['mean']:.4f} ± {m['ci95']:.4f}" for name, m in metrics.items()))
+    return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -23,7 +24,7 @@ from metalearn.runs.lock import WorkdirLock
 from metalearn.runs.workdir import Workdir
 from metalearn.training.checkpoint import (Progress, checkpoint_for,
                                            find_checkpoint, load, record_checkpoints,
-                                           saved_config)
+                                           saved_config, saved_step)
 from metalearn.outer.guards import NON_FINITE
 from metalearn.training.step import make_meta_step
 
@@ -80,6 +81,10 @@ def train(experiment: Experiment, workdir: str,
       window) and, when skipping, ``skipped_steps``.
 
     Raises:
+      metalearn.runs.validation.RunLengthError: ``Loop.num_steps`` is below the step of
+        the checkpoint the run would resume from (a finished run resumed with the same
+        length runs no step and returns its metrics); raised before anything is
+        written.
       FloatingPointError: with ``on_non_finite="raise"``, the meta-loss or a
         meta-gradient became NaN or infinite; the message names the step and what was
         not finite. That step's update was not applied and the latest checkpoint is
@@ -90,6 +95,8 @@ def train(experiment: Experiment, workdir: str,
     # config-change check uses when config.gin is lost).
     search = find_checkpoint(checkpoint_dir)
     carried = saved_config(search.path) if search.path else None
+    validation.check_run_length(experiment.loop.num_steps, search.path,
+                                saved_step(search.path) if search.path else None)
     # --- validation before any work (issue 9); see runs/validation.py ---
     validation.check_before_training(experiment, workdir, allow_config_change,
                                      saved_config=carried)
@@ -278,6 +285,7 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
     if start < experiment.loop.num_steps or not os.path.exists(metrics_path):
         final["step"] = int(step.numpy())
         final["replicas"] = strategy.num_replicas_in_sync
-        files.write_json(metrics_path, final)  # never a half-written file
+        files.write_json_results(metrics_path, final, json.dumps(final, sort_keys=True),
+                                 "final metrics")  # logged first; never half-written
     return files.read_json(metrics_path, "the final metrics of the run (a finished run "
                            "resumed runs no step and reads them back)")

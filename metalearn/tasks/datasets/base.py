@@ -172,15 +172,53 @@ def check_split_sizes(splits: Mapping[str, LabelledImages], expected: Mapping[st
             owner[name] = split
 
 
-def cached_splits(cache_dir: Optional[str], name: str, key: Any, build) -> Dict[str,
-                                                                               LabelledImages]:
+def source_fingerprint(sources: Sequence[str], exclude: Optional[str] = None) -> str:
+    """What data were made from, as a digest: the path, size and modification time of
+    every file of ``sources`` (files, and folders walked through; hidden files skipped;
+    a missing source recorded as missing), sorted. Part of every data cache's key, in
+    memory and on disk, so that a cache is never served after its data files change.
+    Costs a ``stat`` per file, no reading.
+
+    Args:
+      sources: the files and folders a loader reads.
+      exclude: a folder left out of the walk (the cache's own, if inside a source).
+    """
+    import hashlib
+    skip = os.path.abspath(os.path.expanduser(exclude)) if exclude else None
+    entries = []
+
+    def add(file: str) -> None:
+        status = os.stat(file)
+        entries.append(f"{file}\0{status.st_size}\0{status.st_mtime_ns}")
+
+    for source in sorted(os.path.abspath(s) for s in sources):
+        if os.path.isfile(source):
+            add(source)
+        elif os.path.isdir(source):
+            for folder, subfolders, names in os.walk(source):
+                subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and
+                                       os.path.join(folder, d) != skip)
+                for file in sorted(n for n in names if not n.startswith(".")):
+                    add(os.path.join(folder, file))
+        else:
+            entries.append(f"{source}\0missing")
+    return hashlib.sha256("\n".join(entries).encode()).hexdigest()
+
+
+def cached_splits(cache_dir: Optional[str], name: str, key: Any, build,
+                  sources: str = "") -> Dict[str, LabelledImages]:
     """``build()``'s ``{split: LabelledImages}``, kept in ``cache_dir`` as one ``.npz`` of
     plain arrays per split (read back with ``allow_pickle=False``: a cache never runs
-    code), named by a digest of ``key``; ``cache_dir=None`` always builds."""
+    code), named by a digest of ``key`` (the loader's parameters); ``cache_dir=None``
+    always builds.
+
+    Args:
+      sources: :func:`source_fingerprint` of the files the data are made from; a cache
+        made from other files (changed since) is rebuilt, never served.
+    """
     import hashlib
     import io
     import json
-    import os
     import zipfile
     if cache_dir is None:
         return build()
@@ -198,11 +236,19 @@ def cached_splits(cache_dir: Optional[str], name: str, key: Any, build) -> Dict[
                         tuple(groups) if saved["has_groups"] else None,
                         preprocessing={k: tuple(v) if isinstance(v, list) else v for k, v
                                        in json.loads(str(saved["preprocessing"])).items()})
+                    made_from = str(saved["sources"]) if "sources" in saved else None
+                if made_from != sources:  # read first: a damaged cache is named all the same
+                    from absl import logging
+                    logging.info("%s cache %s was made from other data files than those "
+                                 "there now: rebuilding it", name, file)
+                    splits = None
+                    break
             except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as error:
                 raise ValueError(f"{name} cache file {file!r} is damaged or not a cache of "
                                  f"plain arrays ({type(error).__name__}: {error}); delete "
                                  "it to rebuild it from the data") from error
-        return splits
+        if splits is not None:
+            return splits
     splits = build()
     os.makedirs(folder, exist_ok=True)
     for split, data in splits.items():
@@ -211,7 +257,8 @@ def cached_splits(cache_dir: Optional[str], name: str, key: Any, build) -> Dict[
                  class_names=np.asarray(data.class_names, dtype=str),
                  groups=np.asarray(data.groups or [""] * data.num_classes, dtype=str),
                  has_groups=np.asarray(data.groups is not None),
-                 preprocessing=np.asarray(json.dumps(dict(data.preprocessing))))
+                 preprocessing=np.asarray(json.dumps(dict(data.preprocessing))),
+                 sources=np.asarray(sources))
         tmp = files[split] + ".tmp"
         with open(tmp, "wb") as f:
             f.write(buffer.getvalue())

@@ -27,7 +27,9 @@ import numpy as np
 from metalearn.tasks.datasets import images as image_files
 from metalearn.repository import data_path
 from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
-                                           check_split_sizes, require_file)
+                                           check_split_sizes, require_file,
+                                           source_fingerprint)
+from metalearn.tasks.datasets.images import check_image_size
 
 CHEN_SPLIT_SIZES = {"train": 100, "validation": 50, "test": 50}
 INDEX_FILES = ("images.txt", "image_class_labels.txt", "classes.txt")
@@ -90,14 +92,19 @@ def load_cub(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
     if not os.path.isdir(path):
         raise FileNotFoundError(f"CUB-200-2011 folder {path!r} does not exist; give the "
                                 "folder extracted from CUB_200_2011.tgz")
-    image_size = int(image_size)
+    image_size = check_image_size(image_size, "load_cub")
     key = (os.path.abspath(path), image_size)
-    if key in _CACHE:
-        return dict(_CACHE[key])
-    splits = cached_splits(cache_dir, "cub", key, lambda: _read_splits(path, image_size))
+    # What the arrays are made from: a cache (in memory or on disk) of other files is
+    # never served.
+    sources = source_fingerprint([os.path.join(path, f) for f in INDEX_FILES] +
+                                 [os.path.join(path, "images")], exclude=cache_dir)
+    if (key, sources) in _CACHE:
+        return dict(_CACHE[key, sources])
+    splits = cached_splits(cache_dir, "cub", key, lambda: _read_splits(path, image_size),
+                           sources)
     check_split_sizes(splits, CHEN_SPLIT_SIZES if strict else {}, "CUB-200-2011",
                       f"{os.path.join(path, 'classes.txt')!r}")
-    _CACHE[key] = splits
+    _CACHE[key, sources] = splits
     return dict(splits)
 
 

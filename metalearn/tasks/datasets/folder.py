@@ -20,7 +20,8 @@ import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
 from metalearn.repository import data_path
-from metalearn.tasks.datasets.base import LabelledImages, select_classes, split_class_names
+from metalearn.tasks.datasets.base import (LabelledImages, select_classes,
+                                           source_fingerprint, split_class_names)
 
 _CACHE: Dict[Tuple, LabelledImages] = {}
 
@@ -92,17 +93,15 @@ def load_image_folder(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
     path = data_path(path)  # relative: the working directory, else the repository root
     if int(channels) not in (1, 3):
         raise ValueError(f"channels must be 1 or 3, got {channels}")
-    if image_size is not None and int(image_size) < 1:
-        raise ValueError(f"image_size must be >= 1 or None, got {image_size}")
-    image_size = None if image_size is None else int(image_size)
+    image_size = image_files.check_image_size(image_size, "load_image_folder",
+                                              optional=True)
     if (mean is None) != (std is None):
         raise ValueError("give both mean and std (per channel, images in [0, 1]), or neither")
     listing = list_image_folder(path, extensions)
     files = [f for class_files in listing.values() for f in class_files]
     # Cached in memory by what the files are (name, size, modification time), so an
     # edited folder is read again.
-    key = (image_size, int(channels),
-           tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files))
+    key = (image_size, int(channels), source_fingerprint(files))
     data = _CACHE.get(key)
     if data is None:
         labels = np.repeat(np.arange(len(listing)), [len(v) for v in listing.values()])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
@@ -27,21 +28,85 @@ CIFAR100_STATS = {  # MetaOptNet's CIFAR-FS and FC100 code
     "std": (68.20947949 / 255, 65.43124043 / 255, 70.45866994 / 255)}
 
 
+MAX_IMAGE_SIZE = 1024
+"""The largest ``image_size`` (pixels per side) a loader accepts: few-shot benchmarks use
+28 to 224; a side of 100,000 would ask for tens of gigabytes per image."""
+
+
+def check_image_size(image_size: Any, what: str, optional: bool = False) -> Optional[int]:
+    """``image_size`` as an ``int``, checked before anything is allocated: a whole number
+    from 1 to :data:`MAX_IMAGE_SIZE` (or ``None`` when ``optional``: keep the sizes).
+
+    Raises:
+      ValueError: naming ``what`` (the loader or sampler), the value and the bound.
+    """
+    if image_size is None and optional:
+        return None
+    if isinstance(image_size, bool) or not isinstance(
+            image_size, (int, float, np.integer, np.floating)) or int(image_size) != image_size \
+            or not 1 <= int(image_size) <= MAX_IMAGE_SIZE:
+        raise ValueError(f"{what}: image_size must be a whole number of pixels from 1 to "
+                         f"{MAX_IMAGE_SIZE}{' or None' if optional else ''}, got "
+                         f"{image_size!r} (few-shot benchmarks use 28 to 224)")
+    return int(image_size)
+
+
+def check_memory(count: int, image_size: int, channels: int, where: str,
+                 bytes_per_value: int = 1) -> None:
+    """Raises ``ValueError`` before ``count`` images of ``image_size`` pixels a side
+    are allocated if they would need more than this machine's memory, naming ``where``
+    and both figures (nothing is checked where the system does not say its memory)."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return
+    needed = int(count) * int(image_size) ** 2 * int(channels) * int(bytes_per_value)
+    if memory > 0 and needed > memory:
+        raise ValueError(f"{where}: {count} images of {image_size}x{image_size}x{channels} "
+                         f"need {needed / 2**30:.1f} GiB, more than this machine's "
+                         f"{memory / 2**30:.1f} GiB of memory; choose a smaller image_size")
+
+
 def decode_image(data: bytes, where: str, channels: int = 3,
                  image_size: Optional[int] = None) -> np.ndarray:
     """Encoded image bytes as ``[H, W, channels]`` uint8, resized to ``image_size``
     (antialiased bilinear) when given; an undecodable image is a ``ValueError`` naming
-    ``where`` (a file, or an entry of one)."""
+    ``where`` (a file, or an entry of one).
+
+    An image whose colour space the decoder cannot turn into ``channels`` directly (a
+    CMYK or YCCK JPEG asked for 1 channel) is decoded in its own colour space (the
+    decoder turns CMYK into RGB) and converted (:func:`convert_channels`)."""
     try:
         image = tf.io.decode_image(data, channels=channels, expand_animations=False)
     except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as error:
-        first = error.message.splitlines()[0] if error.message else str(error)
-        raise ValueError(f"{where} is not a decodable image ({first})") from None
+        try:
+            image = convert_channels(tf.io.decode_image(data, channels=0,
+                                                        expand_animations=False), channels)
+        except (tf.errors.InvalidArgumentError, tf.errors.UnknownError):
+            first = error.message.splitlines()[0] if error.message else str(error)
+            first = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]", "", first)  # TF's op names
+            raise ValueError(f"{where} is not a decodable image ({first})") from None
     if image_size is not None and tuple(image.shape[:2]) != (image_size, image_size):
         image = tf.image.resize(image, (image_size, image_size), method="bilinear",
                                 antialias=True)
         image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
     return image.numpy()
+
+
+def convert_channels(image: tf.Tensor, channels: int) -> tf.Tensor:
+    """A decoded uint8 ``[H, W, c]`` image (c of 1 to 4: grey, grey + alpha, RGB, RGBA)
+    as ``channels`` (1: grey by ITU-R 601 luma, 3: RGB); alpha is dropped."""
+    have = int(image.shape[-1])
+    if have in (2, 4):
+        image, have = image[..., :have - 1], have - 1
+    if channels == have or channels == 0:
+        return image
+    if channels == 3 and have == 1:
+        return tf.image.grayscale_to_rgb(image)
+    if channels == 1 and have == 3:
+        grey = tf.image.rgb_to_grayscale(tf.cast(image, tf.float32))
+        return tf.cast(tf.clip_by_value(tf.round(grey), 0, 255), tf.uint8)
+    raise ValueError(f"cannot convert an image of {have} channels to {channels}")
 
 
 def read_image_file(file: str, channels: int = 3,
@@ -63,6 +128,9 @@ def read_image_files(files: Sequence[str], channels: int = 3,
     """Many image files, in order, as one ``[files, H, W, channels]`` uint8 array (decoded
     in threads: TensorFlow's decoders release the GIL). Images of different sizes need
     ``image_size``."""
+    if image_size is not None and files:
+        check_memory(len(files), image_size, channels, f"{len(files)} image files such as "
+                     f"{files[0]!r}")
     with concurrent.futures.ThreadPoolExecutor(max(1, int(threads))) as pool:
         images = list(pool.map(lambda f: read_image_file(f, channels, image_size), files))
     return stack_images(images, files)

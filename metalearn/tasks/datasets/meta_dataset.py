@@ -329,3 +329,22 @@ class RecordReader:
                                      "BMP data")
                 images.append(image)
         return images
+
+    def decode(self, class_id: int, indices: Sequence[int], size: int) -> np.ndarray:
+        """The images of records ``indices`` of ``class_id`` as float32 ``[n, size, size,
+        3]`` in ``[-1, 1]`` (Meta-Dataset's decoder: RGB, bilinear resize).
+
+        Raises:
+          ValueError: as :meth:`read`, and image bytes that do not decode; the message
+            names the file and the record.
+        """
+        import tensorflow as tf
+        from metalearn.tasks.datasets.images import decode_image
+        file = self.spec.class_file(class_id)
+        decoded = np.empty([len(indices), size, size, 3], np.float32)
+        for row, (index, data) in enumerate(zip(indices, self.read(class_id, indices))):
+            image = decode_image(data, f"the image of record {int(index)} of Meta-Dataset "
+                                 f"class file {file!r}", channels=3)
+            decoded[row] = tf.image.resize(image.astype(np.float32), [size, size],
+                                           method="bilinear").numpy() / 127.5 - 1.0
+        return decoded

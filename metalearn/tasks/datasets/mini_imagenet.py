@@ -31,7 +31,9 @@ from metalearn.tasks.datasets import images as image_files
 from metalearn.tasks.datasets import plain_pickle
 from metalearn.repository import data_path
 from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
-                                           check_split_sizes, require_file)
+                                           check_split_sizes, require_file,
+                                           source_fingerprint)
+from metalearn.tasks.datasets.images import check_image_size
 
 RAVI_SPLIT_SIZES = {"train": 64, "validation": 16, "test": 20}
 """Classes per split in Ravi & Larochelle's split."""
@@ -169,15 +171,20 @@ def load_mini_imagenet(path: str = gin.REQUIRED, source: str = "auto",
                                 "with mini-imagenet-cache-{train,val,test}.pkl")
     if source == "auto":
         source = "csv" if os.path.isfile(os.path.join(path, "train.csv")) else "pickle"
-    image_size = None if image_size is None else int(image_size)
+    image_size = check_image_size(image_size, "load_mini_imagenet", optional=True)
     key = (os.path.abspath(path), source, image_size)
-    if key not in _CACHE:
+    # What the arrays are made from: a cache (in memory or on disk) of other files is
+    # never served.
+    names = ([f"{FILE_SPLITS[s]}.csv" for s in SPLIT_NAMES] + ["images"] if source == "csv"
+             else [f"mini-imagenet-cache-{FILE_SPLITS[s]}.pkl" for s in SPLIT_NAMES])
+    sources = source_fingerprint([os.path.join(path, n) for n in names], exclude=cache_dir)
+    if (key, sources) not in _CACHE:
         reader = _from_csv if source == "csv" else _from_pickles
         splits = cached_splits(cache_dir, "mini_imagenet", key,
-                               lambda: reader(path, image_size))
+                               lambda: reader(path, image_size), sources)
         files = ("train.csv, val.csv, test.csv" if source == "csv"
                  else "mini-imagenet-cache-{train,val,test}.pkl")
         check_split_sizes(splits, RAVI_SPLIT_SIZES if strict else {}, "mini-ImageNet",
                           f"{files} in {path!r}")
-        _CACHE[key] = splits
-    return dict(_CACHE[key])
+        _CACHE[key, sources] = splits
+    return dict(_CACHE[key, sources])

@@ -37,11 +37,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
 import numpy as np
+from absl import logging
 import tensorflow as tf
 
 from metalearn.tasks.datasets import checksums
 from metalearn.repository import data_path
-from metalearn.tasks.datasets.base import LabelledImages
+from metalearn.tasks.datasets.base import LabelledImages, source_fingerprint
+from metalearn.tasks.datasets.images import check_image_size
 
 ARCHIVES = ("images_background", "images_evaluation", "images_background_small1",
             "images_background_small2")
@@ -82,8 +84,7 @@ def preprocess(images: Any, image_size: Optional[int] = 28, invert: bool = True)
         images = tf.cast(images, tf.float32) / 255.0
     images = tf.cast(images, tf.float32)[..., :1]
     if image_size is not None:
-        if int(image_size) < 1:
-            raise ValueError(f"image_size must be >= 1 or None, got {image_size}")
+        image_size = check_image_size(image_size, "Omniglot preprocess")
         images = tf.clip_by_value(tf.image.resize(images, (int(image_size),) * 2,
                                                   method="lanczos3", antialias=True),
                                   0.0, 1.0)
@@ -210,18 +211,27 @@ def _read_tfds(archives: Sequence[str], data_dir: Optional[str], download: bool)
     return records
 
 
-def _read_cache(cache_file: str, preprocessing: Dict[str, Any]) -> LabelledImages:
-    """Decoded arrays from a cache file: plain arrays only, never pickled objects."""
+def _read_cache(cache_file: str, preprocessing: Dict[str, Any],
+                sources: str) -> Optional[LabelledImages]:
+    """Decoded arrays from a cache file: plain arrays only, never pickled objects;
+    ``None`` if they were made from other archives than ``sources``
+    (:func:`source_fingerprint`)."""
     try:
         with np.load(cache_file, allow_pickle=False) as saved:
-            return LabelledImages(saved["images"], saved["labels"],
+            data = LabelledImages(saved["images"], saved["labels"],
                                   tuple(saved["class_names"].tolist()),
                                   tuple(saved["groups"].tolist()),
                                   preprocessing=preprocessing)
+            made_from = str(saved["sources"]) if "sources" in saved else None
     except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as error:
         raise ValueError(f"Omniglot cache file {cache_file!r} is damaged or not a cache "
                          f"of plain arrays ({type(error).__name__}: {error}); delete it "
                          "to rebuild it from the archives") from error
+    if made_from != sources:  # read first: a damaged cache is named all the same
+        logging.info("Omniglot cache %s was made from other archives than those there "
+                     "now: rebuilding it", cache_file)
+        return None
+    return data
 
 
 @gin.configurable
@@ -266,24 +276,28 @@ def load_omniglot(path: Optional[str] = None,
         raise ValueError(f"source must be 'zip' or 'tfds', got {source!r}")
     if source == "zip" and path is None:
         raise ValueError("load_omniglot(source='zip') needs path=<folder with the zips>")
-    if image_size is not None and int(image_size) < 1:
-        raise ValueError(f"image_size must be >= 1 or None, got {image_size}")
+    image_size = check_image_size(image_size, "load_omniglot", optional=True)
     preprocessing = {"dataset": "omniglot", "image_size": image_size or ORIGINAL_SIZE,
                      "invert": bool(invert), "channels": 1, "range": (0.0, 1.0)}
     where = os.path.abspath(path) if source == "zip" else str(data_dir)
     key = (source, where, archives, image_size, bool(invert))
     if source == "zip" and not verify_checksums:
         key += ("unverified",)  # never served to a checked load
-    if key in _CACHE:
-        return _CACHE[key]
+    # What the arrays are made from (the archives' sizes and times): a cache, in memory
+    # or on disk, of other files is never served. TFDS's data are versioned by TFDS.
+    sources = source_fingerprint([os.path.join(where, a + ".zip") for a in archives]
+                                 if source == "zip" else [], exclude=cache_dir)
+    if (key, sources) in _CACHE:
+        return _CACHE[key, sources]
     cache_file = None
     if cache_dir is not None:
         digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
         cache_file = os.path.join(os.path.expanduser(cache_dir), f"omniglot_{digest}.npz")
         if os.path.isfile(cache_file):
-            data = _read_cache(cache_file, preprocessing)
-            _CACHE[key] = data
-            return data
+            data = _read_cache(cache_file, preprocessing, sources)
+            if data is not None:
+                _CACHE[key, sources] = data
+                return data
     records = (_read_zips(path, archives, verify_checksums) if source == "zip"
                else _read_tfds(archives, data_dir, download))
     data = _assemble(records, preprocessing, image_size, invert)
@@ -291,10 +305,11 @@ def load_omniglot(path: Optional[str] = None,
         os.makedirs(os.path.dirname(cache_file), exist_ok=True)
         buffer = io.BytesIO()
         np.savez(buffer, images=data.images, labels=data.labels,
-                 class_names=np.asarray(data.class_names), groups=np.asarray(data.groups))
+                 class_names=np.asarray(data.class_names), groups=np.asarray(data.groups),
+                 sources=np.asarray(sources))
         tmp = cache_file + ".tmp"
         with open(tmp, "wb") as f:
             f.write(buffer.getvalue())
         os.replace(tmp, cache_file)
-    _CACHE[key] = data
+    _CACHE[key, sources] = data
     return data

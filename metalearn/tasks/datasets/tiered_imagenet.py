@@ -37,7 +37,9 @@ from metalearn.tasks.datasets import images as image_files
 from metalearn.tasks.datasets import plain_pickle
 from metalearn.repository import data_path
 from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
-                                           check_split_sizes, require_file)
+                                           check_split_sizes, require_file,
+                                           source_fingerprint)
+from metalearn.tasks.datasets.images import check_image_size
 from metalearn.tasks.datasets.folder import list_image_folder
 
 REN_SPLIT_SIZES = {"train": 351, "validation": 97, "test": 160}
@@ -150,18 +152,23 @@ def load_tiered_imagenet(path: str = gin.REQUIRED, image_size: Optional[int] = I
     if source == "auto":
         source = ("pickle" if os.path.isfile(os.path.join(path, "train_labels.pkl"))
                   else "images")
-    image_size = None if image_size is None else int(image_size)
+    image_size = check_image_size(image_size, "load_tiered_imagenet", optional=True)
     key = (os.path.abspath(path), image_size)  # the caches' key since before the folders
     if source == "images":
         key += ("images",)
-    if key in _CACHE:
-        return dict(_CACHE[key])
+    # What the arrays are made from: a cache (in memory or on disk) of other files is
+    # never served.
+    names = [f"{FILE_SPLITS[s]}{end}" for s in SPLIT_NAMES for end in
+             (("_images_png.pkl", "_labels.pkl") if source == "pickle" else ("", ".csv"))]
+    sources = source_fingerprint([os.path.join(path, n) for n in names], exclude=cache_dir)
+    if (key, sources) in _CACHE:
+        return dict(_CACHE[key, sources])
     reader = _read_splits if source == "pickle" else _read_image_folders
     splits = cached_splits(cache_dir, "tiered_imagenet", key,
-                           lambda: reader(path, image_size))
+                           lambda: reader(path, image_size), sources)
     if strict:
         _check_ren_split(splits, path, source)
-    _CACHE[key] = splits
+    _CACHE[key, sources] = splits
     return dict(splits)
 
 

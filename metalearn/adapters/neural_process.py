@@ -1,0 +1,332 @@
+"""Neural processes: model-based learners that read the support set in one forward pass.
+
+A neural process (Garnelo et al., 2018; Kim et al., 2019) has no inner loop: an encoder
+reads the support set (the *context*) and a decoder predicts each query from the query
+input and a representation of the context. Here it is an :class:`Adapter` of an
+ordinary :class:`~metalearn.Learner`:
+
+* the learner's **model is the decoder**, any unmodified Keras model from
+  ``[x, r]`` (the flattened query input concatenated with its representation) to the
+  prediction: ``2 * outputs`` values for a Gaussian (mean and raw scale), or the raw
+  output (logits, for classification);
+* :meth:`NeuralProcess.adapt` **encodes the support set**: the "adapted weights" it
+  returns are the model's weights unchanged plus entries under the prefix
+  :data:`CONTEXT` holding the encoded context (a pooled representation for the CNP,
+  keys and values for the attentive NP). No weight is changed, no gradient step taken;
+* :meth:`NeuralProcess.forward` (which ``Learner.forward``, so ``predict``, goes
+  through) **conditions the decoder** on that context: it computes each query's
+  representation and runs the decoder on ``[x, r]``, and with ``output="gaussian"``
+  returns a :class:`~metalearn.functional.Gaussian` (mean, and scale
+  ``min_scale + (1 - min_scale) * softplus(raw)``).
+
+So the query loss is the negative log-likelihood
+(:func:`~metalearn.functional.gaussian_nll`, ``Learner.loss``) and evaluation reports
+it with the squared error of the mean (:func:`~metalearn.functional.predictive_mse`, a
+metric), each with intervals, like any learner; MAML and a neural process run on the
+same episodes under one sweep. The encoder (and the attention) are the adapter's
+meta-variables; the decoder's are the learner's model weights. There is no inner loop,
+so the meta-gradient is the plain gradient of the query loss (second order is trivially
+exact).
+
+The support set may have any size. Padded episodes (:class:`~metalearn.tasks.MaskedLabels`
+support labels, from a variable-way variable-shot sampler) leave their padding out of
+the pooling and the attention. Integer labels (classification) are one-hot encoded for
+the encoder, with ``num_classes`` classes (by default the decoder's outputs).
+
+The latent-variable NP (an ELBO over a global latent) is not built here.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Dict, List, Optional, Tuple
+
+import gin
+import keras
+import tensorflow as tf
+
+from metalearn import functional
+from metalearn.adapters.base import Adapter
+from metalearn.adapters.hypernetwork import flatten_examples as flat
+from metalearn.functional import Gaussian, Weights
+from metalearn.pieces import CallFn, Capabilities, LossFn
+from metalearn.tasks.episode import unmask
+
+CONTEXT = "context/"
+"""Prefix of the entries of adapted weights that hold a task's encoded support set."""
+
+OUTPUTS = ("gaussian", "raw")
+
+
+def last_size(tensors: Any, what: str) -> int:
+    """The static last dimension of a built Keras model's (single) input or output."""
+    shapes = [t.shape for t in tf.nest.flatten(tensors)]
+    if len(shapes) != 1 or shapes[0][-1] is None:
+        raise ValueError(f"{what} must be one tensor with a known last dimension, got "
+                         f"shapes {[tuple(s) for s in shapes]}")
+    return int(shapes[0][-1])
+
+
+def split_context(weights: Weights) -> Tuple[Weights, Dict[str, tf.Tensor]]:
+    """``(model weights, context by name)`` of adapted weights (see :data:`CONTEXT`)."""
+    model = {k: v for k, v in weights.items() if not k.startswith(CONTEXT)}
+    context = {k[len(CONTEXT):]: v for k, v in weights.items() if k.startswith(CONTEXT)}
+    return model, context
+
+
+class NeuralProcess(Adapter, abc.ABC):
+    """The shared part of neural processes: encoding, the decoder's input, the output.
+
+    Subclasses say what the context is (:meth:`encode`) and how a query reads it
+    (:meth:`condition`).
+
+    Args:
+      encoder: a built Keras model from a support pair ``[x, y]`` (flattened input
+        concatenated with the target, or the one-hot label) to its representation
+        ``[examples, r]``.
+      output: ``"gaussian"`` (the decoder gives ``2 * outputs`` values: mean and raw
+        scale; predictions are :class:`~metalearn.functional.Gaussian`) or ``"raw"``
+        (the decoder's output as it is, e.g. logits).
+      min_scale: the smallest predicted scale (``"gaussian"``), in ``[0, 1)``.
+      num_classes: classes of integer labels (one-hot for the encoder); defaults to the
+        decoder's number of outputs.
+    """
+
+    steps = 0
+
+    def __init__(self, encoder: keras.Model = gin.REQUIRED, output: str = "gaussian",
+                 min_scale: float = 0.01, num_classes: Optional[int] = None,
+                 name: Optional[str] = None):
+        super().__init__(name=name)
+        if not isinstance(encoder, keras.Model):
+            raise TypeError(f"{type(self).__name__} encoder must be a built keras.Model, "
+                            f"got {encoder!r}")
+        if output not in OUTPUTS:
+            raise ValueError(f"{type(self).__name__} output must be one of {OUTPUTS}, got "
+                             f"{output!r}")
+        if not 0.0 <= float(min_scale) < 1.0:
+            raise ValueError(f"min_scale must be in [0, 1), got {min_scale}")
+        if num_classes is not None and int(num_classes) < 1:
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        self.encoder = encoder  # an attribute of a tf.Module: tracked by checkpoints
+        self.output = output
+        self.min_scale = float(min_scale)
+        self.num_classes = None if num_classes is None else int(num_classes)
+        self.x_size = self.y_size = self.representation_size = None
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(task_axis=False)  # one task's support set at a time
+
+    def own_meta_variables(self) -> List[keras.Variable]:
+        return list(self.encoder.trainable_variables)
+
+    # --- sizes ---------------------------------------------------------------------
+
+    def build(self, model: keras.Model, weights: Weights) -> None:
+        """Reads the sizes from the encoder and the decoder (``model``) and checks that
+        they fit: encoder input ``x + y``, encoder output ``r``, decoder input ``x + r``,
+        decoder output ``2 y`` (``"gaussian"``) or ``y`` / ``num_classes`` (``"raw"``).
+
+        Raises:
+          ValueError: naming the sizes that do not fit.
+        """
+        functional.check_built(self.encoder)
+        name = type(self).__name__
+        encoder_in = last_size(self.encoder.inputs, f"{name}'s encoder input")
+        self.representation_size = last_size(self.encoder.outputs,
+                                             f"{name}'s encoder output")
+        decoder_in = last_size(model.inputs, f"{name}'s decoder (the learner's model) input")
+        decoder_out = last_size(model.outputs, f"{name}'s decoder output")
+        if self.output == "gaussian":
+            if decoder_out % 2:
+                raise ValueError(f"{name}(output='gaussian'): the decoder {model.name!r} "
+                                 f"gives {decoder_out} values, but a Gaussian needs a mean "
+                                 "and a scale per output: 2 * outputs values")
+            self.y_size = decoder_out // 2
+        else:
+            self.num_classes = self.num_classes or decoder_out
+            self.y_size = self.num_classes
+        self.x_size = encoder_in - self.y_size
+        if self.x_size < 1 or decoder_in != self.x_size + self.representation_size:
+            raise ValueError(
+                f"{name}: the encoder {self.encoder.name!r} reads {encoder_in} values per "
+                f"pair [x, y] and gives r of {self.representation_size}; the decoder "
+                f"{model.name!r} reads {decoder_in} and gives {decoder_out}, so y has "
+                f"{self.y_size} values and x {self.x_size}: the decoder must read x + r = "
+                f"{self.x_size + self.representation_size} values")
+        super().build(model, weights)
+
+    # --- the context -----------------------------------------------------------------
+
+    def pairs(self, x: Any, y: Any) -> Tuple[tf.Tensor, tf.Tensor]:
+        """``([examples, x + y] support pairs, [examples] bool mask of real examples)``:
+        integer labels one-hot (padding of :class:`~metalearn.tasks.MaskedLabels`
+        masked out).
+
+        Raises:
+          tf.errors.InvalidArgumentError: a label outside ``0 .. num_classes - 1``.
+        """
+        labels, mask, _ = unmask(y)
+        x = flat(x)
+        labels = tf.convert_to_tensor(labels)
+        if labels.dtype.is_integer:
+            labels = tf.reshape(labels, [-1])
+            classes = self.num_classes or self.y_size
+            check = tf.debugging.assert_less(
+                labels, tf.cast(classes, labels.dtype),
+                message=f"{type(self).__name__}: support labels must be in 0 .. "
+                        f"{classes - 1} (num_classes={classes})")
+            with tf.control_dependencies([check, tf.debugging.assert_non_negative(
+                    labels, message=f"{type(self).__name__}: negative support label")]):
+                targets = tf.one_hot(labels, classes, dtype=x.dtype)
+        else:
+            targets = tf.cast(flat(labels), x.dtype)
+        if mask is None:
+            mask = tf.ones(tf.shape(x)[:1], tf.bool)
+        return tf.concat([x, targets], axis=-1), mask
+
+    def representations(self, pairs: tf.Tensor) -> tf.Tensor:
+        """The encoder's ``[examples, r]`` of support pairs, nothing assigned."""
+        return functional.call(self.encoder, {}, pairs, training=True)
+
+    @abc.abstractmethod
+    def encode(self, support_x: Any, support_y: Any) -> Dict[str, tf.Tensor]:
+        """One task's context: tensors by name (stored under :data:`CONTEXT`)."""
+
+    @abc.abstractmethod
+    def condition(self, context: Dict[str, tf.Tensor], x: tf.Tensor) -> tf.Tensor:
+        """Each query's representation ``[queries, r]`` from the context and the
+        flattened queries ``x [queries, features]``."""
+
+    # --- the adapter interface -------------------------------------------------------
+
+    def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
+              steps: Optional[int] = None) -> Weights:
+        """``weights`` unchanged, plus the encoded support set under :data:`CONTEXT`.
+
+        Raises:
+          ValueError: ``steps`` other than 0 or None (a neural process takes no inner
+            steps; evaluate it with ``evaluate.inner_steps = (0,)``).
+        """
+        if steps:
+            raise ValueError(f"{type(self).__name__} takes no inner steps (it reads the "
+                             f"support set in one forward pass), got steps={steps}; "
+                             "evaluate it with evaluate.inner_steps = (0,)")
+        adapted = dict(weights)
+        adapted.update({CONTEXT + k: v for k, v in self.encode(support_x, support_y).items()})
+        return adapted
+
+    def forward(self, call: CallFn, weights: Weights, x: Any) -> Any:
+        """The decoder on ``[x, r(x)]``, with ``r`` read from the context in ``weights``;
+        a :class:`~metalearn.functional.Gaussian` with ``output="gaussian"``.
+
+        Raises:
+          ValueError: ``weights`` hold no context (not what :meth:`adapt` returned).
+        """
+        model_weights, context = split_context(weights)
+        if not context:
+            raise ValueError(f"{type(self).__name__}.forward needs the weights that "
+                             "adapt() returns, which hold the encoded support set under "
+                             f"{CONTEXT!r}; got only model weights {sorted(weights)[:4]}")
+        x = flat(x)
+        r = tf.cast(self.condition(context, x), x.dtype)
+        return self.distribution(call(model_weights, tf.concat([x, r], axis=-1)))
+
+    def distribution(self, outputs: tf.Tensor) -> Any:
+        """The prediction from the decoder's output: a Gaussian of its two halves (the
+        second one made positive), or the output itself (``"raw"``)."""
+        if self.output == "raw":
+            return outputs
+        mean, raw = tf.split(outputs, 2, axis=-1)
+        return Gaussian(mean, self.min_scale + (1.0 - self.min_scale) * tf.nn.softplus(raw))
+
+
+@gin.configurable
+class ConditionalNeuralProcess(NeuralProcess):
+    """The CNP (Garnelo et al., 2018): the context is the mean of the encoder's
+    representations of the support pairs, the same ``r`` for every query; invariant to
+    the support set's order. Arguments as :class:`NeuralProcess`.
+
+    Example (sinusoids: x and y of one value, r of 64)::
+
+        encoder = metalearn.models.mlp((2,), hidden=(64, 64), outputs=64, name="encoder")
+        decoder = metalearn.models.mlp((1 + 64,), hidden=(64, 64), outputs=2, name="decoder")
+        learner = metalearn.Learner(decoder, ConditionalNeuralProcess(encoder),
+                                    loss=gaussian_nll, metrics={"mse": predictive_mse})
+    """
+
+    def encode(self, support_x: Any, support_y: Any) -> Dict[str, tf.Tensor]:
+        pairs, mask = self.pairs(support_x, support_y)
+        features = self.representations(pairs)
+        weights = tf.cast(mask, features.dtype)[:, None]
+        mean = tf.reduce_sum(features * weights, 0) / tf.reduce_sum(weights)
+        return {"representation": mean}
+
+    def condition(self, context: Dict[str, tf.Tensor], x: tf.Tensor) -> tf.Tensor:
+        r = context["representation"]
+        return tf.tile(r[None], [tf.shape(x)[0], 1])
+
+
+@gin.configurable
+class AttentiveNeuralProcess(NeuralProcess):
+    """The deterministic path of the attentive NP (Kim et al., 2019; no latent path):
+    each query attends to the support set, keys the support inputs, values their
+    encoder representations, through a Keras ``MultiHeadAttention`` layer (learned
+    linear projections of queries, keys and values, ``heads`` heads of ``key_size``,
+    output of the representation's size). Invariant to the support set's order.
+
+    Args:
+      heads: attention heads.
+      key_size: size of each head's queries and keys (and values); defaults to
+        ``r // heads`` (at least 1).
+      encoder, output, min_scale, num_classes: as :class:`NeuralProcess`.
+    """
+
+    def __init__(self, encoder: keras.Model = gin.REQUIRED, heads: int = 4,
+                 key_size: Optional[int] = None, output: str = "gaussian",
+                 min_scale: float = 0.01, num_classes: Optional[int] = None,
+                 name: Optional[str] = None):
+        super().__init__(encoder, output=output, min_scale=min_scale,
+                         num_classes=num_classes, name=name)
+        if int(heads) < 1 or (key_size is not None and int(key_size) < 1):
+            raise ValueError(f"heads and key_size must be >= 1, got heads={heads}, "
+                             f"key_size={key_size}")
+        self.heads = int(heads)
+        self.key_size = None if key_size is None else int(key_size)
+        self.attention: Optional[keras.Model] = None
+
+    def build(self, model: keras.Model, weights: Weights) -> None:
+        """Sizes (:meth:`NeuralProcess.build`), then the attention model: inputs
+        queries ``[1, queries, x]``, keys ``[1, support, x]``, values
+        ``[1, support, r]`` and the mask ``[1, queries, support]``."""
+        super().build(model, weights)
+        dtype = self.encoder.inputs[0].dtype
+        r = self.representation_size
+        key_size = self.key_size or max(1, r // self.heads)
+        attention = keras.layers.MultiHeadAttention(
+            self.heads, key_size, output_shape=r, dtype=dtype, name="cross_attention")
+        queries = keras.Input((None, self.x_size), dtype=dtype, name="queries")
+        keys = keras.Input((None, self.x_size), dtype=dtype, name="keys")
+        values = keras.Input((None, r), dtype=dtype, name="values")
+        mask = keras.Input((None, None), dtype="bool", name="mask")
+        self.attention = keras.Model(
+            [queries, keys, values, mask],
+            attention(queries, values, key=keys, attention_mask=mask),
+            name=f"{self.name}_attention")
+
+    def own_meta_variables(self) -> List[keras.Variable]:
+        found = super().own_meta_variables()
+        return found + (list(self.attention.trainable_variables)
+                        if self.attention is not None else [])
+
+    def encode(self, support_x: Any, support_y: Any) -> Dict[str, tf.Tensor]:
+        pairs, mask = self.pairs(support_x, support_y)
+        return {"keys": flat(support_x), "values": self.representations(pairs),
+                "mask": mask}
+
+    def condition(self, context: Dict[str, tf.Tensor], x: tf.Tensor) -> tf.Tensor:
+        keys = tf.cast(context["keys"], x.dtype)
+        mask = tf.tile(context["mask"][None, None, :], [1, tf.shape(x)[0], 1])
+        attended = functional.call(self.attention, {}, [x[None], keys[None],
+                                                        context["values"][None], mask])
+        return attended[0]

@@ -1,0 +1,25 @@
+"""Meta-reinforcement learning: in-graph environments, policies, estimators and the
+learner that samples trajectories inside the compiled step.
+
+* :mod:`metalearn.rl.environments`: :class:`Environment` (a task sampler with
+  TensorFlow dynamics), :class:`PointNavigation` (the MAML paper's 2D navigation),
+  :class:`TabularMDP` (small MDPs and bandits, exactly enumerable), :func:`rollout`.
+* :mod:`metalearn.rl.policies`: :class:`Gaussian`, :class:`Categorical`,
+  :func:`gaussian_policy`.
+* :mod:`metalearn.rl.estimators`: :func:`discounted_returns`, :func:`gae`,
+  :class:`LinearFeatureBaseline`, :func:`magic_box`, :class:`DiCE`,
+  :class:`NaiveSurrogate`.
+* :mod:`metalearn.rl.learner`: :class:`PolicyLearner`, :class:`Rollouts`.
+"""
+
+from metalearn.rl.environments import (MDP, Environment, PointNavigation, TabularMDP,
+                                       Trajectories, rollout)
+from metalearn.rl.estimators import (Batch, DiCE, LinearFeatureBaseline, NaiveSurrogate,
+                                     discounted_returns, gae, magic_box)
+from metalearn.rl.learner import PolicyLearner, Rollouts, mean_return
+from metalearn.rl.policies import Categorical, Gaussian, LogStd, gaussian_policy
+
+__all__ = ["MDP", "Batch", "Categorical", "DiCE", "Environment", "Gaussian",
+           "LinearFeatureBaseline", "LogStd", "NaiveSurrogate", "PointNavigation",
+           "PolicyLearner", "Rollouts", "TabularMDP", "Trajectories", "discounted_returns",
+           "gae", "gaussian_policy", "magic_box", "mean_return", "rollout"]

@@ -1,0 +1,204 @@
+"""Returns, advantages, baselines and the policy-gradient surrogate losses.
+
+The inner policy-gradient loss is written with DiCE (Foerster et al. 2018): its value is
+the batch's mean return and its derivatives of *every* order, in expectation, are those
+of the expected return, because the dependence of the sampled trajectories on the policy
+is carried by the magic box ``exp(x - stop_gradient(x))`` of the log-probabilities
+(:func:`magic_box`), not by the (stop-gradiented) actions. With the baseline in the form
+of Loaded DiCE (Farquhar et al. 2019)::
+
+    objective = sum_t [box(S_t) - box(S_{t-1})] A_t,   S_t = sum_{t' <= t} log pi(a_t' | s_t')
+
+which equals ``sum_t box(S_t) r_t`` in every derivative's expectation when ``A_t`` is the
+reward-to-go minus any baseline of the state (``gae_lambda=1``): the existing inner-loop
+pieces (plain steps, first order, Meta-SGD rates, inner Adam) then differentiate it to
+any order unchanged. :class:`NaiveSurrogate` (``log pi * A``, the MAML code's inner
+loss) has the right first derivative and the wrong second: ``tests/meta_rl_test.py``
+shows both against the exact expected return of a tabular MDP.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import gin
+import tensorflow as tf
+
+from metalearn.rl.environments import Trajectories
+
+
+def magic_box(x: tf.Tensor) -> tf.Tensor:
+    """DiCE's magic box: 1 in value, ``d box(x) = box(x) dx`` in every derivative."""
+    return tf.exp(x - tf.stop_gradient(x))
+
+
+def _reverse_discounted(values: tf.Tensor, factor: float) -> tf.Tensor:
+    """``out_t = values_t + factor * out_{t+1}`` along the last axis (``out_T = 0``)."""
+    time_first = tf.experimental.numpy.moveaxis(values, -1, 0)
+    out = tf.scan(lambda carry, v: v + factor * carry, time_first,
+                  initializer=tf.zeros_like(time_first[0]), reverse=True)
+    return tf.experimental.numpy.moveaxis(out, 0, -1)
+
+
+def discounted_returns(rewards: tf.Tensor, discount: float) -> tf.Tensor:
+    """Rewards-to-go ``G_t = sum_{t' >= t} discount^(t' - t) r_t'`` along the last axis."""
+    return _reverse_discounted(rewards, float(discount))
+
+
+def gae(rewards: tf.Tensor, values: tf.Tensor, mask: tf.Tensor, discount: float,
+        gae_lambda: float) -> tf.Tensor:
+    """Generalised advantage estimates (Schulman et al. 2016) along the last axis:
+    ``A_t = sum_l (discount * lambda)^l delta_{t+l}``, ``delta_t = r_t + discount *
+    V_{t+1} - V_t``, with the value after the last step (and after an episode's end) 0.
+    ``gae_lambda=1`` gives ``G_t - V_t``."""
+    values = values * mask
+    following = tf.concat([values[..., 1:], tf.zeros_like(values[..., :1])], -1)
+    deltas = (rewards + float(discount) * following - values) * mask
+    return _reverse_discounted(deltas, float(discount) * float(gae_lambda)) * mask
+
+
+@gin.configurable
+class LinearFeatureBaseline:
+    """The linear feature baseline of the MAML code (rllab's ``LinearFeatureBaseline``):
+    the returns regressed by ridge regression (``reg``) on the features ``[o, o**2, t,
+    t**2, t**3, 1]`` (``o``: the observation clipped to ``[-10, 10]``, ``t``: the step
+    over 100), fitted on the batch it is then applied to. No variables: refitted on
+    every batch, outside every gradient."""
+
+    def __init__(self, reg: float = 1e-5):
+        if not float(reg) >= 0:
+            raise ValueError(f"LinearFeatureBaseline.reg must be >= 0, got {reg}")
+        self.reg = float(reg)
+
+    @staticmethod
+    def features(observations: tf.Tensor) -> tf.Tensor:
+        """``[n, T, 3 * obs + 4]`` features of ``[n, T, obs]`` observations (float64)."""
+        o = tf.clip_by_value(tf.cast(observations, tf.float64), -10.0, 10.0)
+        steps = tf.shape(o)[1]
+        t = tf.cast(tf.range(steps), tf.float64)[None, :, None] / 100.0
+        t = tf.broadcast_to(t, tf.concat([tf.shape(o)[:2], [1]], 0))
+        return tf.concat([o, o ** 2, t, t ** 2, t ** 3, tf.ones_like(t)], -1)
+
+    def __call__(self, trajectories: Trajectories, returns: tf.Tensor,
+                 weights: tf.Tensor) -> tf.Tensor:
+        """The fitted values ``[n, T]`` (each trajectory's steps weighted by its weight
+        and mask)."""
+        features = self.features(trajectories.observations)
+        w = tf.cast(trajectories.mask * weights[:, None], tf.float64)[..., None]
+        k = features.shape[-1]
+        flat = tf.reshape(features, [-1, k])
+        weighted = tf.reshape(features * w, [-1, k])
+        target = tf.reshape(tf.cast(returns, tf.float64), [-1, 1])
+        gram = tf.matmul(weighted, flat, transpose_a=True)
+        scale = tf.reduce_sum(w)  # the regulariser relative to the data's weight
+        coefficients = tf.linalg.solve(gram + self.reg * scale * tf.eye(k, dtype=tf.float64),
+                                       tf.matmul(weighted, target, transpose_a=True))
+        values = tf.linalg.matvec(features, coefficients[:, 0])
+        return tf.stop_gradient(tf.cast(values, returns.dtype))
+
+
+class Batch(NamedTuple):
+    """What a surrogate loss needs of one task's trajectories (the learner's ``y``).
+
+    Attributes:
+      actions: as in :class:`~metalearn.rl.environments.Trajectories`.
+      rewards, mask: ``[n, T]``.
+      advantages: ``[n, T]``, zero after an episode's end.
+      weights: ``[n]``, summing to 1: ``1 / n`` for sampled rollouts, the (stopped)
+        trajectory probabilities for an exact enumeration.
+    """
+
+    actions: tf.Tensor
+    rewards: tf.Tensor
+    mask: tf.Tensor
+    advantages: tf.Tensor
+    weights: tf.Tensor
+
+
+@gin.configurable
+class DiCE:
+    """The policy-gradient surrogate whose every derivative is right (module docstring).
+
+    Args:
+      discount: the discount of the returns the advantages are made of.
+      gae_lambda: GAE's lambda; 1 (the default, as the MAML code) gives the reward-to-go
+        minus the baseline, unbiased at every order; below 1 trades bias for variance.
+      baseline: a function of ``(trajectories, returns, weights)`` giving ``[n, T]``
+        values (:class:`LinearFeatureBaseline`), or ``None`` for none.
+      normalize_advantages: centre and scale the advantages over the batch (the MAML
+        code's ``center_adv``): a constant baseline and a step-size change per batch.
+      mean_over_steps: the objective divided by the horizon, value and derivatives
+        alike (the mean over time steps of the MAML code's surrogate, the scale its inner
+        rate 0.1 is for); the learner's ``return`` metric stays the return.
+    """
+
+    def __init__(self, discount: float = 0.99, gae_lambda: float = 1.0,
+                 baseline: Optional[LinearFeatureBaseline] = None,
+                 normalize_advantages: bool = False, mean_over_steps: bool = False):
+        if not 0.0 <= float(discount) <= 1.0:
+            raise ValueError(f"discount must be in [0, 1], got {discount}")
+        if not 0.0 <= float(gae_lambda) <= 1.0:
+            raise ValueError(f"gae_lambda must be in [0, 1], got {gae_lambda}")
+        if baseline is not None and not callable(baseline):
+            raise TypeError(f"baseline must be callable(trajectories, returns, weights), "
+                            f"got {baseline!r}")
+        self.discount = float(discount)
+        self.gae_lambda = float(gae_lambda)
+        self.baseline = baseline
+        self.normalize_advantages = bool(normalize_advantages)
+        self.mean_over_steps = bool(mean_over_steps)
+
+    def targets(self, trajectories: Trajectories,
+                weights: Optional[tf.Tensor] = None) -> Batch:
+        """The :class:`Batch` of ``trajectories`` (``weights``: ``1 / n`` each by
+        default), everything in it stop-gradiented."""
+        rewards, mask = trajectories.rewards, trajectories.mask
+        if weights is None:
+            n = tf.shape(rewards)[0]
+            weights = tf.ones([n], rewards.dtype) / tf.cast(n, rewards.dtype)
+        weights = tf.stop_gradient(tf.cast(weights, rewards.dtype))
+        returns = discounted_returns(rewards, self.discount)
+        values = tf.zeros_like(rewards) if self.baseline is None else \
+            self.baseline(trajectories, returns, weights)
+        advantages = gae(rewards, values, mask, self.discount, self.gae_lambda)
+        if self.normalize_advantages:
+            w = mask * weights[:, None]
+            total = tf.reduce_sum(w)
+            mean = tf.reduce_sum(w * advantages) / total
+            var = tf.reduce_sum(w * tf.square(advantages - mean)) / total
+            advantages = (advantages - mean) * tf.math.rsqrt(var + 1e-8) * mask
+        return tf.nest.map_structure(tf.stop_gradient, Batch(
+            trajectories.actions, rewards, mask, advantages, weights))
+
+    def surrogate(self, log_probs: tf.Tensor, batch: Batch) -> tf.Tensor:
+        """``[n]`` per trajectory: 0 in value, the estimator in its derivatives."""
+        log_probs = log_probs * batch.mask
+        cumulative = tf.cumsum(log_probs, axis=-1)
+        return tf.reduce_sum((magic_box(cumulative) - magic_box(cumulative - log_probs))
+                             * batch.advantages, -1)
+
+    def objective(self, log_probs: tf.Tensor, batch: Batch) -> tf.Tensor:
+        """The weighted mean return in value, the estimated expected return's
+        derivatives in its derivatives (``log_probs [n, T]``: the policy's, of
+        ``batch.actions``)."""
+        returns = tf.reduce_sum(batch.rewards * batch.mask, -1)
+        total = tf.reduce_sum(batch.weights * (returns + self.surrogate(log_probs, batch)))
+        if self.mean_over_steps:
+            total = total / tf.cast(tf.shape(batch.rewards)[-1], total.dtype)
+        return total
+
+    def __call__(self, log_probs: tf.Tensor, batch: Batch) -> tf.Tensor:
+        """The loss: minus :meth:`objective`."""
+        return -self.objective(log_probs, batch)
+
+
+@gin.configurable
+class NaiveSurrogate(DiCE):
+    """``sum_t log pi(a_t | s_t) A_t``: the MAML code's inner loss. Its gradient is the
+    policy gradient; its Hessian lacks the products of scores that the dependence of
+    the sampled trajectories on the policy adds, so second-order meta-gradients through
+    it are wrong (``tests/meta_rl_test.py``). For comparisons; use :class:`DiCE`."""
+
+    def surrogate(self, log_probs, batch):
+        log_probs = log_probs * batch.mask
+        return tf.reduce_sum((log_probs - tf.stop_gradient(log_probs)) * batch.advantages, -1)

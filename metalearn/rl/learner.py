@@ -1,0 +1,212 @@
+"""Meta-reinforcement learning through the one :class:`~metalearn.Learner`.
+
+The data flow of MAML-RL (Finn et al. 2017) inside one compiled meta-step: before each
+inner step, trajectories of the policy with that step's weights (the :class:`Rollouts`
+step wrapper, a :class:`~metalearn.adapters.SupportFromWeights`); the inner steps of any
+adapter on the DiCE surrogate of those trajectories; after adaptation, trajectories of
+the adapted policy (:meth:`PolicyLearner.query_data`) whose surrogate is the task's
+query loss; the meta-gradient through all of it by the ordinary meta-step. Sampling is
+by the score function: actions and observations are stop-gradiented, the magic box of
+:mod:`metalearn.rl.estimators` carries the dependence on the weights to every order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple, Union
+
+import gin
+import keras
+import tensorflow as tf
+
+from metalearn.adapters.base import Adapter
+from metalearn.adapters.gradient_descent import GradientDescent
+from metalearn.adapters.wrappers import StepWrapper, SupportFromWeights
+from metalearn.functional import Weights
+from metalearn.learners.learner import Learner
+from metalearn.rl.environments import Environment, Trajectories, rollout
+from metalearn.rl.estimators import Batch, DiCE
+from metalearn.rl.policies import Categorical, Gaussian
+
+
+@gin.configurable
+class Rollouts(SupportFromWeights):
+    """The support set of every inner step: fresh trajectories of the policy with the
+    weights that step starts from (seeded by the episode's support seed and the step).
+    Put it in the adapter of a :class:`PolicyLearner`, which binds it to its
+    environment and policy::
+
+        GradientDescent(1, 0.1, wrappers=[Rollouts()])
+    """
+
+    def __init__(self, name: Optional[str] = None):
+        StepWrapper.__init__(self, name=name)
+        self.fn = None
+        self.learner_name = None
+
+    def bind_to(self, learner: "PolicyLearner") -> None:
+        """Samples the support trajectories with ``learner`` (one learner per wrapper)."""
+        if self.fn is not None and self.learner_name != learner.name:
+            raise ValueError(f"this Rollouts wrapper is already bound to PolicyLearner "
+                             f"{self.learner_name!r}: give every learner its own adapter")
+        self.fn = learner.support_data
+        self.learner_name = learner.name
+
+    def wrap(self, step_fn):
+        if self.fn is None:
+            raise ValueError("Rollouts() samples with a metalearn.rl.PolicyLearner's policy"
+                             ": use it in the adapter of a PolicyLearner")
+        return super().wrap(step_fn)
+
+
+def mean_return(batch: Batch, outputs: Any) -> tf.Tensor:
+    """The batch's weighted mean (undiscounted) return: the learner's ``return`` metric."""
+    return tf.reduce_sum(batch.weights * tf.reduce_sum(batch.rewards * batch.mask, -1))
+
+
+@gin.configurable
+class PolicyLearner(Learner):
+    """A policy (any Keras model mapping observations to a distribution's parameters),
+    an inner loop and a policy-gradient estimator, on an in-graph :class:`Environment`.
+
+    Episodes come from the environment (as a task sampler): ``support_x``/``query_x``
+    hold a task, ``support_y``/``query_y`` the seeds of its pre- and post-update
+    rollouts. What the adapter and the query see are trajectories sampled inside the
+    step: ``x`` the observations ``[rollouts * horizon, observation_size]``, ``y`` a
+    :class:`~metalearn.rl.estimators.Batch`. The query ``loss`` is minus the DiCE
+    objective (its value minus the mean return); ``return`` is the mean return of the
+    (post-update) query trajectories. Evaluated with ``steps=k``, ``return`` is the
+    return after ``k`` adaptation steps (0: the meta-learned policy itself).
+
+    Args:
+      model: a built Keras model from ``[batch, observation_size]`` observations to the
+        distribution's parameters (:func:`~metalearn.rl.policies.gaussian_policy` for a
+        Gaussian around a mean network).
+      environment: the :class:`Environment` whose tasks the episodes hold.
+      adapter: the inner loop; it must hold a :class:`Rollouts` wrapper (default:
+        ``GradientDescent(1, 0.1, wrappers=[Rollouts()])``).
+      distribution: :class:`~metalearn.rl.policies.Gaussian` or ``Categorical``; by
+        default the one of the environment's action kind.
+      rollouts: trajectories per task and inner step (the paper's 20), or ``"exact"``:
+        every trajectory of an environment that can enumerate them (``TabularMDP``),
+        weighted by its probability under the current policy (then every figure is
+        the exact expectation, and the estimator's derivatives are exact).
+      estimator: the surrogate loss (:class:`~metalearn.rl.estimators.DiCE`, default).
+      query_training: as :class:`~metalearn.Learner`'s.
+    """
+
+    def __init__(self, model: keras.Model, environment: Environment,
+                 adapter: Optional[Adapter] = None, distribution: Any = None,
+                 rollouts: Union[int, str] = 20, estimator: Optional[DiCE] = None,
+                 query_training: bool = True, name: Optional[str] = None):
+        if not isinstance(environment, Environment):
+            raise TypeError(f"environment must be a metalearn.rl.Environment, got "
+                            f"{environment!r}")
+        if rollouts == "exact":
+            if not callable(getattr(environment, "enumerate", None)):
+                raise ValueError(f"rollouts='exact' needs an environment that enumerates "
+                                 f"its trajectories (TabularMDP), got "
+                                 f"{type(environment).__name__}")
+        elif isinstance(rollouts, bool) or not isinstance(rollouts, int) or rollouts < 1:
+            raise ValueError(f"rollouts must be a number of trajectories >= 1 or 'exact', "
+                             f"got {rollouts!r}")
+        if distribution is None:
+            distribution = Gaussian() if environment.action_kind == "continuous" \
+                else Categorical()
+        if distribution.kind != environment.action_kind:
+            raise ValueError(f"a {type(distribution).__name__} policy samples "
+                             f"{distribution.kind} actions, but {type(environment).__name__}"
+                             f" takes {environment.action_kind} ones")
+        if adapter is None:
+            adapter = GradientDescent(1, 0.1, wrappers=[Rollouts()])
+        estimator = DiCE() if estimator is None else estimator
+        super().__init__(model, adapter, loss=estimator, metrics={"return": mean_return},
+                         query_training=query_training, name=name)
+        self.environment = environment
+        self.distribution = distribution
+        self.estimator = estimator
+        self.rollouts = rollouts
+        self._check_policy(model)
+        wrappers = [m for m in [self.adapter, *self.adapter.submodules]
+                    if isinstance(m, Rollouts)]
+        if not wrappers:
+            raise ValueError(
+                f"PolicyLearner's adapter {type(self.adapter).__name__} holds no Rollouts "
+                "wrapper, so its inner steps would see no trajectories: use e.g. "
+                "GradientDescent(1, 0.1, wrappers=[Rollouts()]) (gin: "
+                "GradientDescent.wrappers = [@Rollouts()])")
+        for wrapper in wrappers:
+            wrapper.bind_to(self)
+
+    def _check_policy(self, model: keras.Model) -> None:
+        env = self.environment
+        need = self.distribution.output_size(env.action_size)
+        try:
+            outputs = model(tf.zeros([1, env.observation_size], model.inputs[0].dtype))
+        except (ValueError, TypeError, tf.errors.InvalidArgumentError) as error:
+            raise ValueError(f"the policy model {model.name!r} does not take "
+                             f"{type(env).__name__}'s observations of size "
+                             f"{env.observation_size}: {error}") from error
+        shape = list(outputs.shape)
+        if shape[-1] != need:
+            raise ValueError(
+                f"the policy model {model.name!r} outputs {shape[-1]} values (shape "
+                f"{shape}), but a {type(self.distribution).__name__} policy over "
+                f"{type(env).__name__}'s {env.action_size} {env.action_kind} actions needs "
+                f"{need}" + (" (a mean and a log std per dimension: "
+                             "metalearn.rl.gaussian_policy(model) adds the log std)"
+                             if isinstance(self.distribution, Gaussian) else ""))
+
+    # --- trajectories from given weights -------------------------------------------
+
+    def trajectories(self, weights: Weights, task: Any,
+                     seed: tf.Tensor) -> Tuple[Trajectories, Optional[tf.Tensor]]:
+        """Trajectories of the policy with ``weights`` (stopped) in ``task`` and their
+        weights in the batch (``None``: sampled, ``1 / n`` each; for ``"exact"`` every
+        trajectory with its probability)."""
+        stopped = tf.nest.map_structure(tf.stop_gradient, weights)
+        if self.rollouts == "exact":
+            trajectories, dynamics = self.environment.enumerate(task)
+            log_probs = self.policy_log_probs(stopped, trajectories.observations,
+                                              trajectories.actions, trajectories.mask)
+            return trajectories, dynamics * tf.exp(tf.reduce_sum(log_probs, -1))
+        policy = lambda observations, seed: self.distribution.sample(
+            self.predict(stopped, observations), seed)
+        return rollout(self.environment, task, policy, self.rollouts, seed), None
+
+    def policy_log_probs(self, weights: Weights, observations: tf.Tensor, actions: tf.Tensor,
+                         mask: tf.Tensor) -> tf.Tensor:
+        """``[n, T]`` log-probabilities of the actions, zero where ``mask`` is."""
+        flat = tf.reshape(observations, [-1, self.environment.observation_size])
+        outputs = self.predict(weights, flat)
+        outputs = tf.reshape(outputs, tf.concat([tf.shape(mask), [-1]], 0))
+        return self.distribution.log_prob(outputs, actions) * tf.cast(mask, outputs.dtype)
+
+    def rollout_data(self, weights: Weights, task: Any, seed: tf.Tensor) -> Tuple[tf.Tensor, Batch]:
+        """``(x, y)`` of trajectories sampled with ``weights``: the flat observations and
+        the estimator's :class:`~metalearn.rl.estimators.Batch`."""
+        trajectories, probabilities = self.trajectories(weights, task, seed)
+        cast = lambda t: tf.cast(t, self._metric_dtype) if t.dtype.is_floating else t
+        trajectories = Trajectories(*[cast(t) for t in trajectories])
+        if probabilities is not None:
+            probabilities = cast(probabilities)
+        batch = self.estimator.targets(trajectories, probabilities)
+        x = tf.reshape(trajectories.observations, [-1, self.environment.observation_size])
+        return x, batch
+
+    def support_data(self, weights: Weights, x: Any, y: Any, step: Any) -> Tuple[tf.Tensor, Batch]:
+        """What :class:`Rollouts` gives inner step ``step``: trajectories with its
+        weights, seeded by the support seed ``y`` folded with the step."""
+        seed = tf.random.experimental.stateless_fold_in(tf.cast(y, tf.int64),
+                                                        tf.cast(step, tf.int64))
+        return self.rollout_data(weights, x, seed)
+
+    def query_data(self, weights: Any, query_x: Any, query_y: Any) -> Tuple[Any, Any]:
+        """Trajectories of the adapted policy, seeded by the query seed."""
+        return self.rollout_data(weights, query_x, query_y)
+
+    def task_loss(self, y_true: Batch, y_pred: tf.Tensor) -> tf.Tensor:
+        """Minus the estimator's objective of the trajectories ``y_true`` under the
+        policy's outputs ``y_pred`` on their observations."""
+        outputs = tf.reshape(y_pred, tf.concat([tf.shape(y_true.mask), [-1]], 0))
+        log_probs = self.distribution.log_prob(outputs, y_true.actions)
+        return tf.cast(self.loss(log_probs, y_true), self._metric_dtype)
