@@ -23,6 +23,8 @@ from metalearn.adapters import (GradientDescent, GradientStep, InnerAdam, InnerM
 from metalearn.pieces import HyperparameterRangeError, Range, check_range
 from metalearn.tasks.episode import Episode
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module-scoped run on one worker
+
 
 # --- 1. hyperparameter ranges -------------------------------------------------------
 

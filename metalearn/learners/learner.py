@@ -17,6 +17,8 @@ from metalearn.pieces import LossFn, Piece, Pieces, SplitLoss
 from metalearn.tasks.episode import Episode, example_mask, restrict_to_classes, unmask
 
 MetricFn = Callable[[Any, Any], tf.Tensor]
+"""A loss or metric: ``fn(y_true, y_pred) -> tf.Tensor`` (a Keras loss or metric object, or
+any callable of that signature)."""
 
 _MOVED = {
     "task_batching": "the formulation, an object of metalearn.execution: "

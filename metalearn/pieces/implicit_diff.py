@@ -154,6 +154,9 @@ class Neumann:
 
 
 LinearSolver = Callable[[Callable[[Tensors], Tensors], Tensors], Tensors]
+"""A linear solver: ``solver(apply_a, b) -> x`` with ``apply_a(x)`` the product ``A x``
+(:class:`ConjugateGradient`, :class:`Neumann`, or any callable of that signature; one with
+a ``solve`` method also reports its diagnostics)."""
 
 
 def _solve(linear_solver: LinearSolver, apply_a, b: Tensors) -> Tuple[Tensors, SolverInfo]:

@@ -10,6 +10,7 @@ import tensorflow as tf
 from metalearn.tasks.episode import Episode
 
 SPLITS = ("train", "validation", "test")
+"""The splits a task sampler draws from, in this order (a split's index seeds its stream)."""
 
 
 def split_seed(seed: int, split: str) -> tf.Tensor:

@@ -39,7 +39,14 @@ from metalearn import models
 from metalearn.functional import softmax_cross_entropy
 from metalearn.tasks import Episode
 
-WAYS, SHOTS, QUERIES, DIM = 3, 2, 4, 6
+WAYS = 3
+"""Classes per task of the contract's synthetic episodes."""
+SHOTS = 2
+"""Support examples per class of the contract's synthetic episodes."""
+QUERIES = 4
+"""Query examples per class of the contract's synthetic episodes."""
+DIM = 6
+"""Features of an example of the contract's synthetic episodes."""
 
 
 def synthetic_classification(seed: int, tasks: int, ways: int = WAYS, shots: int = SHOTS,
@@ -89,6 +96,8 @@ def uninformative_support(episodes: Episode, seed: int = 0) -> Episode:
 
 
 def contract_model(dtype: Optional[str] = None, hidden=(16,), ways: int = WAYS) -> keras.Model:
+    """The contract's model: a ReLU MLP from ``DIM`` features through ``hidden`` to
+    ``ways`` logits, built after seeding Keras with 0 (the same weights on every call)."""
     keras.utils.set_random_seed(0)
     return models.mlp((DIM,), hidden=hidden, outputs=ways, activation="relu", dtype=dtype)
 
