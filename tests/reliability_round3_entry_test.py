@@ -4,7 +4,7 @@ sweeps say what is incomplete; data caches are keyed on what they were made from
 decoders and gin name the file (and record, line, byte) at fault; ``evaluate --workdir``
 names the workdir. Every case was seen to fail before its fix. The cases that are errors
 have a row in docs/errors.md too (tests/validation_test.py, with the helpers shared
-here: ``full_disk``, ``no_free_space``)."""
+tests/run_fixtures.py: ``full_disk``, ``no_free_space``)."""
 
 import csv
 import errno
@@ -33,7 +33,8 @@ from metalearn.tasks.datasets import images as image_files
 from metalearn.training import build_experiment, parse_config
 from tests import benchmark_fixtures as fixtures
 
-from tests.validation_test import EVALUATE_SMALL, _saved_run, full_disk, no_free_space
+from tests.run_fixtures import EVALUATE_SMALL, full_disk, no_free_space
+from tests.run_fixtures import saved_run as saved_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,7 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def saved_run(folder) -> str:
     """A workdir with config.gin and one checkpoint (step 1), no training."""
-    _saved_run(folder)
+    saved_checkpoint(folder)
     gin.clear_config()
     return str(folder)
 

@@ -8,16 +8,13 @@ in step; ``python -m tests.validation_test`` prints the table from the cases.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import errno
 import gzip
 import os
-import re
 import subprocess
 import sys
 import zipfile
-from typing import Callable, List, Optional, Tuple, Type
+from typing import Callable, List, Optional, Type
 
 import gin
 import numpy as np
@@ -41,6 +38,7 @@ from metalearn.training.checkpoint import DamagedCheckpointError, UnmatchedCheck
 from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.evaluation import evaluate
 from metalearn.report import IncompleteError
+from tests.run_fixtures import EVALUATE_SMALL, full_disk, no_free_space, saved_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS_TABLE = os.path.join(ROOT, "docs", "errors.md")
@@ -398,34 +396,18 @@ def gin_only(name, bad_line, error, excerpt, base=SINUSOID, points_to="the bindi
                 points_to)
 
 
-def _saved_run(folder, gin_file="experiments/sinusoid/maml.gin", params=(), step=0):
-    """A workdir with config.gin and one checkpoint (of ``step``; ``ckpt-1`` for step
-    0), no training."""
-    from metalearn.training.checkpoint import checkpoint_for
-    os.makedirs(folder, exist_ok=True)
-    parse_config([gin_file], ["mlp.hidden = (4,)", *params])
-    experiment = build_experiment()
-    with open(os.path.join(folder, "config.gin"), "w") as f:
-        f.write(experiment.config)
-    experiment.learner.meta_step.assign(step)
-    checkpoint = checkpoint_for(experiment, experiment.learner.meta_step)
-    tf.train.CheckpointManager(checkpoint, os.path.join(folder, "checkpoints"),
-                               max_to_keep=3).save(checkpoint_number=step or 1)
-    return os.path.join(folder, "checkpoints", f"ckpt-{step or 1}")
-
-
 # issue 32: the library's cases of the third reliability round
 
 
 def resumed_below_its_step(tmp_path) -> None:
-    _saved_run(tmp_path / "run", step=5)
+    saved_run(tmp_path / "run", step=5)
     parse_config(["experiments/sinusoid/maml.gin"], ["mlp.hidden = (4,)",
                                                      "Loop.num_steps = 3"])
     train(build_experiment(), str(tmp_path / "run"))
 
 
 def restored_after_an_edit(tmp_path) -> None:
-    _saved_run(tmp_path / "run")
+    saved_run(tmp_path / "run")
     config = tmp_path / "run" / "config.gin"
     config.write_text(config.read_text().replace("mlp.activation = 'relu'",
                                                  "mlp.activation = 'tanh'"))
@@ -433,7 +415,7 @@ def restored_after_an_edit(tmp_path) -> None:
 
 
 def restored_into_other_sizes(tmp_path) -> None:
-    _saved_run(tmp_path / "run")
+    saved_run(tmp_path / "run")
     metalearn.restore(str(tmp_path / "run"), gin_params=["mlp.hidden = (8,)"])
 
 
@@ -444,49 +426,12 @@ def label_outside_the_classes(tmp_path) -> None:
     learner.adapt(tf.zeros([3, 2]), tf.constant([0, 1, 7]))
 
 
-@contextlib.contextmanager
-def full_disk(name: str):
-    """Inside, writing a file called ``name`` fails as on a disk that fills: the bytes
-    seem written, then the flush to disk (``os.fsync`` of ``files.write_text``'s
-    temporary file) reports ``ENOSPC``. Other files are written as usual."""
-    real_fsync = os.fsync
-
-    def fsync(fd):
-        target = os.readlink(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") \
-            else ""
-        if os.path.basename(target).startswith(f".{name}."):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_fsync(fd)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(os, "fsync", fsync)
-        yield
-
-
-EVALUATE_SMALL = ["evaluate.num_tasks = 4", "evaluate.batch_size = 2",
-                  "evaluate.inner_steps = (1,)"]
-
-
 def evaluation_on_a_disk_that_fills(tmp_path) -> None:
     from metalearn import evaluate as entry_point
-    _saved_run(tmp_path / "run")
+    saved_run(tmp_path / "run")
     gin.clear_config()
     with full_disk("eval.json"):
         entry_point.run(str(tmp_path / "run"), gin_params=EVALUATE_SMALL)
-
-
-@contextlib.contextmanager
-def no_free_space():
-    """Inside, every file system reports 0 bytes free (``os.statvfs``)."""
-    real = os.statvfs
-
-    class Full:
-        def __init__(self, found):
-            self.f_frsize, self.f_blocks, self.f_bavail = found.f_frsize, found.f_blocks, 0
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(os, "statvfs", lambda path: Full(real(path)))
-        yield
 
 
 def evaluation_on_a_full_disk(tmp_path) -> None:
@@ -532,19 +477,19 @@ def undecodable_meta_dataset_image(tmp_path) -> None:
 
 
 def metasgd_into_maml(tmp_path) -> None:
-    metasgd = _saved_run(tmp_path / "metasgd", "experiments/sinusoid/metasgd.gin")
-    _saved_run(tmp_path / "maml")
+    metasgd = saved_run(tmp_path / "metasgd", "experiments/sinusoid/metasgd.gin")
+    saved_run(tmp_path / "maml")
     metalearn.restore(str(tmp_path / "maml"), checkpoint=metasgd)
 
 
 def maml_into_metasgd(tmp_path) -> None:
-    maml = _saved_run(tmp_path / "maml")
-    _saved_run(tmp_path / "metasgd", "experiments/sinusoid/metasgd.gin")
+    maml = saved_run(tmp_path / "maml")
+    saved_run(tmp_path / "metasgd", "experiments/sinusoid/metasgd.gin")
     metalearn.restore(str(tmp_path / "metasgd"), checkpoint=maml)
 
 
 def lost_config_changed(tmp_path) -> None:
-    _saved_run(tmp_path / "run")
+    saved_run(tmp_path / "run")
     os.remove(tmp_path / "run" / "config.gin")
     parse_config(["experiments/sinusoid/maml.gin"], ["mlp.hidden = (4,)",
                                                      "GradientDescent.learning_rate = 0.5"])
@@ -552,13 +497,13 @@ def lost_config_changed(tmp_path) -> None:
 
 
 def no_intact_checkpoint(tmp_path) -> None:
-    _saved_run(tmp_path / "run")
+    saved_run(tmp_path / "run")
     os.remove(tmp_path / "run" / "checkpoints" / "ckpt-1.index")
     metalearn.restore(str(tmp_path / "run"))
 
 
 def damaged_given_checkpoint(tmp_path) -> None:
-    path = _saved_run(tmp_path / "run")
+    path = saved_run(tmp_path / "run")
     with open(path + ".data-00000-of-00001", "wb") as f:
         f.write(b"garbage")
     metalearn.restore(str(tmp_path / "run"), checkpoint=path)

@@ -1,0 +1,67 @@
+"""Workdirs and file systems for the entry points' tests: a saved run (config.gin and
+one checkpoint, no training), a disk that fills while a named file is written, a file
+system with no free space, and the small evaluation the tests run on them."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+
+import pytest
+import tensorflow as tf
+
+from metalearn.training import build_experiment, parse_config
+
+
+def saved_run(folder, gin_file="experiments/sinusoid/maml.gin", params=(), step=0):
+    """A workdir with config.gin and one checkpoint (of ``step``; ``ckpt-1`` for step
+    0), no training."""
+    from metalearn.training.checkpoint import checkpoint_for
+    os.makedirs(folder, exist_ok=True)
+    parse_config([gin_file], ["mlp.hidden = (4,)", *params])
+    experiment = build_experiment()
+    with open(os.path.join(folder, "config.gin"), "w") as f:
+        f.write(experiment.config)
+    experiment.learner.meta_step.assign(step)
+    checkpoint = checkpoint_for(experiment, experiment.learner.meta_step)
+    tf.train.CheckpointManager(checkpoint, os.path.join(folder, "checkpoints"),
+                               max_to_keep=3).save(checkpoint_number=step or 1)
+    return os.path.join(folder, "checkpoints", f"ckpt-{step or 1}")
+
+
+@contextlib.contextmanager
+def full_disk(name: str):
+    """Inside, writing a file called ``name`` fails as on a disk that fills: the bytes
+    seem written, then the flush to disk (``os.fsync`` of ``files.write_text``'s
+    temporary file) reports ``ENOSPC``. Other files are written as usual."""
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        target = os.readlink(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") \
+            else ""
+        if os.path.basename(target).startswith(f".{name}."):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "fsync", fsync)
+        yield
+
+
+@contextlib.contextmanager
+def no_free_space():
+    """Inside, every file system reports 0 bytes free (``os.statvfs``)."""
+    real = os.statvfs
+
+    class Full:
+        def __init__(self, found):
+            self.f_frsize, self.f_blocks, self.f_bavail = found.f_frsize, found.f_blocks, 0
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "statvfs", lambda path: Full(real(path)))
+        yield
+
+
+EVALUATE_SMALL = ["evaluate.num_tasks = 4", "evaluate.batch_size = 2",
+                  "evaluate.inner_steps = (1,)"]
