@@ -36,6 +36,7 @@ view of running jobs (``tensorboard --logdir ROOT``).
 from __future__ import annotations
 
 import glob
+import io
 import math
 import os
 import re
@@ -44,6 +45,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
+from metalearn import atomic
 from metalearn.runs.files import write_results
 from metalearn.runs.workdir import Workdir
 from metalearn.studies import results
@@ -127,6 +129,15 @@ def _label(bindings: Dict[str, str], keys: Sequence[str]) -> str:
     return ", ".join(f"{_short(k)}={bindings.get(k, '')}" for k in keys) or "run"
 
 
+def save_figure(figure, path: str) -> None:
+    """Writes a matplotlib ``figure`` to ``path`` (PNG) atomically
+    (:func:`metalearn.atomic.write`): a plot is whole or absent, and a failed write
+    names the file and the reason."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    atomic.write(path, buffer.getvalue())
+
+
 def plot_learning_curves(plt, runs, keys, seed_key, path, tag="meta_loss") -> bool:
     figure, axis = plt.subplots(figsize=(5, 3.5))
     colours, drawn = {}, False
@@ -145,7 +156,7 @@ def plot_learning_curves(plt, runs, keys, seed_key, path, tag="meta_loss") -> bo
                  title="learning curves (one line per seed)")
         axis.legend(fontsize=7)
         figure.tight_layout()
-        figure.savefig(path, dpi=100)
+        save_figure(figure, path)
     plt.close(figure)
     return drawn
 
@@ -180,7 +191,7 @@ def plot_inner_steps(plt, runs, keys, seed_key, path) -> bool:
             axis.set_yscale("log")
         axis.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    save_figure(figure, path)
     plt.close(figure)
     return True
 
@@ -217,7 +228,7 @@ def plot_against_swept(plt, runs, keys, seed_key, metric, output_dir) -> List[st
             axis.legend(fontsize=7)
         figure.tight_layout()
         path = os.path.join(output_dir, f"sweep_{re.sub(r'[^A-Za-z0-9_.]+', '_', key)}.png")
-        figure.savefig(path, dpi=100)
+        save_figure(figure, path)
         plt.close(figure)
         written.append(path)
     return written
@@ -267,7 +278,7 @@ def plot_sinusoid_adaptation(plt, workdir: str, path: str, steps=(1, 10), seed=0
     axis.set_title(f"one test task, {os.path.basename(os.path.normpath(workdir))}", fontsize=7)
     axis.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    save_figure(figure, path)
     plt.close(figure)
     return True
 

@@ -6,6 +6,7 @@ names the workdir. Every case was seen to fail before its fix. The cases that ar
 have a row in docs/errors.md too (tests/validation_test.py, with the helpers shared
 tests/run_fixtures.py: ``full_disk``, ``no_free_space``)."""
 
+import contextlib
 import csv
 import errno
 import io
@@ -434,3 +435,94 @@ def test_evaluate_names_a_workdir_that_is_not_a_run(tmp_path, kind):
     with pytest.raises(error, match=f"workdir '{tmp_path / workdir}' "):
         entry_point.run(str(tmp_path / workdir))
     assert not (tmp_path / "nothing").exists()  # the output's folder was not made
+
+
+@pytest.mark.parametrize("kind", ["file", "below a file", "missing", "not a run"])
+def test_restore_names_a_workdir_that_is_not_a_run(tmp_path, kind):
+    from metalearn import restore
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "folder").mkdir()
+    workdir = {"file": "afile", "below a file": "afile/run", "missing": "nothing",
+               "not a run": "folder"}[kind]
+    error = NotADirectoryError if kind in ("file", "below a file") else FileNotFoundError
+    with pytest.raises(error, match=f"workdir '{tmp_path / workdir}' "):
+        restore(str(tmp_path / workdir))
+
+
+# --- caches and plots on a disk that fills ------------------------------------------
+
+
+@contextlib.contextmanager
+def replace_fails(name: str):
+    """Inside, renaming a file onto one called ``name`` (the last step of an atomic
+    write) fails as on a full disk."""
+    real = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        if os.path.basename(str(dst)) == name:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(src, dst, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", replace)
+        yield
+
+
+def test_a_cache_that_cannot_be_written_names_its_file_and_the_data_still_load(
+        tmp_path, monkeypatch, caplog):
+    base = fixtures.write_cub(str(tmp_path / "data"), per_class=1)
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(cub, "_CACHE", {})
+    built = load_cub(base, image_size=16, cache_dir=str(cache))  # the cache's names
+    names = sorted(p.name for p in cache.glob("cub_*.npz"))
+    for p in cache.glob("cub_*.npz"):
+        p.unlink()
+    monkeypatch.setattr(cub, "_CACHE", {})
+    with replace_fails(names[0]):
+        loaded = load_cub(base, image_size=16, cache_dir=str(cache))
+    np.testing.assert_array_equal(loaded["train"].images, built["train"].images)
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any(str(cache / names[0]) in m and "No space left on device" in m
+               for m in warned), warned
+    assert not list(cache.glob(".*tmp")) and not list(cache.glob("*.tmp"))
+
+
+def test_an_omniglot_cache_that_cannot_be_written_names_its_file(tmp_path, caplog):
+    import zipfile
+    folder = tmp_path / "omniglot"
+    folder.mkdir()
+    png = tf.io.encode_png(np.full([4, 4, 1], 9, np.uint8)).numpy()
+    with zipfile.ZipFile(folder / "images_background_small1.zip", "w") as zf:
+        zf.writestr("images_background_small1/Greek/character01/0101_00.png", png)
+    cache = tmp_path / "cache"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(omniglot, "_CACHE", {})
+        real = os.replace
+
+        def replace(src, dst, *args, **kwargs):
+            if os.path.basename(str(dst)).startswith("omniglot_"):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real(src, dst, *args, **kwargs)
+
+        patch.setattr(os, "replace", replace)
+        data = load_omniglot(str(folder), archives=("images_background_small1",),
+                             image_size=None, verify_checksums=False,
+                             cache_dir=str(cache))
+    assert data.images.shape[0] == 1
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any(str(cache) in m and "omniglot_" in m and "No space left on device" in m
+               for m in warned), warned
+
+
+def test_a_report_plot_on_a_disk_that_fills_names_it_after_the_table(tmp_path,
+                                                                     info_logs):
+    root = tmp_path / "sweep"
+    root.mkdir()
+    _sweep_run(str(root), "lr=0.1,seed=0", "0.1", "0", evaluate=True)
+    _sweep_run(str(root), "lr=0.1,seed=1", "0.1", "1", evaluate=True)
+    out = tmp_path / "report"
+    with replace_fails("inner_steps.png"), pytest.raises(OSError) as info:
+        report_module.report([str(root)], output_dir=str(out), adaptation_plot=False)
+    _no_space(info, out / "inner_steps.png")
+    assert (out / "table.md").is_file() and "eval/loss@1" in info_logs.text  # the table first
+    assert not list(out.glob(".*tmp")) and not (out / "inner_steps.png").exists()

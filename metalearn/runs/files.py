@@ -2,10 +2,10 @@
 
 Every file a run writes and later reads back (``config.gin``, ``operative_config.gin``,
 ``metrics.json``, evaluation and sweep JSON, report CSVs and tables) goes through
-:func:`write_text`: the text is written to a temporary file in the same directory,
-flushed to disk, and renamed over the target (``os.replace``, atomic on POSIX), so a
-process killed at any moment leaves either the previous file or the complete new one
-(and at worst a stray ``.<name>.*.tmp``). Checkpoints are TensorFlow's (see
+:func:`write_text` (:func:`metalearn.atomic.write`): the text is written to a temporary
+file in the same directory, flushed to disk, and renamed over the target (``os.replace``,
+atomic on POSIX), so a process killed at any moment leaves either the previous file
+or the complete new one (and at worst a stray ``.<name>.*.tmp``). Checkpoints are TensorFlow's (see
 :func:`metalearn.training.loop.train`).
 
 A write that fails (a full disk, a lost permission) raises ``OSError`` of the same
@@ -25,47 +25,20 @@ from typing import Any, Optional
 
 from absl import logging
 
+from metalearn import atomic
 from metalearn.runs.workdir import Workdir
 
 
-def _named(error: OSError, path: str, after: str = "") -> OSError:
-    """``error`` again (the same ``errno``, so the same ``OSError`` subclass), its
-    message naming ``path`` and the reason."""
-    reason = error.strerror or str(error)
-    return OSError(error.errno or errno.EIO, f"cannot write {path!r}: {reason}{after}")
-
-
 def write_text(path: str, text: str) -> None:
-    """Writes ``text`` to ``path`` atomically (temporary file, fsync, rename).
+    """Writes ``text`` to ``path`` atomically (temporary file, fsync, rename):
+    :func:`metalearn.atomic.write`.
 
     Raises:
       OSError: the file cannot be written (a full disk, no permission); the message
         names ``path`` and the reason, the ``errno`` is the system's. The previous
         file, if any, is left as it was.
     """
-    try:
-        _write_text(path, text)
-    except OSError as error:
-        raise _named(error, path) from error
-
-
-def _write_text(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                                   dir=directory)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
-        with os.fdopen(handle, "w", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    atomic.write(path, text)
 
 
 def write_json(path: str, value: Any) -> None:
@@ -95,11 +68,11 @@ def write_results(path: str, text: str, figures: Optional[str],
     if figures is not None:
         logging.info("%s (to be written to %s):\n%s", what, path, figures)
     try:
-        _write_text(path, text)
+        atomic.write_unnamed(path, text)
     except OSError as error:
         logging.error("could not write %s (%s); its whole content follows:\n%s", path,
                       error.strerror or error, text)
-        raise _named(error, path, f"; nothing is lost: the {what} figures were logged "
+        raise atomic.named(error, path, f"; nothing is lost: the {what} figures were logged "
                      "before the write, and the file's whole content just before this "
                      "error: copy them from the log, or free space (or fix the "
                      "permission) and run again") from error

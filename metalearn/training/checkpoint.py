@@ -464,7 +464,9 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
       ``.sampler`` (and ``.config``) describe the data and preprocessing of the run.
 
     Raises:
-      FileNotFoundError: no checkpoint, or no config.
+      NotADirectoryError: ``workdir`` is a file, or below one (the message names it).
+      FileNotFoundError: ``workdir`` does not exist or is not a run directory (the
+        message names it and what it holds); no checkpoint, or no config.
       DamagedCheckpointError: checkpoints, none intact (or ``checkpoint`` damaged).
       UnmatchedCheckpointError: the checkpoint's variables and the config's differ
         (the message names them by layer and shape).
@@ -473,7 +475,7 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
         from the config the checkpoint carries): the message names each binding, as
         ``train`` does; ``gin_params`` apply on top and are not compared.
     """
-    directory = Workdir(workdir).checkpoints
+    directory = Workdir(workdir).require_run().checkpoints
     if checkpoint is not None:
         why = damage(checkpoint)
         if why is not None:

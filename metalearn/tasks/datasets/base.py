@@ -8,6 +8,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from metalearn import atomic
+
 
 def folder_contents(folder: str):
     """What ``folder`` holds (sorted names), or ``"no such folder"``: for errors."""
@@ -205,6 +207,31 @@ def source_fingerprint(sources: Sequence[str], exclude: Optional[str] = None) ->
     return hashlib.sha256("\n".join(entries).encode()).hexdigest()
 
 
+def write_cache(file: str, name: str, **arrays: np.ndarray) -> bool:
+    """Keeps ``arrays`` in the cache file ``file`` (one ``.npz`` of plain arrays,
+    written atomically: :func:`metalearn.atomic.write`), its folder made if missing.
+
+    A cache is only a shortcut: one that cannot be written (a full disk, no permission)
+    is logged as a warning naming ``file`` and the reason, and the data already built
+    are used all the same; nothing is lost to it.
+
+    Returns:
+      Whether the cache was written.
+    """
+    import io
+    from absl import logging
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    try:
+        os.makedirs(os.path.dirname(file) or ".", exist_ok=True)
+        atomic.write(file, buffer.getvalue())
+    except OSError as error:
+        logging.warning("%s cache not kept (the data are used all the same): %s", name,
+                        error)
+        return False
+    return True
+
+
 def cached_splits(cache_dir: Optional[str], name: str, key: Any, build,
                   sources: str = "") -> Dict[str, LabelledImages]:
     """``build()``'s ``{split: LabelledImages}``, kept in ``cache_dir`` as one ``.npz`` of
@@ -217,7 +244,6 @@ def cached_splits(cache_dir: Optional[str], name: str, key: Any, build,
         made from other files (changed since) is rebuilt, never served.
     """
     import hashlib
-    import io
     import json
     import zipfile
     if cache_dir is None:
@@ -250,17 +276,11 @@ def cached_splits(cache_dir: Optional[str], name: str, key: Any, build,
         if splits is not None:
             return splits
     splits = build()
-    os.makedirs(folder, exist_ok=True)
     for split, data in splits.items():
-        buffer = io.BytesIO()
-        np.savez(buffer, images=data.images, labels=data.labels,
-                 class_names=np.asarray(data.class_names, dtype=str),
-                 groups=np.asarray(data.groups or [""] * data.num_classes, dtype=str),
-                 has_groups=np.asarray(data.groups is not None),
-                 preprocessing=np.asarray(json.dumps(dict(data.preprocessing))),
-                 sources=np.asarray(sources))
-        tmp = files[split] + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(buffer.getvalue())
-        os.replace(tmp, files[split])
+        write_cache(files[split], name, images=data.images, labels=data.labels,
+                    class_names=np.asarray(data.class_names, dtype=str),
+                    groups=np.asarray(data.groups or [""] * data.num_classes, dtype=str),
+                    has_groups=np.asarray(data.groups is not None),
+                    preprocessing=np.asarray(json.dumps(dict(data.preprocessing))),
+                    sources=np.asarray(sources))
     return splits

@@ -28,7 +28,6 @@ optionally as ``.npz`` files in ``cache_dir``.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import re
 import zipfile
@@ -42,7 +41,7 @@ import tensorflow as tf
 
 from metalearn.tasks.datasets import checksums
 from metalearn.repository import data_path
-from metalearn.tasks.datasets.base import LabelledImages, source_fingerprint
+from metalearn.tasks.datasets.base import LabelledImages, source_fingerprint, write_cache
 from metalearn.tasks.datasets.images import check_image_size
 
 ARCHIVES = ("images_background", "images_evaluation", "images_background_small1",
@@ -302,14 +301,8 @@ def load_omniglot(path: Optional[str] = None,
                else _read_tfds(archives, data_dir, download))
     data = _assemble(records, preprocessing, image_size, invert)
     if cache_file is not None:
-        os.makedirs(os.path.dirname(cache_file), exist_ok=True)
-        buffer = io.BytesIO()
-        np.savez(buffer, images=data.images, labels=data.labels,
-                 class_names=np.asarray(data.class_names), groups=np.asarray(data.groups),
-                 sources=np.asarray(sources))
-        tmp = cache_file + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(buffer.getvalue())
-        os.replace(tmp, cache_file)
+        write_cache(cache_file, "omniglot", images=data.images, labels=data.labels,
+                    class_names=np.asarray(data.class_names),
+                    groups=np.asarray(data.groups), sources=np.asarray(sources))
     _CACHE[key, sources] = data
     return data
