@@ -144,6 +144,45 @@ def test_a_learned_value_pushed_past_its_bound_comes_back_and_keeps_learning():
     assert float(rate.numpy()) == pytest.approx(0.05)
 
 
+@pytest.mark.parametrize("piece, name, outside, inside", [
+    (lambda v: InnerAdam(beta_1=v), "beta_1", 1.5, 1.0),
+    (lambda v: InnerAdam(beta_2=v), "beta_2", -0.5, 0.0),
+    (lambda v: InnerMomentum(momentum=v), "momentum", 3.0, 1.0),
+    (lambda v: InnerRMSProp(rho=v), "rho", 1.0, 1.0),
+    (lambda v: InnerAdam(epsilon=v), "epsilon", -1e-3, 0.0),
+])
+def test_a_learned_value_without_bounds_stays_in_its_piece_s_range(piece, name, outside,
+                                                                   inside):
+    """A learned beta, momentum, rho or epsilon given no ``low``/``high`` is kept in
+    its piece's range (where leaving it breaks the rule: a decay of 1 or more, an
+    epsilon of 0 or less): after an outer update pushes it out, it is projected back
+    to just inside the range, never outside."""
+    keras.utils.set_random_seed(0)
+    model = models.mlp((1,), hidden=(), outputs=1)
+    learner = metalearn.Learner(model, GradientDescent(2, update=piece(Learned(0.5 if name != "epsilon" else 1e-3))), loss="mse")
+    variable = [v for v in learner.meta_variables if name in v.path][0]
+    rule = metalearn.outer.MetaGradient(keras.optimizers.SGD(1.0))
+    rule.build(learner)
+    push = float(variable.numpy()) - outside  # SGD(1): new = old - direction
+    rule.apply(learner, [tf.constant(push) if v is variable else tf.zeros_like(v)
+                         for v in learner.meta_variables], {"loss": tf.constant(0.0)})
+    value = float(variable.numpy())
+    allowed = {"epsilon": metalearn.pieces.POSITIVE}.get(name, metalearn.pieces.DECAY)
+    assert value in allowed and value == pytest.approx(inside, abs=1e-6), value
+    assert np.isfinite(float(learner.meta_loss(_episode())))
+
+
+def test_a_learned_learning_rate_may_change_sign():
+    """Rates are not projected unless bounds are given (Meta-SGD learns signed rates)."""
+    learner = _rate_learner(Learned(0.01))
+    rate = [v for v in learner.meta_variables if "lr" in v.path][0]
+    rule = metalearn.outer.MetaGradient(keras.optimizers.SGD(1.0))
+    rule.build(learner)
+    rule.apply(learner, [tf.constant(0.5) if v is rate else tf.zeros_like(v)
+                         for v in learner.meta_variables], {"loss": tf.constant(0.0)})
+    assert float(rate.numpy()) == pytest.approx(-0.49)
+
+
 # --- 2. heads: labels outside the task's classes, non-finite embeddings ------------
 
 

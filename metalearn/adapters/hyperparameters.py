@@ -44,7 +44,11 @@ class Learned:
         where they are used they are clipped to it. At a bound the clip passes the
         gradient on, so a value the outer step pushed onto a bound moves back inside
         when the meta-gradient says so (it is never stuck outside, with no gradient).
-        ``low`` must be below ``high``.
+        ``low`` must be below ``high``. Both unset: a hyperparameter whose range
+        says so (a momentum, beta or rho in ``[0, 1)``, an epsilon ``> 0``: where
+        leaving the range breaks the rule; ``Range.binds_learned``) is bounded to its
+        range all the same; others (learning rates: Meta-SGD's may change sign) are
+        free.
     """
 
     def __init__(self, initial: float = gin.REQUIRED, per: str = "scalar",
@@ -104,9 +108,13 @@ class HyperparameterSet(tf.Module):
     def declare(self, owner: str, name: str, value: Value, allowed: Range) -> Value:
         """Records hyperparameter ``name`` of piece ``owner`` and checks it is in
         ``allowed`` (:func:`~metalearn.pieces.check_range`): a number, or a
-        :class:`Learned` one's initial value."""
+        :class:`Learned` one's initial value; a :class:`Learned` one without bounds is
+        bounded to ``allowed`` where the range binds learned values."""
         if isinstance(value, Learned):
             check_range(owner, name, value.initial, allowed)
+            if allowed.binds_learned and value.low is None and value.high is None:
+                low, high = allowed.inner_bounds()
+                value = Learned(value.initial, value.per, low=low, high=high)
         else:
             value = check_range(owner, name, value, allowed)
         self.values[name] = value

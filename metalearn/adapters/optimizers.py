@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from metalearn.adapters.hyperparameters import Learned, Value
 from metalearn.adapters.updates import Update
-from metalearn.pieces import DECAY, POSITIVE
+from metalearn.pieces import DECAY, EPSILON, POSITIVE
 
 
 def _zeros(weights):
@@ -99,7 +99,7 @@ class InnerAdam(Update):
         self.learning_rate = self.hyperparameter("learning_rate", learning_rate, POSITIVE)
         self.beta_1 = self.hyperparameter("beta_1", beta_1, DECAY)
         self.beta_2 = self.hyperparameter("beta_2", beta_2, DECAY)
-        self.epsilon = self.hyperparameter("epsilon", epsilon, POSITIVE)
+        self.epsilon = self.hyperparameter("epsilon", epsilon, EPSILON)
 
     def init(self, weights):
         return _zeros(weights), _zeros(weights)
@@ -139,7 +139,7 @@ class InnerRMSProp(Update):
         self.learning_rate = self.hyperparameter("learning_rate", learning_rate, POSITIVE)
         self.rho = self.hyperparameter("rho", rho, DECAY)
         self.momentum = self.hyperparameter("momentum", momentum, DECAY)
-        self.epsilon = self.hyperparameter("epsilon", epsilon, POSITIVE)
+        self.epsilon = self.hyperparameter("epsilon", epsilon, EPSILON)
         self.centered = bool(centered)
         self._uses_momentum = _learnable(momentum)
 

@@ -22,10 +22,10 @@ from metalearn.pieces.implicit_diff import (ConjugateGradient, LinearSolver, Neu
                                             implicit_solution)
 from metalearn.pieces.piece import (CallFn, Capabilities, LossFn, Piece, Pieces, SplitLoss,
                                     check_patterns, clamp_step, select_paths)
-from metalearn.pieces.ranges import (COUNT, DECAY, NON_NEGATIVE, POSITIVE, STEPS,
+from metalearn.pieces.ranges import (COUNT, DECAY, EPSILON, NON_NEGATIVE, POSITIVE, STEPS,
                                      HyperparameterRangeError, Range, check_range)
 
-__all__ = ["COUNT", "DECAY", "NON_NEGATIVE", "POSITIVE", "STEPS", "CallFn", "Capabilities",
+__all__ = ["COUNT", "DECAY", "EPSILON", "NON_NEGATIVE", "POSITIVE", "STEPS", "CallFn", "Capabilities",
            "ConjugateGradient", "HyperparameterRangeError", "LinearSolver", "LossFn",
            "Neumann", "Piece", "Pieces", "Range", "SplitLoss", "check_patterns",
            "check_range", "clamp_step", "implicit_solution", "select_paths"]

@@ -16,7 +16,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
+
+import numpy as np
 
 Number = Union[int, float]
 
@@ -44,6 +46,11 @@ class Range:
     low_open: bool = False
     high_open: bool = False
     whole: bool = False
+    binds_learned: bool = False
+    """Whether a meta-learned value of this hyperparameter given no bounds of its own
+    is kept in this range (:meth:`inner_bounds`): set where leaving it breaks the rule
+    (a decay of 1 or more diverges, an epsilon of 0 divides by zero), unset where a
+    learned value may leave it (Meta-SGD's rates change sign)."""
 
     def __post_init__(self):
         if self.low is not None and self.high is not None and not self.low <= self.high:
@@ -59,6 +66,17 @@ class Range:
                                       else value > self.high):
             return False
         return True
+
+    def inner_bounds(self) -> Tuple[Optional[float], Optional[float]]:
+        """``(low, high)``, closed, that lie in this range: an open end moved inside by
+        float32's spacing there (at least its smallest normal number), so that a value
+        projected onto them is in range in float32 as in float64."""
+        def inside(end: Optional[float], is_open: bool, direction: float):
+            if end is None or not is_open:
+                return end
+            step = max(float(np.spacing(np.float32(end))), float(np.finfo(np.float32).tiny))
+            return float(np.float32(end + direction * step))
+        return inside(self.low, self.low_open, 1.0), inside(self.high, self.high_open, -1.0)
 
     def __str__(self) -> str:
         prefix = "a whole number " if self.whole else ""
@@ -76,8 +94,10 @@ POSITIVE = Range(0, low_open=True)
 """``> 0``: a learning rate, an epsilon, a regulariser, a scale."""
 NON_NEGATIVE = Range(0)
 """``>= 0``: a damping, a weight decay."""
-DECAY = Range(0, 1, high_open=True)
-"""``[0, 1)``: a momentum, Adam's betas, RMSProp's rho."""
+DECAY = Range(0, 1, high_open=True, binds_learned=True)
+"""``[0, 1)``: a momentum, Adam's betas, RMSProp's rho (a learned one kept in it)."""
+EPSILON = Range(0, low_open=True, binds_learned=True)
+"""``> 0``: an epsilon added to a denominator (a learned one kept above 0)."""
 STEPS = Range(0, whole=True)
 """A whole number ``>= 0``: inner steps (0: no adaptation)."""
 COUNT = Range(1, whole=True)
