@@ -172,6 +172,15 @@ def test_a_learned_value_without_bounds_stays_in_its_piece_s_range(piece, name, 
     assert np.isfinite(float(learner.meta_loss(_episode())))
 
 
+def test_a_learned_decay_s_own_bounds_must_lie_in_its_range():
+    with pytest.raises(HyperparameterRangeError,
+                       match=r"InnerAdam.beta_1 \(Learned.high\) must be in \[0, 1\), got 1.5"):
+        InnerAdam(beta_1=Learned(0.9, high=1.5))
+    adam = InnerAdam(beta_1=Learned(0.9, low=0.5))  # the range's high fills the other end
+    assert adam.hyperparameters.values["beta_1"].low == 0.5
+    assert 0.9999 < adam.hyperparameters.values["beta_1"].high < 1
+
+
 def test_a_learned_learning_rate_may_change_sign():
     """Rates are not projected unless bounds are given (Meta-SGD learns signed rates)."""
     learner = _rate_learner(Learned(0.01))

@@ -1043,7 +1043,7 @@ CASES: List[Case] = [
          "gin file 'nowhere.gin' not found", lambda p: resolve_gin_files(["nowhere.gin"]),
          None, "the places looked in"),
     Case("restore of a directory that is no run", "`metalearn.restore(<empty folder>)`",
-         FileNotFoundError, "no config.gin in workdir", lambda p: metalearn.restore(str(p)),
+         FileNotFoundError, "is not a run directory: it has neither config.gin", lambda p: metalearn.restore(str(p)),
          lambda p: str(p), "the folder"),
     Case("no intact checkpoint", "every checkpoint of a workdir damaged (index missing)",
          DamagedCheckpointError, "ckpt-1.index is missing", no_intact_checkpoint,

@@ -44,11 +44,11 @@ class Learned:
         where they are used they are clipped to it. At a bound the clip passes the
         gradient on, so a value the outer step pushed onto a bound moves back inside
         when the meta-gradient says so (it is never stuck outside, with no gradient).
-        ``low`` must be below ``high``. Both unset: a hyperparameter whose range
-        says so (a momentum, beta or rho in ``[0, 1)``, an epsilon ``> 0``: where
-        leaving the range breaks the rule; ``Range.binds_learned``) is bounded to its
-        range all the same; others (learning rates: Meta-SGD's may change sign) are
-        free.
+        ``low`` must be below ``high``. For a hyperparameter whose range binds
+        learned values (a momentum, beta or rho in ``[0, 1)``, an epsilon ``> 0``:
+        where leaving the range breaks the rule; ``Range.binds_learned``) an unset end
+        is the range's and a set one must lie in the range; others (learning rates:
+        Meta-SGD's may change sign) are free where unset.
     """
 
     def __init__(self, initial: float = gin.REQUIRED, per: str = "scalar",
@@ -108,17 +108,28 @@ class HyperparameterSet(tf.Module):
     def declare(self, owner: str, name: str, value: Value, allowed: Range) -> Value:
         """Records hyperparameter ``name`` of piece ``owner`` and checks it is in
         ``allowed`` (:func:`~metalearn.pieces.check_range`): a number, or a
-        :class:`Learned` one's initial value; a :class:`Learned` one without bounds is
+        :class:`Learned` one's initial value; a :class:`Learned` one is
         bounded to ``allowed`` where the range binds learned values."""
         if isinstance(value, Learned):
             check_range(owner, name, value.initial, allowed)
-            if allowed.binds_learned and value.low is None and value.high is None:
-                low, high = allowed.inner_bounds()
-                value = Learned(value.initial, value.per, low=low, high=high)
+            if allowed.binds_learned:
+                value = self._bounded(owner, name, value, allowed)
         else:
             value = check_range(owner, name, value, allowed)
         self.values[name] = value
         return value
+
+    @staticmethod
+    def _bounded(owner: str, name: str, value: "Learned", allowed: Range) -> "Learned":
+        """``value`` with each end it leaves unset taken from ``allowed`` (inside an open
+        end); an end it sets must lie in ``allowed``."""
+        low, high = allowed.inner_bounds()
+        for end, given in (("low", value.low), ("high", value.high)):
+            if given is not None:
+                check_range(owner, f"{name} (Learned.{end})", given, allowed)
+        return Learned(value.initial, value.per,
+                       low=low if value.low is None else value.low,
+                       high=high if value.high is None else value.high)
 
     def learned(self, name: str) -> bool:
         return isinstance(self.values[name], Learned)
