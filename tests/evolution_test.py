@@ -223,8 +223,8 @@ def test_a_resumed_run_draws_the_same_noise(tmp_path):
 
 
 @pytest.mark.parametrize("keyword, value, message", [
-    ("sigma", 0.0, r"sigma \(the noise scale\) must be a finite number > 0, got 0.0"),
-    ("sigma", -0.1, r"sigma \(the noise scale\) must be a finite number > 0, got -0.1"),
+    ("sigma", 0.0, r"sigma \(the noise scale\) must be > 0, got 0.0"),
+    ("sigma", -0.1, r"sigma \(the noise scale\) must be > 0, got -0.1"),
     ("sigma", float("inf"), r"sigma .* got inf"),
     ("population", 0, r"population \(antithetic pairs\) must be a whole number >= 1, got 0"),
     ("population", 2.5, r"population .* got 2.5"),

@@ -371,9 +371,9 @@ def test_gaussian_process_covariance_is_the_kernel():
 
 
 def test_gaussian_process_arguments_are_checked():
-    with pytest.raises(ValueError, match="length_scale must be positive"):
+    with pytest.raises(ValueError, match="GaussianProcess.length_scale's low end must be > 0"):
         GaussianProcess(length_scale=(0.0, 1.0))
-    with pytest.raises(ValueError, match="noise must be >= 0.*noise=-1"):
+    with pytest.raises(ValueError, match="GaussianProcess.noise must be >= 0, got -1"):
         GaussianProcess(noise=-1)
     with pytest.raises(ValueError, match="shots must be >= 1"):
         GaussianProcess(shots=0)

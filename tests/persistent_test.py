@@ -115,6 +115,6 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match=r"population \(antithetic pairs\) must be a whole "
                                          r"number >= 1, got 0"):
         particles(X0, THETA, 0)
-    with pytest.raises(ValueError, match=r"sigma \(the noise scale\) must be a finite "
-                                         r"number > 0, got 0.0"):
+    with pytest.raises(ValueError, match=r"pes_segment.sigma \(the noise scale\) must be > 0, "
+                                         r"got 0.0"):
         pes_segment(step, particles(X0, THETA, 1), THETA, 0, 2, 0.0, tf.constant([0, 0]))

@@ -51,7 +51,7 @@ from metalearn import functional
 from metalearn.adapters.base import Adapter
 from metalearn.adapters.hypernetwork import flatten_examples as flat
 from metalearn.functional import Gaussian, Weights
-from metalearn.pieces import CallFn, Capabilities, LossFn
+from metalearn.pieces import COUNT, DECAY, CallFn, Capabilities, LossFn, check_range
 from metalearn.tasks.episode import unmask
 
 CONTEXT = "context/"
@@ -112,10 +112,10 @@ class NeuralProcess(Adapter, abc.ABC):
         if output not in OUTPUTS:
             raise ValueError(f"{type(self).__name__} output must be one of {OUTPUTS}, got "
                              f"{output!r}")
-        if not 0.0 <= float(min_scale) < 1.0:
-            raise ValueError(f"min_scale must be in [0, 1), got {min_scale}")
-        if num_classes is not None and int(num_classes) < 1:
-            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        min_scale = check_range(type(self).__name__, "min_scale", min_scale, DECAY)
+        if num_classes is not None:
+            num_classes = check_range(type(self).__name__, "num_classes", num_classes,
+                                      COUNT)
         self.encoder = encoder  # an attribute of a tf.Module: tracked by checkpoints
         self.output = output
         self.min_scale = float(min_scale)
@@ -299,11 +299,9 @@ class AttentiveNeuralProcess(NeuralProcess):
                  name: Optional[str] = None):
         super().__init__(encoder, output=output, min_scale=min_scale,
                          num_classes=num_classes, name=name)
-        if int(heads) < 1 or (key_size is not None and int(key_size) < 1):
-            raise ValueError(f"heads and key_size must be >= 1, got heads={heads}, "
-                             f"key_size={key_size}")
-        self.heads = int(heads)
-        self.key_size = None if key_size is None else int(key_size)
+        self.heads = check_range(type(self).__name__, "heads", heads, COUNT)
+        self.key_size = None if key_size is None else check_range(
+            type(self).__name__, "key_size", key_size, COUNT)
         self.attention: Optional[keras.Model] = None
 
     def build(self, model: keras.Model, weights: Weights) -> None:

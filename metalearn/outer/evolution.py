@@ -33,6 +33,7 @@ import tensorflow as tf
 from metalearn.learners.learner import Learner
 from metalearn.outer import replicas
 from metalearn.outer.rule import Directions, Metrics, OptimizerRule
+from metalearn.ranges import COUNT, POSITIVE, WHOLE, check_range
 
 _TWO_PI = 2.0 * math.pi
 
@@ -70,22 +71,18 @@ def noise(seed: tf.Tensor, shapes: Sequence[tf.TensorShape],
     return result
 
 
-def check_population(population: int, owner: str = "") -> int:
-    """``population`` if it is a whole number >= 1 (antithetic pairs); ``ValueError``
-    naming it (``owner``: a prefix such as ``"EvolutionStrategies."``) otherwise."""
-    if isinstance(population, bool) or int(population) != population or population < 1:
-        raise ValueError(f"{owner}population (antithetic pairs) must be a whole number "
-                         f">= 1, got {population!r}")
-    return int(population)
+def check_population(population: int, owner: str) -> int:
+    """``population`` if it is a whole number >= 1 (antithetic pairs); a
+    :class:`~metalearn.ranges.HyperparameterRangeError` naming ``owner`` and it
+    otherwise (:func:`~metalearn.ranges.check_range`)."""
+    return check_range(owner, "population (antithetic pairs)", population, COUNT)
 
 
-def check_sigma(sigma: float, owner: str = "") -> float:
-    """``sigma`` if it is a finite number > 0 (the noise scale); ``ValueError`` naming
-    it otherwise."""
-    if isinstance(sigma, bool) or not float(sigma) > 0 or not math.isfinite(sigma):
-        raise ValueError(f"{owner}sigma (the noise scale) must be a finite number > 0, "
-                         f"got {sigma!r}")
-    return float(sigma)
+def check_sigma(sigma: float, owner: str) -> float:
+    """``sigma`` if it is a finite number > 0 (the noise scale); a
+    :class:`~metalearn.ranges.HyperparameterRangeError` naming ``owner`` and it
+    otherwise."""
+    return check_range(owner, "sigma (the noise scale)", sigma, POSITIVE)
 
 
 def centred_ranks(fitness: tf.Tensor) -> tf.Tensor:
@@ -127,11 +124,9 @@ class EvolutionStrategies(OptimizerRule):
                  population: int = 8, sigma: float = 0.01, centred_ranks: bool = False,
                  seed: int = 0):
         super().__init__(optimizer)
-        population = check_population(population, "EvolutionStrategies.")
-        sigma = check_sigma(sigma, "EvolutionStrategies.")
-        if isinstance(seed, bool) or int(seed) != seed:
-            raise ValueError(f"EvolutionStrategies.seed must be a whole number, got "
-                             f"{seed!r}")
+        population = check_population(population, "EvolutionStrategies")
+        sigma = check_sigma(sigma, "EvolutionStrategies")
+        seed = check_range("EvolutionStrategies", "seed", seed, WHOLE)
         self.population, self.sigma = int(population), float(sigma)
         self.centred_ranks, self.seed = bool(centred_ranks), int(seed)
         self._compiled_evaluate: Optional[Callable] = None

@@ -33,6 +33,7 @@ from typing import Any, Callable, List, NamedTuple, Sequence, Tuple
 import tensorflow as tf
 
 from metalearn.outer.evolution import check_population, check_sigma, noise, pair_seed
+from metalearn.ranges import COUNT, check_range
 
 State = Any
 UnrollStep = Callable[[State, List[tf.Tensor], Any], Tuple[State, tf.Tensor]]
@@ -45,9 +46,8 @@ def check_truncation(truncation: int, horizon: int) -> Tuple[int, int]:
     Raises:
       ValueError: naming the value and what was expected.
     """
-    for name, value in (("truncation", truncation), ("horizon", horizon)):
-        if isinstance(value, bool) or int(value) != value or int(value) < 1:
-            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    truncation = check_range("truncated unroll", "truncation", truncation, COUNT)
+    horizon = check_range("truncated unroll", "horizon", horizon, COUNT)
     if truncation > horizon:
         raise ValueError(f"truncation ({truncation} steps) is longer than the horizon "
                          f"({horizon} steps)")
@@ -98,7 +98,7 @@ def particles(state: State, theta: Sequence[tf.Tensor], population: int) -> Part
     Raises:
       ValueError: ``population`` not a whole number >= 1.
     """
-    population = check_population(population)
+    population = check_population(population, "particles")
     tile = lambda t: tf.repeat(tf.convert_to_tensor(t)[None], population, axis=0)
     return Particles(tf.nest.map_structure(tile, state), tf.nest.map_structure(tile, state),
                      [tf.zeros([population] + list(t.shape), t.dtype) for t in theta])
@@ -122,7 +122,7 @@ def pes_segment(step: UnrollStep, carried: Particles, theta: Sequence[tf.Tensor]
       The estimate (one tensor per meta-parameter), the particles after the segment, and
       the per-pair mean loss ``(L+ + L-) / 2`` (``[population]``).
     """
-    sigma = check_sigma(sigma)
+    sigma = check_sigma(sigma, "pes_segment")
     theta = [tf.convert_to_tensor(t) for t in theta]
     population = carried.xi[0].shape[0]
     seed = tf.cast(seed, tf.int64)

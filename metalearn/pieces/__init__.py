@@ -9,9 +9,10 @@
 * :mod:`metalearn.pieces.implicit_diff`: the implicit-differentiation primitive
   :func:`implicit_solution` and its linear solvers :class:`ConjugateGradient`,
   :class:`Neumann` (iMAML's inner solve, the SVM and logistic heads);
-* :mod:`metalearn.pieces.ranges`: the one check of a hyperparameter's range,
-  :func:`check_range` with a :class:`Range` (``POSITIVE``, ``DECAY``, ...), used by every
-  piece that takes a number; :class:`HyperparameterRangeError` names the piece, the
+* :mod:`metalearn.ranges` (floor 0, re-exported here): the one check of a
+  hyperparameter's range, :func:`check_range` with a :class:`Range` (``POSITIVE``,
+  ``DECAY``, ...), used by every piece, environment, estimator and rule that takes a
+  number; :class:`HyperparameterRangeError` names the piece, the
   hyperparameter, the value and the range.
 
 The same names are importable from :mod:`metalearn.adapters` (and
@@ -22,7 +23,7 @@ from metalearn.pieces.implicit_diff import (ConjugateGradient, LinearSolver, Neu
                                             implicit_solution)
 from metalearn.pieces.piece import (CallFn, Capabilities, LossFn, Piece, Pieces, SplitLoss,
                                     check_patterns, clamp_step, select_paths)
-from metalearn.pieces.ranges import (COUNT, DECAY, EPSILON, NON_NEGATIVE, POSITIVE, STEPS,
+from metalearn.ranges import (COUNT, DECAY, EPSILON, NON_NEGATIVE, POSITIVE, STEPS,
                                      HyperparameterRangeError, Range, check_range)
 
 __all__ = ["COUNT", "DECAY", "EPSILON", "NON_NEGATIVE", "POSITIVE", "STEPS", "CallFn", "Capabilities",

@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import gin
 import tensorflow as tf
 
-from metalearn.pieces.ranges import COUNT, NON_NEGATIVE, POSITIVE, check_range
+from metalearn.ranges import COUNT, NON_NEGATIVE, POSITIVE, check_range
 
 Tensors = List[tf.Tensor]
 Condition = Callable[[Tensors, Tensors], Tensors]

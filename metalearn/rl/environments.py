@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from metalearn.tasks.base import TaskSampler
 from metalearn.tasks.episode import Episode
+from metalearn.ranges import COUNT, NON_NEGATIVE, POSITIVE, check_range
 
 Policy = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 """``policy(observations [n, obs], seed [2]) -> actions [n, ...]``."""
@@ -97,12 +98,11 @@ def rollout(environment: Environment, task: Any, policy: Policy, num: int,
     estimators of :mod:`metalearn.rl.estimators` carry the dependence on the policy).
 
     Raises:
-      ValueError: ``num`` or ``horizon`` below 1.
+      HyperparameterRangeError: ``num`` or ``horizon`` not a whole number >= 1.
     """
-    horizon = environment.horizon if horizon is None else int(horizon)
-    if int(num) < 1 or horizon < 1:
-        raise ValueError(f"rollout needs num >= 1 and horizon >= 1, got num={num}, "
-                         f"horizon={horizon}")
+    num = check_range("rollout", "num", num, COUNT)
+    horizon = check_range("rollout", "horizon",
+                          environment.horizon if horizon is None else horizon, COUNT)
     seed = tf.cast(seed, tf.int64)
     keys = tf.random.experimental.stateless_split(seed, 2 * horizon + 1)
     state = environment.reset(task, int(num), keys[0])
@@ -159,14 +159,11 @@ class PointNavigation(Environment):
         if not low <= high:
             raise ValueError(f"goal_range must be (low, high) with low <= high, got "
                              f"{goal_range!r}")
-        if int(horizon) < 1:
-            raise ValueError(f"horizon must be >= 1, got {horizon}")
-        if not float(max_step) > 0:
-            raise ValueError(f"max_step must be > 0, got {max_step}")
         self.goal_range = (low, high)
-        self.horizon = int(horizon)
-        self.max_step = float(max_step)
-        self.tolerance = float(tolerance)
+        self.horizon = check_range("PointNavigation", "horizon", horizon, COUNT)
+        self.max_step = check_range("PointNavigation", "max_step", max_step, POSITIVE)
+        self.tolerance = check_range("PointNavigation", "tolerance", tolerance,
+                                     NON_NEGATIVE)
         self.observe_goal = bool(observe_goal)
         self.observation_size = 4 if self.observe_goal else 2
         self.dtype = tf.as_dtype(dtype)
@@ -222,10 +219,9 @@ class TabularMDP(Environment):
 
     def __init__(self, states: int = 2, actions: int = 2, horizon: int = 3,
                  dtype: str = "float32"):
-        if int(states) < 1 or int(actions) < 1 or int(horizon) < 1:
-            raise ValueError(f"TabularMDP needs states, actions and horizon >= 1, got "
-                             f"{states}, {actions}, {horizon}")
-        self.states, self.action_size, self.horizon = int(states), int(actions), int(horizon)
+        self.states, self.action_size, self.horizon = (
+            check_range("TabularMDP", name, value, COUNT) for name, value in
+            (("states", states), ("actions", actions), ("horizon", horizon)))
         self.observation_size = self.states
         self.dtype = tf.as_dtype(dtype)
 

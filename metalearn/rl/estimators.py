@@ -24,6 +24,7 @@ from typing import NamedTuple, Optional
 import gin
 import tensorflow as tf
 
+from metalearn.ranges import NON_NEGATIVE, UNIT, check_range
 from metalearn.rl.environments import Trajectories
 
 
@@ -66,8 +67,7 @@ class LinearFeatureBaseline:
     every batch, outside every gradient."""
 
     def __init__(self, reg: float = 1e-5):
-        if not float(reg) >= 0:
-            raise ValueError(f"LinearFeatureBaseline.reg must be >= 0, got {reg}")
+        reg = check_range("LinearFeatureBaseline", "reg", reg, NON_NEGATIVE)
         self.reg = float(reg)
 
     @staticmethod
@@ -135,10 +135,8 @@ class DiCE:
     def __init__(self, discount: float = 0.99, gae_lambda: float = 1.0,
                  baseline: Optional[LinearFeatureBaseline] = None,
                  normalize_advantages: bool = False, mean_over_steps: bool = False):
-        if not 0.0 <= float(discount) <= 1.0:
-            raise ValueError(f"discount must be in [0, 1], got {discount}")
-        if not 0.0 <= float(gae_lambda) <= 1.0:
-            raise ValueError(f"gae_lambda must be in [0, 1], got {gae_lambda}")
+        discount = check_range(type(self).__name__, "discount", discount, UNIT)
+        gae_lambda = check_range(type(self).__name__, "gae_lambda", gae_lambda, UNIT)
         if baseline is not None and not callable(baseline):
             raise TypeError(f"baseline must be callable(trajectories, returns, weights), "
                             f"got {baseline!r}")

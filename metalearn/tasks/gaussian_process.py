@@ -8,6 +8,7 @@ from typing import Optional, Tuple
 import gin
 import tensorflow as tf
 
+from metalearn import ranges
 from metalearn.tasks.base import TaskSampler
 from metalearn.tasks.episode import Episode
 from metalearn.tasks.sinusoid import check_points, check_range
@@ -53,12 +54,12 @@ class GaussianProcess(TaskSampler):
         self.x_range = check_range("x_range", x_range)
         for name, value in (("length_scale", self.length_scale),
                             ("variance", self.variance)):
-            if value[0] <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
-        if float(noise) < 0 or float(jitter) <= 0:
-            raise ValueError(f"noise must be >= 0 and jitter > 0, got noise={noise}, "
-                             f"jitter={jitter}")
-        self.noise, self.jitter = float(noise), float(jitter)
+            ranges.check_range("GaussianProcess", f"{name}'s low end", value[0],
+                               ranges.POSITIVE)
+        self.noise = ranges.check_range("GaussianProcess", "noise", noise,
+                                        ranges.NON_NEGATIVE)
+        self.jitter = ranges.check_range("GaussianProcess", "jitter", jitter,
+                                         ranges.POSITIVE)
         self.dtype = tf.as_dtype(dtype)
 
     def sample(self, seed: tf.Tensor, num_tasks: int, split: str = "train") -> Episode:

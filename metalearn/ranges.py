@@ -1,7 +1,7 @@
 """The one check of a hyperparameter's range, shared by every piece that takes one.
 
-Inner optimizers, learned hyperparameters, inner loops, heads, linear solvers and outer
-guards declare each number they take with a :class:`Range` and call
+Inner optimizers, learned hyperparameters, inner loops, heads, linear solvers, outer
+rules and guards, environments, estimators and task priors declare each number they take with a :class:`Range` and call
 :func:`check_range`; the error names the piece, the hyperparameter, the value and the
 allowed range::
 
@@ -87,7 +87,7 @@ class Range:
             return f"{prefix}{'>' if self.low_open else '>='} {_text(self.low)}"
         if self.high is not None:
             return f"{prefix}{'<' if self.high_open else '<='} {_text(self.high)}"
-        return f"{prefix}finite".strip()
+        return prefix.strip() or "finite"
 
 
 POSITIVE = Range(0, low_open=True)
@@ -102,6 +102,10 @@ STEPS = Range(0, whole=True)
 """A whole number ``>= 0``: inner steps (0: no adaptation)."""
 COUNT = Range(1, whole=True)
 """A whole number ``>= 1``: iterations, a batch size."""
+WHOLE = Range(whole=True)
+"""Any whole number: a seed."""
+UNIT = Range(0, 1)
+"""``[0, 1]``: a discount, GAE's lambda."""
 
 
 def check_range(owner: str, name: str, value: Number, allowed: Range) -> Number:
