@@ -142,10 +142,32 @@ def _resumable(key: str) -> bool:
         configurable.rsplit(".", 1)[-1] in RESUMABLE_CONFIGURABLES
 
 
+_MACRO_USE = re.compile(r"%([A-Za-z_]\w*)")
+
+
+def substitute_macros(bindings: Mapping[str, str]) -> Dict[str, str]:
+    """The bindings with each macro use (``%NUM_STEPS``) replaced by the macro's value
+    text (macros within macros too) and the macros themselves (keys without a ``.``)
+    left out: what each binding resolves to, so that ``Loop.num_steps = %NUM_STEPS``
+    with ``NUM_STEPS = 10`` equals ``Loop.num_steps = 10``."""
+    macros = {k: v for k, v in bindings.items() if "." not in k}
+
+    def value(text: str, depth: int = 0) -> str:
+        if depth > 10:  # a macro defined through itself: left as written
+            return text
+        return _MACRO_USE.sub(lambda m: value(macros[m.group(1)], depth + 1)
+                              if m.group(1) in macros else m.group(0), text)
+
+    return {k: value(v) for k, v in bindings.items() if k not in macros}
+
+
 def config_differences(saved: Mapping[str, str], new: Mapping[str, str]
                        ) -> List[Tuple[str, Optional[str], Optional[str]]]:
     """``(key, saved value, new value)`` of every binding that differs (``None``: not
-    bound), leaving out the bindings allowed to change on resumption."""
+    bound), leaving out the bindings allowed to change on resumption. Macros are
+    substituted first (:func:`substitute_macros`): a binding differs when what it
+    resolves to does."""
+    saved, new = substitute_macros(saved), substitute_macros(new)
     keys = sorted(set(saved) | set(new))
     return [(k, saved.get(k), new.get(k)) for k in keys
             if saved.get(k) != new.get(k) and not _resumable(k)]
