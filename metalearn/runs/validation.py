@@ -36,7 +36,8 @@ from metalearn import _compat, execution
 from metalearn import configurables as gin_plumbing
 from metalearn.learners.learner import name_of, predict_on
 from metalearn.runs.gin_text import (Binding, GinIncludeError, Source,  # noqa: F401
-                                     binding_sources, config_bindings, config_text_bindings)
+                                     binding_sources, config_bindings, config_text_bindings,
+                                     substitute_macros)
 from metalearn.runs.workdir import Workdir
 from metalearn.tasks.episode import unmask
 
@@ -140,25 +141,6 @@ def _resumable(key: str) -> bool:
     configurable = unscoped.rsplit(".", 1)[0]
     return unscoped in RESUMABLE_BINDINGS or \
         configurable.rsplit(".", 1)[-1] in RESUMABLE_CONFIGURABLES
-
-
-_MACRO_USE = re.compile(r"%([A-Za-z_]\w*)")
-
-
-def substitute_macros(bindings: Mapping[str, str]) -> Dict[str, str]:
-    """The bindings with each macro use (``%NUM_STEPS``) replaced by the macro's value
-    text (macros within macros too) and the macros themselves (keys without a ``.``)
-    left out: what each binding resolves to, so that ``Loop.num_steps = %NUM_STEPS``
-    with ``NUM_STEPS = 10`` equals ``Loop.num_steps = 10``."""
-    macros = {k: v for k, v in bindings.items() if "." not in k}
-
-    def value(text: str, depth: int = 0) -> str:
-        if depth > 10:  # a macro defined through itself: left as written
-            return text
-        return _MACRO_USE.sub(lambda m: value(macros[m.group(1)], depth + 1)
-                              if m.group(1) in macros else m.group(0), text)
-
-    return {k: value(v) for k, v in bindings.items() if k not in macros}
 
 
 def config_differences(saved: Mapping[str, str], new: Mapping[str, str]
