@@ -33,7 +33,7 @@ _register(keras.losses, _LOSSES, "keras.losses")
 _register(keras.optimizers.schedules, _SCHEDULES, "keras.optimizers.schedules")
 
 # Gin files include each other by their path from the repository root
-# (`include 'experiments/omniglot/base.gin'`): found from the root as working directory,
+# (`include 'experiments/setups/omniglot.gin'`): found from the root as working directory,
 # and from anywhere else through this search path.
 REPOSITORY_ROOT = repository.ROOT  # (the name kept importable)
 if repository.has_experiments():

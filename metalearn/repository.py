@@ -7,7 +7,7 @@ checkout (or an editable install), ``site-packages`` in a plain install, where
 
 The shipped gin files name their data relative to the repository root
 (``load_omniglot.path = '../shared/data/omniglot'``) and include each other by their
-path from the root (``include 'experiments/omniglot/base.gin'``). From the root as
+path from the root (``include 'experiments/setups/omniglot.gin'``). From the root as
 working directory these resolve as written; from anywhere else:
 
 * the data loaders pass their folder through :func:`data_path`: a relative path not
@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """The folder holding the ``metalearn`` package (the repository root in a checkout)."""
 
 EXPERIMENTS_DIR = os.path.join(ROOT, "experiments")
-"""The shipped gin files (``experiments/<task family>/<method>.gin``)."""
+"""The shipped gin files (``experiments/<task family>/<method>.gin``, built from ``experiments/setups/``, ``learners/`` and ``budgets/``)."""
 
 
 def has_experiments() -> bool:

@@ -1,5 +1,6 @@
-"""Every benchmark gin file builds, meta-trains and evaluates with its CPU smoke variant
-(experiments/<benchmark>/smoke.gin) on a fixture in the real data's on-disk format."""
+"""Every benchmark gin file builds, meta-trains and evaluates with the smoke budget
+(experiments/budgets/smoke.gin, given after it) on a fixture in the real data's on-disk
+format."""
 
 import glob
 import os
@@ -20,13 +21,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHMARKS = ("mini_imagenet", "tiered_imagenet", "cifar_fs", "fc100", "cub")
 CONFIGS = [(b, os.path.basename(f)) for b in BENCHMARKS
            for f in sorted(glob.glob(os.path.join(ROOT, "experiments", b, "*.gin")))
-           if os.path.basename(f) not in ("base.gin", "smoke.gin")]
+           ]
+SMOKE = os.path.join(ROOT, "experiments", "budgets", "smoke.gin")
 
 
-def test_every_benchmark_has_configs_and_a_smoke_variant():
+def test_every_benchmark_has_configs_and_a_setup():
     for benchmark in BENCHMARKS:
         folder = os.path.join(ROOT, "experiments", benchmark)
-        assert os.path.isfile(os.path.join(folder, "smoke.gin")), benchmark
+        assert os.path.isfile(os.path.join(ROOT, "experiments", "setups", f"{benchmark}.gin"))
         assert {"maml_5way_1shot.gin", "protonets_5way_1shot.gin"} <= set(os.listdir(folder))
     for benchmark, name in CONFIGS:
         with open(os.path.join(ROOT, "experiments", benchmark, name)) as f:
@@ -66,7 +68,7 @@ def mocked_cifar100():
 # algorithm family and each benchmark's loader is also meta-trained and evaluated once,
 # on the benchmark below (training all 37 files took ~12 of the suite's CPU minutes and
 # tests nothing the pairs do not: a family's files differ only in their data set's
-# base.gin, which the build checks).
+# setup, which the build checks).
 TRAINED = {"maml": "cub", "protonets": "tiered_imagenet", "metaoptnet": "cifar_fs",
            "r2d2": "fc100", "protonets_resnet12": "fc100",
            "metaoptnet_rr_resnet12": "mini_imagenet", "rfs": "tiered_imagenet",
@@ -96,8 +98,7 @@ def test_every_family_and_loader_is_trained_once():
 @pytest.mark.parametrize("data_set, name", CONFIGS, ids=[f"{b}/{n}" for b, n in CONFIGS])
 def test_smoke_variant_builds_and_trains(data_set, name, data_dirs, mocked_cifar100,
                                          tmp_path):
-    files = [os.path.join(ROOT, "experiments", data_set, name),
-             os.path.join(ROOT, "experiments", data_set, "smoke.gin")]
+    files = [os.path.join(ROOT, "experiments", data_set, name), SMOKE]
     parse_config(files, [data_dirs[data_set]])
     experiment = build_experiment()
     sampler = experiment.sampler
@@ -114,8 +115,7 @@ def test_smoke_variant_builds_and_trains(data_set, name, data_dirs, mocked_cifar
 
 
 META_DATASET = [os.path.basename(f) for f in sorted(glob.glob(
-    os.path.join(ROOT, "experiments", "meta_dataset", "*.gin")))
-    if os.path.basename(f) not in ("base.gin", "smoke.gin")]
+    os.path.join(ROOT, "experiments", "meta_dataset", "*.gin")))]
 
 
 def test_meta_dataset_has_its_configs_and_headers():
@@ -137,7 +137,7 @@ def meta_dataset_root(tmp_path_factory):
 @pytest.mark.parametrize("name", META_DATASET)
 def test_meta_dataset_smoke_variant_trains_and_evaluates(name, meta_dataset_root, tmp_path):
     folder = os.path.join(ROOT, "experiments", "meta_dataset")
-    parse_config([os.path.join(folder, name), os.path.join(folder, "smoke.gin")],
+    parse_config([os.path.join(folder, name), SMOKE],
                  [f"MetaDataset.root = '{meta_dataset_root}'"])
     experiment = build_experiment()
     metrics = train(experiment, str(tmp_path / "run"))

@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -103,14 +104,22 @@ def test_command_line_names_a_missing_gin_file(tmp_path):
     assert result.returncode != 0 and "nope/missing.gin" in result.stderr
 
 
-# smoke.gin files are overlays included after an experiment (not runnable alone):
-# tests/benchmark_configs_test.py builds and runs each with every file beside it;
-# experiments/resnet12.gin is included by the *_resnet12_* files, built with each.
-OVERLAYS = ("smoke.gin", "resnet12.gin")
+# experiments/ by role (experiments/README.md): setups/, learners/ and budgets/ are
+# included by the runnable files, each of which is built here (budgets/smoke.gin, given
+# after a runnable file, runs in tests/benchmark_configs_test.py); sweeps/ hold sweep
+# files. tests/experiments_test.py checks the layout.
+ROLES = ("setups", "learners", "budgets")
 EXPERIMENT_FILES = sorted(p for p in glob.glob(os.path.join(ROOT, "experiments", "**", "*.gin"),
-                                               recursive=True)
-                          if os.path.basename(p) not in OVERLAYS)
+                                               recursive=True))
 SWEEPS_DIR = os.path.join(ROOT, "experiments", "sweeps")
+
+
+def _role(path):
+    top = os.path.relpath(path, os.path.join(ROOT, "experiments")).split(os.sep)[0]
+    return top if top in ROLES + ("sweeps",) else "runnable"
+
+
+RUNNABLE_FILES = [p for p in EXPERIMENT_FILES if _role(p) == "runnable"]
 
 
 def _header(path):
@@ -124,23 +133,34 @@ def _header(path):
     return "".join(lines)
 
 
-@pytest.mark.parametrize("path", [p for p in EXPERIMENT_FILES
-                                  if not p.startswith(SWEEPS_DIR + os.sep)],
-                         ids=lambda p: os.path.relpath(p, ROOT))
+def _included(path):
+    """The files ``path`` includes, transitively (as their paths from the root)."""
+    found = []
+    with open(path) as f:
+        for name in re.findall(r"^include '([^']+)'", f.read(), flags=re.M):
+            found += [name] + _included(os.path.join(ROOT, name))
+    return found
+
+
+@pytest.mark.parametrize("path", RUNNABLE_FILES, ids=lambda p: os.path.relpath(p, ROOT))
 def test_every_experiment_config_builds(path):
     header = _header(path)
     assert header, "gin files start with a header comment"
-    if "Not run on its own" in header:  # a base that the files beside it include
-        name = os.path.relpath(path, ROOT)
-        assert any(f"include '{name}'" in open(p).read() for p in EXPERIMENT_FILES), \
-            f"{name} says it is not run on its own, but no experiment includes it"
-        return
     assert "python -m metalearn.train" in header, \
         "the header gives the command that runs the file (python -m metalearn.train ...)"
     parse_config([path], ["Loop.num_steps = 1"])
     experiment = build_experiment()
     assert isinstance(experiment.learner, metalearn.Learner)
     gin.clear_config()
+
+
+def test_every_setup_learner_and_budget_is_built_by_a_runnable_file():
+    used = {name for path in RUNNABLE_FILES for name in _included(path)}
+    for path in EXPERIMENT_FILES:
+        name = os.path.relpath(path, ROOT)
+        if _role(path) in ROLES and name != "experiments/budgets/smoke.gin":
+            assert _header(path), f"{name} starts with a header comment"
+            assert name in used, f"no runnable file includes {name}: nothing builds it"
 
 
 @pytest.mark.parametrize("path", [p for p in EXPERIMENT_FILES

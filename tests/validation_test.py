@@ -1359,6 +1359,24 @@ def test_run_length_and_logging_may_change_on_resume(tmp_path):
     validation.check_workdir_config(str(tmp_path), changed)  # no error
 
 
+def test_a_macro_compares_by_its_value_on_resume(tmp_path):
+    """A run saved with literal values (before experiments/ used NUM_STEPS, INNER_LR)
+    resumes under the same values given through macros; a changed macro is named by
+    the binding it changes."""
+    (tmp_path / "config.gin").write_text(
+        "GradientDescent.learning_rate = 0.01\nLoop.num_steps = 70000\n"
+        "keras.optimizers.schedules.CosineDecay.decay_steps = 70000\n")
+    same = ("INNER_LR = 0.01\nNUM_STEPS = 90000\nGradientDescent.learning_rate = %INNER_LR\n"
+            "Loop.num_steps = %NUM_STEPS\nkeras.optimizers.schedules.CosineDecay.decay_steps = 70000\n")
+    validation.check_workdir_config(str(tmp_path), same)  # Loop.num_steps may change
+    changed = same.replace("decay_steps = 70000", "decay_steps = %NUM_STEPS")
+    with pytest.raises(validation.ConfigChangeError, match=r"CosineDecay.decay_steps: 70000 in "
+                       r"the workdir, 90000 now"):
+        validation.check_workdir_config(str(tmp_path), changed)
+    assert validation.substitute_macros({"A": "(%B, %B)", "B": "2", "x.y": "%A"}) == \
+        {"x.y": "(2, 2)"}
+
+
 def test_allow_config_change_resumes_anyway(tmp_path):
     (tmp_path / "config.gin").write_text(_config([]))
     changed = _config(["GradientDescent.learning_rate = 0.5", "Sinusoid.queries = 3"])
@@ -1375,9 +1393,11 @@ def test_binding_sources_follow_includes(tmp_path):
     found = {(b.selector, b.param): b.source
              for b in validation.binding_sources([str(path)], ["mlp.outputs = 3"])}
     assert found[("Sinusoid", "shots")].line == 2
-    maml = found[("GradientDescent", "first_order")]
-    assert maml.filename.endswith("experiments/sinusoid/maml.gin")
-    assert "GradientDescent.first_order" in maml.text
+    anil = found[("GradientStep", "learning_rate")]  # anil.gin -> learners/anil.gin
+    assert anil.filename.endswith("experiments/learners/anil.gin")
+    assert "GradientStep.learning_rate" in anil.text
+    setup = found[("Sinusoid", "queries")]  # -> setups/sinusoid.gin
+    assert setup.filename.endswith("experiments/setups/sinusoid.gin")
     assert found[("mlp", "outputs")].filename is None
 
 

@@ -6,7 +6,8 @@ gives what the rest of metalearn asks of them.
   with).
 * :func:`config_text_bindings` / :func:`config_bindings`: ``key -> value text`` of a
   saved config (``gin.config_str()``'s text: a workdir's ``config.gin``, a checkpoint's
-  copy), what the config-change check and the results tables compare.
+  copy), what the config-change check and the results tables compare, after
+  :func:`substitute_macros` (each ``%MACRO`` replaced by its value text).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import io
 import os
 import re
 import tokenize
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from metalearn import _compat
 
@@ -222,3 +223,22 @@ def config_bindings(path: str) -> Dict[str, str]:
     """``key -> value text`` of a saved gin config file (see
     :func:`config_text_bindings`)."""
     return config_text_bindings(read_gin_file(path))
+
+
+_MACRO_USE = re.compile(r"%([A-Za-z_]\w*)")
+
+
+def substitute_macros(bindings: Mapping[str, str]) -> Dict[str, str]:
+    """The bindings with each macro use (``%NUM_STEPS``) replaced by the macro's value
+    text (macros within macros too) and the macros themselves (keys without a ``.``)
+    left out: what each binding resolves to, so that ``Loop.num_steps = %NUM_STEPS``
+    with ``NUM_STEPS = 10`` equals ``Loop.num_steps = 10``."""
+    macros = {k: v for k, v in bindings.items() if "." not in k}
+
+    def value(text: str, depth: int = 0) -> str:
+        if depth > 10:  # a macro defined through itself: left as written
+            return text
+        return _MACRO_USE.sub(lambda m: value(macros[m.group(1)], depth + 1)
+                              if m.group(1) in macros else m.group(0), text)
+
+    return {k: value(v) for k, v in bindings.items() if k not in macros}

@@ -36,7 +36,8 @@ from metalearn import _compat, execution
 from metalearn import configurables as gin_plumbing
 from metalearn.learners.learner import name_of, predict_on
 from metalearn.runs.gin_text import (Binding, GinIncludeError, Source,  # noqa: F401
-                                     binding_sources, config_bindings, config_text_bindings)
+                                     binding_sources, config_bindings, config_text_bindings,
+                                     substitute_macros)
 from metalearn.runs.workdir import Workdir
 from metalearn.tasks.episode import unmask
 
@@ -145,7 +146,10 @@ def _resumable(key: str) -> bool:
 def config_differences(saved: Mapping[str, str], new: Mapping[str, str]
                        ) -> List[Tuple[str, Optional[str], Optional[str]]]:
     """``(key, saved value, new value)`` of every binding that differs (``None``: not
-    bound), leaving out the bindings allowed to change on resumption."""
+    bound), leaving out the bindings allowed to change on resumption. Macros are
+    substituted first (:func:`substitute_macros`): a binding differs when what it
+    resolves to does."""
+    saved, new = substitute_macros(saved), substitute_macros(new)
     keys = sorted(set(saved) | set(new))
     return [(k, saved.get(k), new.get(k)) for k in keys
             if saved.get(k) != new.get(k) and not _resumable(k)]

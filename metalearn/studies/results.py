@@ -23,7 +23,7 @@ import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from metalearn.runs.files import read_json, write_results
-from metalearn.runs.gin_text import config_bindings
+from metalearn.runs.gin_text import config_bindings, substitute_macros
 from metalearn.runs.lock import holder
 from metalearn.runs.workdir import Workdir
 from metalearn.training.checkpoint import STATE_FILE
@@ -271,7 +271,7 @@ def load_runs(paths: Sequence[str], workdirs: Optional[Sequence[str]] = None
     sweep bindings get the config bindings that differ between them."""
     runs = [load_run(p) for p in (find_runs(paths) if workdirs is None else workdirs)]
     plain = [r for r in runs if not r.bindings]
-    configs = {r.workdir: config_bindings(Workdir(r.workdir).config)
+    configs = {r.workdir: substitute_macros(config_bindings(Workdir(r.workdir).config))
                for r in plain if os.path.isfile(Workdir(r.workdir).config)}
     if len(configs) > 1:
         keys = sorted(set().union(*configs.values()))
