@@ -2,6 +2,7 @@ r"""The in-context learner against Prototypical Networks on Omniglot, same wall 
 
     PYTHONPATH=. python benchmarks/in_context.py --seconds=360 --out=runs/icl_wall
     PYTHONPATH=. python benchmarks/in_context.py --out=runs/icl_wall --analyse_only
+    PYTHONPATH=. python benchmarks/in_context.py --sampler_rate
 
 Each of experiments/omniglot/minimal/{in_context,protonets}_5way_1shot.gin (5-way 1-shot
 on the minimal split, the same protocol: meta-batch 32, 1 query per class, Adam 1e-3) is
@@ -12,6 +13,10 @@ of wall time (the step under way finishes and is checkpointed), then evaluated b
 each run reached, and the paired difference on the same episodes
 (``metalearn.statistics.paired_difference``). The timings are those of whatever else
 the machine runs.
+
+``--sampler_rate`` measures instead the episodes per second that the random task priors
+(``metalearn.tasks.RandomMLPFunctions``, ``RandomLinearClassification``) stream through
+``tf.data`` in batches of 25, as the training loop iterates them.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from absl import app, flags
 
@@ -29,6 +35,7 @@ flags.DEFINE_integer("seconds", 360, "Meta-training wall time of each method.")
 flags.DEFINE_string("out", "runs/icl_wall", "Folder of the workdirs.")
 flags.DEFINE_bool("analyse_only", False, "Only read the workdirs' evaluations.")
 flags.DEFINE_list("methods", ["in_context", "protonets"], "Which to (re)train.")
+flags.DEFINE_bool("sampler_rate", False, "Measure the random task priors' episodes/s.")
 FLAGS = flags.FLAGS
 
 METHODS = ("in_context", "protonets")
@@ -70,8 +77,30 @@ def analyse(out: str) -> str:
     return "\n".join(lines)
 
 
+def sampler_rate(batches: int = 400, batch: int = 25) -> str:
+    from metalearn.tasks import RandomLinearClassification, RandomMLPFunctions
+    samplers = {"RandomMLPFunctions(shots=10), 10 + 10 points, 1-32-32-1 tanh":
+                RandomMLPFunctions(shots=10),
+                "RandomLinearClassification(), 5-way 1-shot, 5 queries per class, dim 16":
+                RandomLinearClassification()}
+    lines = []
+    for name, sampler in samplers.items():
+        stream = iter(sampler.dataset(batch, seed=0))
+        for _ in range(20):  # warm up the pipeline
+            next(stream)
+        start = time.perf_counter()
+        for _ in range(batches):
+            next(stream)
+        rate = batches * batch / (time.perf_counter() - start)
+        lines.append(f"{name}: {rate:,.0f} episodes/s")
+    return "\n".join(lines)
+
+
 def main(argv) -> None:
     del argv
+    if FLAGS.sampler_rate:
+        print(sampler_rate())
+        return
     if not FLAGS.analyse_only:
         os.makedirs(FLAGS.out, exist_ok=True)
         for name in FLAGS.methods:
