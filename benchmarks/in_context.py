@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 
 from absl import app, flags
 
+from benchmarks.wall_time import run_main, stream_rate, train_and_evaluate
 from metalearn.statistics import paired_difference
 
 flags.DEFINE_integer("seconds", 360, "Meta-training wall time of each method.")
@@ -39,20 +37,12 @@ flags.DEFINE_bool("sampler_rate", False, "Measure the random task priors' episod
 FLAGS = flags.FLAGS
 
 METHODS = ("in_context", "protonets")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(name: str, seconds: int, out: str) -> None:
-    workdir = os.path.join(out, name)
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    subprocess.run(["timeout", "-s", "TERM", str(seconds), sys.executable, "-m",
-                    "metalearn.train",
-                    f"--gin_file=experiments/omniglot/minimal/{name}_5way_1shot.gin",
-                    f"--workdir={workdir}", "--gin_param=Loop.num_steps=1000000",
-                    "--gin_param=Loop.log_every=100",
-                    "--gin_param=Loop.checkpoint_every=1000000"], cwd=ROOT, env=env)
-    subprocess.run([sys.executable, "-m", "metalearn.evaluate", f"--workdir={workdir}",
-                    "--output=eval_5way.json"], cwd=ROOT, env=env, check=True)
+    train_and_evaluate(f"experiments/omniglot/minimal/{name}_5way_1shot.gin",
+                       os.path.join(out, name), seconds, log_every=100,
+                       evaluations=[["--output=eval_5way.json"]])
 
 
 def analyse(out: str) -> str:
@@ -77,35 +67,19 @@ def analyse(out: str) -> str:
     return "\n".join(lines)
 
 
-def sampler_rate(batches: int = 400, batch: int = 25) -> str:
+def sampler_rate() -> str:
     from metalearn.tasks import RandomLinearClassification, RandomMLPFunctions
     samplers = {"RandomMLPFunctions(shots=10), 10 + 10 points, 1-32-32-1 tanh":
                 RandomMLPFunctions(shots=10),
                 "RandomLinearClassification(), 5-way 1-shot, 5 queries per class, dim 16":
                 RandomLinearClassification()}
-    lines = []
-    for name, sampler in samplers.items():
-        stream = iter(sampler.dataset(batch, seed=0))
-        for _ in range(20):  # warm up the pipeline
-            next(stream)
-        start = time.perf_counter()
-        for _ in range(batches):
-            next(stream)
-        rate = batches * batch / (time.perf_counter() - start)
-        lines.append(f"{name}: {rate:,.0f} episodes/s")
-    return "\n".join(lines)
+    return "\n".join(f"{name}: {stream_rate(sampler):,.0f} episodes/s"
+                      for name, sampler in samplers.items())
 
 
 def main(argv) -> None:
     del argv
-    if FLAGS.sampler_rate:
-        print(sampler_rate())
-        return
-    if not FLAGS.analyse_only:
-        os.makedirs(FLAGS.out, exist_ok=True)
-        for name in FLAGS.methods:
-            run(name, FLAGS.seconds, FLAGS.out)
-    print(analyse(FLAGS.out))
+    run_main(FLAGS, run, analyse, sampler_rate)
 
 
 if __name__ == "__main__":
