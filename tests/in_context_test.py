@@ -20,6 +20,7 @@ from metalearn.adapters.neural_process import CONTEXT
 from metalearn.functional import Gaussian, gaussian_nll, predictive_mse
 from metalearn.tasks import RandomLinearClassification, RandomMLPFunctions, pad_episodes
 from metalearn.testing import (DIM, WAYS, LearnerContract, RegressionContract,
+                               analytic_meta_gradient, image_episodes,
                                assert_meta_gradient_matches_finite_differences,
                                assert_sampler_is_seeded_and_stateless,
                                softmax_cross_entropy, synthetic_classification,
@@ -220,6 +221,28 @@ def test_padding_is_left_out_of_the_context():
         rtol=1e-5)
     with pytest.raises(ValueError, match="built for 3 ways.*up to 5 ways"):
         learner.meta_metrics(pad_episodes([task], support, queries, WAYS + 2))
+
+
+def test_over_a_batch_norm_conv_net_with_padded_episodes():
+    """Over models.conv_net (BatchNorm on batch statistics): the padding stays out of
+    the support set's statistics as well as out of the attention, and the meta-gradient
+    of a padded batch is the unpadded one's."""
+    keras.utils.set_random_seed(0)
+    model = models.conv_net((8, 8, 1), outputs=8, filters=4, blocks=2, dtype="float64")
+    learner = metalearn.Learner(model, InContext(ways=WAYS, width=8, depth=1),
+                                loss=softmax_cross_entropy, query_training=True)
+    episodes = image_episodes(tasks=2, ways=WAYS)
+    task = episodes.task(0)
+    padded = pad_episodes([episodes.task(t) for t in range(2)], max_support=WAYS + 2,
+                          max_query=WAYS, max_ways=WAYS)
+    junk = padded.task(0)._replace(support_x=tf.concat(
+        [task.support_x, 50.0 * tf.ones([2, 8, 8, 1], tf.float64)], axis=0))
+    expected = learner.predict(learner.adapt(task.support_x, task.support_y), task.query_x)
+    got = learner.predict(learner.adapt(junk.support_x, junk.support_y), task.query_x)
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+    unpadded, with_padding = (analytic_meta_gradient(learner, e) for e in (episodes, padded))
+    for path, value in unpadded.items():
+        np.testing.assert_allclose(with_padding[path], value, rtol=1e-9, atol=1e-12)
 
 
 def test_learns_few_way_tasks_in_a_few_seconds():

@@ -32,7 +32,10 @@ to the order of the support set. Padded support examples
 
 The meta-variables are the embedding's weights (the learner's model) and the
 transformer's (this adapter's); the meta-gradient is the plain gradient of the query
-loss (no inner loop: second order is trivially exact).
+loss (no inner loop: second order is trivially exact). It composes as the ``then=`` of
+:class:`~metalearn.adapters.Hypernetwork` (weights of the embedding generated from the
+support set, then read in context; tests/algorithms_contract_test.py checks the pair's
+meta-gradient under every formulation).
 """
 
 from __future__ import annotations
