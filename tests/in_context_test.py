@@ -286,6 +286,8 @@ def test_constructor_arguments_are_checked():
         InContext(ways=5, output="logits")
     with pytest.raises(ValueError, match="heads"):
         InContext(ways=5, heads=0)
+    with pytest.raises(ValueError, match="gelux"):
+        InContext(ways=5, activation="gelux")
 
 
 def test_a_learner_without_a_split_support_loss_is_an_error():

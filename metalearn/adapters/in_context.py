@@ -124,6 +124,7 @@ class InContext(Adapter):
             check_range("InContext", "key_size", key_size, COUNT)
         self.hidden = 2 * self.width if hidden is None else check_range(
             "InContext", "hidden", hidden, COUNT)
+        keras.activations.get(activation)  # an unknown name fails here, not at build
         self.activation = activation
         if output not in OUTPUTS:
             raise ValueError(f"InContext output must be one of {OUTPUTS}, got {output!r}")
