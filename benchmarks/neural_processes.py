@@ -38,7 +38,7 @@ flags.DEFINE_list("methods", list(("cnp", "anp", "np", "maml")), "Which to (re)t
 flags.DEFINE_bool("sampler_rate", False, "Measure the GP task prior's episodes/s.")
 FLAGS = flags.FLAGS
 
-METHODS = ("cnp", "anp", "np", "maml")
+METHODS = ("cnp", "anp", "np", "maml", "in_context")
 SHOTS = (5, 10)
 
 
@@ -64,7 +64,10 @@ def analyse(out: str) -> str:
     values = {}
     for name in METHODS:
         for shots in SHOTS:
-            with open(os.path.join(out, name, f"eval_{shots}shot.json")) as f:
+            path = os.path.join(out, name, f"eval_{shots}shot.json")
+            if not os.path.exists(path):  # a method not run into this folder
+                continue
+            with open(path) as f:
                 report = json.load(f)
             reached = report["checkpoint_step"]  # where SIGTERM stopped it
             mse, nll, key = per_task(report, name)
@@ -79,9 +82,11 @@ def analyse(out: str) -> str:
             lines.append(f"| {name}{steps} | {reached} | {shots} | {mse_text} | {nll_text} |")
     lines += ["", "| paired MSE difference (same episodes) | shots | a − b | 95% interval | "
               "p-value | episodes a better / b better |", "| --- | --- | --- | --- | --- | --- |"]
-    for a, b in (("cnp", "maml"), ("anp", "maml"), ("np", "maml"), ("anp", "cnp"),
-                 ("np", "cnp")):
+    for a, b in (("cnp", "maml"), ("anp", "maml"), ("np", "maml"), ("in_context", "maml"),
+                 ("anp", "cnp"), ("np", "cnp"), ("in_context", "cnp")):
         for shots in SHOTS:
+            if (a, shots) not in values or (b, shots) not in values:
+                continue
             (mse_a, digest_a), (mse_b, digest_b) = values[a, shots], values[b, shots]
             if digest_a != digest_b:
                 raise ValueError(f"{a} and {b} were evaluated on other episodes at "
