@@ -141,6 +141,8 @@ def _run_worker(tree: str, files, out: str) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", default="main", help="the git revision compared with")
+    parser.add_argument("--only", nargs="+", help="compare only these runnable files "
+                        "(paths from the repository root)")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -153,6 +155,8 @@ def main(argv=None) -> int:
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", base_tree], input=archive, check=True)
         files = sorted(set(runnable_files(base_tree)) & set(runnable_files(ROOT)))
+        if args.only:
+            files = [f for f in files if f in set(args.only)]
         old = _run_worker(base_tree, files, os.path.join(base_tree, "old.json"))
         new = _run_worker(ROOT, files, os.path.join(base_tree, "new.json"))
     summary = {"base": args.base, "files": len(files), "bindings_identical": 0,

@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 
 from absl import app, flags
 
+from benchmarks.wall_time import run_main, stream_rate, train_and_evaluate
 from metalearn.statistics import paired_difference
 
 flags.DEFINE_integer("seconds", 150, "Meta-training wall time of each method.")
@@ -40,23 +38,15 @@ flags.DEFINE_list("methods", list(("cnp", "anp", "np", "maml")), "Which to (re)t
 flags.DEFINE_bool("sampler_rate", False, "Measure the GP task prior's episodes/s.")
 FLAGS = flags.FLAGS
 
-METHODS = ("cnp", "anp", "np", "maml")
+METHODS = ("cnp", "anp", "np", "maml", "in_context")
 SHOTS = (5, 10)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(name: str, seconds: int, out: str) -> None:
-    workdir = os.path.join(out, name)
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    subprocess.run(["timeout", "-s", "TERM", str(seconds), sys.executable, "-m",
-                    "metalearn.train", f"--gin_file=experiments/sinusoid/{name}.gin",
-                    f"--workdir={workdir}", "--gin_param=Loop.num_steps=1000000",
-                    "--gin_param=Loop.log_every=1000",
-                    "--gin_param=Loop.checkpoint_every=1000000"], cwd=ROOT, env=env)
-    for shots in SHOTS:
-        subprocess.run([sys.executable, "-m", "metalearn.evaluate", f"--workdir={workdir}",
-                        f"--gin_param=Sinusoid.shots={shots}",
-                        f"--output=eval_{shots}shot.json"], cwd=ROOT, env=env, check=True)
+    train_and_evaluate(f"experiments/sinusoid/{name}.gin", os.path.join(out, name), seconds,
+                       log_every=1000,
+                       evaluations=[[f"--gin_param=Sinusoid.shots={shots}",
+                                     f"--output=eval_{shots}shot.json"] for shots in SHOTS])
 
 
 def per_task(report: dict, name: str):
@@ -74,7 +64,10 @@ def analyse(out: str) -> str:
     values = {}
     for name in METHODS:
         for shots in SHOTS:
-            with open(os.path.join(out, name, f"eval_{shots}shot.json")) as f:
+            path = os.path.join(out, name, f"eval_{shots}shot.json")
+            if not os.path.exists(path):  # a method not run into this folder
+                continue
+            with open(path) as f:
                 report = json.load(f)
             reached = report["checkpoint_step"]  # where SIGTERM stopped it
             mse, nll, key = per_task(report, name)
@@ -89,9 +82,11 @@ def analyse(out: str) -> str:
             lines.append(f"| {name}{steps} | {reached} | {shots} | {mse_text} | {nll_text} |")
     lines += ["", "| paired MSE difference (same episodes) | shots | a − b | 95% interval | "
               "p-value | episodes a better / b better |", "| --- | --- | --- | --- | --- | --- |"]
-    for a, b in (("cnp", "maml"), ("anp", "maml"), ("np", "maml"), ("anp", "cnp"),
-                 ("np", "cnp")):
+    for a, b in (("cnp", "maml"), ("anp", "maml"), ("np", "maml"), ("in_context", "maml"),
+                 ("anp", "cnp"), ("np", "cnp"), ("in_context", "cnp")):
         for shots in SHOTS:
+            if (a, shots) not in values or (b, shots) not in values:
+                continue
             (mse_a, digest_a), (mse_b, digest_b) = values[a, shots], values[b, shots]
             if digest_a != digest_b:
                 raise ValueError(f"{a} and {b} were evaluated on other episodes at "
@@ -105,29 +100,14 @@ def analyse(out: str) -> str:
 
 def sampler_rate(batches: int = 400, batch: int = 25) -> str:
     from metalearn.tasks import GaussianProcess
-    lines = []
-    for shots in SHOTS:
-        stream = iter(GaussianProcess(shots=shots).dataset(batch, seed=0))
-        for _ in range(20):  # warm up the pipeline
-            next(stream)
-        start = time.perf_counter()
-        for _ in range(batches):
-            next(stream)
-        rate = batches * batch / (time.perf_counter() - start)
-        lines.append(f"GaussianProcess, {shots} shots + {shots} queries: {rate:,.0f} episodes/s")
-    return "\n".join(lines)
+    return "\n".join(f"GaussianProcess, {shots} shots + {shots} queries: "
+                     f"{stream_rate(GaussianProcess(shots=shots), batches, batch):,.0f} "
+                     "episodes/s" for shots in SHOTS)
 
 
 def main(argv) -> None:
     del argv
-    if FLAGS.sampler_rate:
-        print(sampler_rate())
-        return
-    if not FLAGS.analyse_only:
-        os.makedirs(FLAGS.out, exist_ok=True)
-        for name in FLAGS.methods:
-            run(name, FLAGS.seconds, FLAGS.out)
-    print(analyse(FLAGS.out))
+    run_main(FLAGS, run, analyse, sampler_rate)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import tensorflow as tf
 import metalearn
 from metalearn import adapters, heads, learners, outer
 from metalearn.adapters import (AnnealOrder, ClipByGlobalNorm, GradientDescent,
-                                GradientStep, Hypernetwork, ImplicitGradientDescent,
+                                GradientStep, Hypernetwork, ImplicitGradientDescent, InContext,
                                 InnerAdam, InnerMomentum, InnerRMSProp, Learned,
                                 LearnedRates, Mask, MetaSGD, MiniBatches,
                                 PerStepLearningRates, PerStepWeights, Recompute,
@@ -241,6 +241,8 @@ THEN = {
     "rmsprop": lambda: GradientDescent(2, update=InnerRMSProp(0.01, momentum=0.5)),
     "boil": lambda: GradientDescent(2, update=[Mask(("head",), invert=True),
                                                GradientStep(0.1)]),
+    # no inner loop: the generated head's outputs are the embedding the transformer reads
+    "in_context": lambda: InContext(ways=WAYS, width=4, depth=1, heads=2),
 }
 
 

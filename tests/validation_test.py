@@ -22,7 +22,7 @@ import pytest
 import tensorflow as tf
 
 import metalearn  # noqa: F401  (registers the configurables)
-from metalearn.tasks import FewShotClassification, MetaDataset
+from metalearn.tasks import FewShotClassification, MetaDataset, pad_episodes
 from metalearn.tasks.datasets import (ChecksumError, LabelledImages, load_cub,
                                       load_image_folder, load_meta_dataset_source,
                                       load_mini_imagenet, load_mnist, load_omniglot,
@@ -38,6 +38,7 @@ from metalearn.training.checkpoint import DamagedCheckpointError, UnmatchedCheck
 from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.evaluation import evaluate
 from metalearn.report import IncompleteError
+from metalearn.testing import softmax_cross_entropy, synthetic_classification
 from tests.run_fixtures import EVALUATE_SMALL, full_disk, no_free_space, saved_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -738,6 +739,15 @@ def _neural_process_steps():
     learner.adapt(tf.zeros([3, 1]), tf.zeros([3, 1]), steps=1)
 
 
+def _in_context_ways():
+    task = synthetic_classification(0, tasks=1).task(0)
+    learner = metalearn.Learner(metalearn.models.mlp((6,), hidden=(), outputs=4),
+                                metalearn.adapters.InContext(ways=3, width=4, depth=1),
+                                loss=softmax_cross_entropy)
+    padded = pad_episodes([task], task.support_x.shape[0], task.query_x.shape[0], 5)
+    learner.meta_metrics(padded)
+
+
 # --- the cases: one per row of docs/errors.md --------------------------------------
 
 
@@ -1232,6 +1242,14 @@ CASES: List[Case] = [
          "gaussian_nll needs a Gaussian(mean, scale) prediction",
          lambda p: metalearn.functional.gaussian_nll(tf.ones([2, 1]), tf.ones([2, 1])),
          None, "what it got and what to use instead"),
+    Case("in-context adapter without ways or targets", "`InContext()`", ValueError,
+         "InContext needs ways= (classification) or targets= (regression), exactly one",
+         lambda p: metalearn.adapters.InContext(), None, "both values"),
+    Case("in-context adapter given more ways than it was built for", "padded episodes of "
+         "up to 5 ways for `InContext(ways=3)`", ValueError,
+         "InContext was built for 3 ways (its read-out's logits); these padded episodes "
+         "have up to 5 ways", lambda p: _in_context_ways(), None,
+         "both counts and the ways= to build it with"),
     # issue 27: a user's module
     Case("module file that does not exist", "`--module=<tmp>/no_rule.py` "
          "(`parse_config(modules=...)`)", ModuleImportError, "does not exist",

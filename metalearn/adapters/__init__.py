@@ -5,7 +5,9 @@
   :class:`Hypernetwork`, :class:`NoAdaptation`;
 * model-based, no inner loop (:mod:`metalearn.adapters.neural_process`):
   :class:`ConditionalNeuralProcess`, :class:`AttentiveNeuralProcess`,
-  :class:`LatentNeuralProcess`;
+  :class:`LatentNeuralProcess`; and :class:`InContext`
+  (:mod:`metalearn.adapters.in_context`: a transformer over the support set and the
+  queries);
 * update transforms (:mod:`metalearn.adapters.updates`): :class:`GradientStep`,
   :class:`FirstOrder`, :class:`AnnealOrder`, :class:`Mask`, :class:`LearnedRates`,
   :class:`ClipByGlobalNorm`, :class:`Proximal`, :class:`Chain`; any hyperparameter
@@ -25,6 +27,7 @@ from metalearn.adapters.base import Adapter, NoAdaptation
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.adapters.hypernetwork import Hypernetwork
 from metalearn.adapters.implicit import ImplicitGradientDescent
+from metalearn.adapters.in_context import InContext
 from metalearn.adapters.hyperparameters import Learned
 from metalearn.adapters.neural_process import (AttentiveNeuralProcess,
                                               ConditionalNeuralProcess, LatentNeuralProcess,
@@ -40,7 +43,7 @@ from metalearn.pieces import CallFn, Capabilities, LossFn, Piece, SplitLoss
 
 __all__ = ["Adapter", "AnnealOrder", "AttentiveNeuralProcess", "CallFn", "Capabilities",
            "Chain", "ClipByGlobalNorm", "ConditionalNeuralProcess", "FirstOrder",
-           "GradientDescent", "GradientStep", "Hypernetwork", "ImplicitGradientDescent",
+           "GradientDescent", "GradientStep", "Hypernetwork", "ImplicitGradientDescent", "InContext",
            "InnerAdam", "InnerMomentum", "InnerRMSProp", "LatentNeuralProcess", "Learned",
            "LearnedRates",
            "LossFn", "Mask", "MetaSGD", "MiniBatches", "NeuralProcess", "NoAdaptation",

@@ -82,6 +82,42 @@ def pooled(features: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(features * weights, 0) / tf.reduce_sum(weights)
 
 
+def encoded_targets(y: Any, classes: Optional[int], dtype: tf.DType, owner: str
+                    ) -> Tuple[tf.Tensor, tf.Tensor]:
+    """``([examples, targets], [examples] bool mask of real examples)`` of support
+    targets ``y``: integer labels one-hot in ``classes`` classes, real targets
+    flattened; the padding of :class:`~metalearn.tasks.MaskedLabels` masked out (all
+    ``True`` without it).
+
+    Raises:
+      tf.errors.InvalidArgumentError: a label outside ``0 .. classes - 1`` (the message
+        names ``owner``).
+    """
+    labels, mask, _ = unmask(y)
+    labels = tf.convert_to_tensor(labels)
+    if labels.dtype.is_integer:
+        labels = tf.reshape(labels, [-1])
+        check = tf.debugging.assert_less(
+            labels, tf.cast(classes, labels.dtype),
+            message=f"{owner}: support labels must be in 0 .. {classes - 1} "
+                    f"(num_classes={classes})")
+        with tf.control_dependencies([check, tf.debugging.assert_non_negative(
+                labels, message=f"{owner}: negative support label")]):
+            targets = tf.one_hot(labels, classes, dtype=dtype)
+    else:
+        targets = tf.cast(flat(labels), dtype)
+    if mask is None:
+        mask = tf.ones(tf.shape(targets)[:1], tf.bool)
+    return targets, mask
+
+
+def gaussian_outputs(outputs: tf.Tensor, min_scale: float) -> Gaussian:
+    """The Gaussian of ``2 * k`` raw outputs: the first half the mean, the second the
+    scale ``min_scale + (1 - min_scale) * softplus(raw)``."""
+    mean, raw = tf.split(outputs, 2, axis=-1)
+    return Gaussian(mean, min_scale + (1.0 - min_scale) * tf.nn.softplus(raw))
+
+
 class NeuralProcess(Adapter, abc.ABC):
     """The shared part of neural processes: encoding, the decoder's input, the output.
 
@@ -175,28 +211,14 @@ class NeuralProcess(Adapter, abc.ABC):
     def pairs(self, x: Any, y: Any) -> Tuple[tf.Tensor, tf.Tensor]:
         """``([examples, x + y] support pairs, [examples] bool mask of real examples)``:
         integer labels one-hot (padding of :class:`~metalearn.tasks.MaskedLabels`
-        masked out).
+        masked out; :func:`encoded_targets`).
 
         Raises:
           tf.errors.InvalidArgumentError: a label outside ``0 .. num_classes - 1``.
         """
-        labels, mask, _ = unmask(y)
         x = flat(x)
-        labels = tf.convert_to_tensor(labels)
-        if labels.dtype.is_integer:
-            labels = tf.reshape(labels, [-1])
-            classes = self.num_classes or self.y_size
-            check = tf.debugging.assert_less(
-                labels, tf.cast(classes, labels.dtype),
-                message=f"{type(self).__name__}: support labels must be in 0 .. "
-                        f"{classes - 1} (num_classes={classes})")
-            with tf.control_dependencies([check, tf.debugging.assert_non_negative(
-                    labels, message=f"{type(self).__name__}: negative support label")]):
-                targets = tf.one_hot(labels, classes, dtype=x.dtype)
-        else:
-            targets = tf.cast(flat(labels), x.dtype)
-        if mask is None:
-            mask = tf.ones(tf.shape(x)[:1], tf.bool)
+        targets, mask = encoded_targets(y, self.num_classes or self.y_size, x.dtype,
+                                        type(self).__name__)
         return tf.concat([x, targets], axis=-1), mask
 
     def representations(self, pairs: tf.Tensor) -> tf.Tensor:
@@ -248,11 +270,11 @@ class NeuralProcess(Adapter, abc.ABC):
 
     def distribution(self, outputs: tf.Tensor) -> Any:
         """The prediction from the decoder's output: a Gaussian of its two halves (the
-        second one made positive), or the output itself (``"raw"``)."""
+        second one made positive, :func:`gaussian_outputs`), or the output itself
+        (``"raw"``)."""
         if self.output == "raw":
             return outputs
-        mean, raw = tf.split(outputs, 2, axis=-1)
-        return Gaussian(mean, self.min_scale + (1.0 - self.min_scale) * tf.nn.softplus(raw))
+        return gaussian_outputs(outputs, self.min_scale)
 
 
 @gin.configurable

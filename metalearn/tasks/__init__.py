@@ -8,10 +8,11 @@ from metalearn.tasks import datasets
 from metalearn.tasks.gaussian_process import GaussianProcess
 from metalearn.tasks.episode import Episode, MaskedLabels, pad_episodes
 from metalearn.tasks.meta_dataset import MetaDataset
+from metalearn.tasks.random_tasks import RandomLinearClassification, RandomMLPFunctions
 from metalearn.tasks.sinusoid import Sinusoid
 from metalearn.tasks.whole_class import WholeClassBatches
 
 __all__ = ["Episode", "FewShotClassification", "GaussianProcess", "ImageAugmentation",
            "MaskedLabels",
-           "MetaDataset", "SPLITS", "Sinusoid", "SupervisedBatches", "TaskSampler",
+           "MetaDataset", "RandomLinearClassification", "RandomMLPFunctions", "SPLITS", "Sinusoid", "SupervisedBatches", "TaskSampler",
            "WholeClassBatches", "datasets", "pad_episodes", "rotate", "split_seed"]

@@ -36,13 +36,14 @@ from metalearn.testing.reference import (analytic_meta_gradient,
                                          finite_difference_directions,
                                          finite_difference_gradient,
                                          finite_difference_variables, flat, relative_error)
-from metalearn.testing.tasks import (image_episodes, mse, regression_episodes, small_learner,
-                                     softmax_xent)
+from metalearn.testing.tasks import (assert_sampler_is_seeded_and_stateless, image_episodes,
+                                     mse, regression_episodes, small_learner, softmax_xent)
 
 __all__ = ["DIM", "LearnerContract", "RegressionContract", "OuterRuleContract",
            "evolution_estimate", "evolution_noise", "task_adapted",
            "task_meta_gradient", "values", "QUERIES", "SHOTS", "WAYS", "analytic_meta_gradient",
-           "assert_meta_gradient_matches_finite_differences", "classification_learner",
+           "assert_meta_gradient_matches_finite_differences",
+           "assert_sampler_is_seeded_and_stateless", "classification_learner",
            "compiled_meta_gradient", "contract_model", "finite_difference_directions",
            "finite_difference_gradient", "finite_difference_variables", "flat",
            "image_episodes", "mse", "regression_episodes", "relative_error", "small_learner",

@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import keras
-
+import numpy as np
 import tensorflow as tf
 
 import metalearn
 from metalearn import models
 from metalearn.adapters import GradientDescent, GradientStep, Mask
 from metalearn.functional import softmax_cross_entropy
-from metalearn.tasks import Episode
+from metalearn.tasks import Episode, TaskSampler
 
 
 def mse(y, p):
@@ -62,3 +62,28 @@ def small_learner(kind: str, steps: int = 2, first_order: bool = False,
         adapter = GradientDescent(steps=steps, first_order=first_order, wrappers=wrappers,
                                   update=[Mask(adapt), GradientStep(0.3)])
     return metalearn.Learner(model, adapter=adapter, loss=loss)
+
+
+def assert_sampler_is_seeded_and_stateless(sampler: TaskSampler, num_tasks: int = 4
+                                           ) -> Episode:
+    """Checks that ``sampler``'s batches are a pure function of their seed: the same seed
+    gives the same batch, another seed another one, and its ``dataset`` resumed at a
+    step (``start_step``) gives the stream's batches from there.
+
+    Returns:
+      The batch of ``num_tasks`` episodes from seed ``[3, 0]``, for further checks.
+
+    Raises:
+      AssertionError: naming what differs.
+    """
+    seed = tf.constant([3, 0], tf.int64)
+    one, again = sampler.sample(seed, num_tasks), sampler.sample(seed, num_tasks)
+    other = sampler.sample(tf.constant([4, 0], tf.int64), num_tasks)
+    for name, a, b in zip(("support_x", "support_y", "query_x", "query_y"), one, again):
+        np.testing.assert_array_equal(a, b, err_msg=f"{name} differs for one seed")
+    assert not np.array_equal(one.support_x, other.support_x), "two seeds, one batch"
+    stream = [e.query_x.numpy() for e in sampler.dataset(2, seed=1, num_steps=3)]
+    resumed = [e.query_x.numpy() for e in sampler.dataset(2, seed=1, start_step=1,
+                                                          num_steps=2)]
+    np.testing.assert_array_equal(stream[1:], resumed, err_msg="a resumed stream differs")
+    return one
