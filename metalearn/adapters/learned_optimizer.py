@@ -262,7 +262,7 @@ class LearnedRule(Update):
         for p, g in grads.items():
             if p not in self._paths:
                 raise RuleMismatchError(f"LearnedRule was built for the weights "
-                                        f"{self._paths}, not {p!r}")
+                                        f"{list(self._paths)}, not {p!r}")
             updates[p], new_state[p] = self.apply_one(g, weights[p], state[p], info.step,
                                                       self.network)
         return updates, new_state
