@@ -205,8 +205,9 @@ def main(argv):
                                          FLAGS.keras_tasks)
     result = {
         "command": "python -m benchmarks.learned_optimizer " + " ".join(
-            f"--{k}={v}" for k, v in (("steps", FLAGS.steps), ("eval_tasks", FLAGS.eval_tasks),
-                                      ("tune_tasks", FLAGS.tune_tasks))),
+            [f"--{k}={v}" for k, v in (("steps", FLAGS.steps), ("eval_tasks", FLAGS.eval_tasks),
+                                       ("tune_tasks", FLAGS.tune_tasks))]
+            + [f"--gin_param='{p}'" for p in FLAGS.gin_param]),
         "tuned_rates": {"sgd": {str(h): r for h, r in sgd_best.items()},
                         "adam": {str(h): r for h, r in adam_best.items()}},
         "grids": {"sgd": {r: {str(h): v for h, v in d.items()} for r, d in sgd_grid.items()},
