@@ -97,7 +97,6 @@ def _keras_comparison(rule_path: str, rates: Dict[str, float], tasks: int):
     query MSE after 20 full-batch steps on new sinusoid tasks (a model from another
     seed) and on lines from outside the family."""
     import keras
-    import tensorflow as tf
     from metalearn import models
     from metalearn.adapters import LearnedRule, LearnedRuleOptimizer
     rng = np.random.default_rng(123)

@@ -23,7 +23,8 @@ from metalearn.learners import FixedInit
 from metalearn.pieces import HyperparameterRangeError
 from metalearn.testing import (LearnerContract, analytic_meta_gradient,
                                assert_meta_gradient_matches_finite_differences,
-                               classification_learner, finite_difference_variables, mse,
+                               classification_learner, finite_difference_variables,
+                               keras_optimizer_trajectory, mse,
                                regression_episodes, relative_error)
 
 
@@ -139,25 +140,17 @@ def test_fixed_init_leaves_the_model_out_of_the_meta_variables():
 
 
 def _keras_pair(rule, steps, optimizer):
-    """The rule's inner trajectory on one task and the same steps by ``optimizer``
-    applied to variables starting at the same weights."""
+    """The rule's inner trajectory on one task against the same steps by
+    ``optimizer(rule)`` applied to variables starting at the same weights."""
     learner = _learner(rule, steps=steps)
     task = regression_episodes(tasks=1, shots=6).task(0)
     trajectory = learner.adapt_trajectory(task.support_x, task.support_y)
-    variables = {p: keras.Variable(w.numpy(), dtype="float64")
-                 for p, w in learner.initial_weights().items()}
-    optimizer = optimizer(rule)
-    for step in range(steps):
-        with tf.GradientTape() as tape:
-            weights = {p: tf.convert_to_tensor(v) for p, v in variables.items()}
-            tape.watch(list(weights.values()))
-            loss = learner.support_loss(weights, task.support_x, task.support_y)
-        grads = tape.gradient(loss, list(weights.values()))
-        optimizer.apply_gradients(zip(grads, variables.values()))
-        for path, variable in variables.items():
-            np.testing.assert_allclose(trajectory[step + 1][path], variable.numpy(),
+    reference = keras_optimizer_trajectory(learner, task.support_x, task.support_y,
+                                           optimizer(rule), steps)
+    for step, weights in enumerate(reference):
+        for path, value in weights.items():
+            np.testing.assert_allclose(trajectory[step + 1][path], value,
                                        rtol=1e-10, atol=1e-13, err_msg=f"step {step}")
-    return learner, variables, optimizer
 
 
 def test_the_keras_optimizer_gives_the_pieces_updates_step_by_step():
