@@ -244,3 +244,53 @@ class TestLearnedRuleFromAFixedInit(LearnerContract):
     def make_learner(self):
         return classification_learner(GradientDescent(2, update=LearnedRule(0.1)),
                                       task_init=[FixedInit()])
+
+
+# --- meta-training over a longer horizon: truncated backpropagation ------------------
+
+
+def test_the_unroll_is_the_learners_inner_loop_and_its_full_truncation_is_exact():
+    from metalearn.outer.learned_optimizer import rule_theta, rule_unroll
+    from metalearn.outer.persistent import truncated_gradient, unroll
+    rule = LearnedRule(0.1, hidden=(3,), betas=(0.5, 0.9), timescales=(1.0, 10.0))
+    learner = _learner(rule, steps=3, task_init=[FixedInit()])
+    _perturbed(rule)
+    episodes = regression_episodes(tasks=2)
+    step, state = rule_unroll(learner, rule, episodes)
+    theta = [tf.convert_to_tensor(v) for v in rule_theta(rule)]
+    trajectories = [learner.adapt_trajectory(episodes.task(i).support_x,
+                                             episodes.task(i).support_y) for i in range(2)]
+    for t in range(3):
+        state, loss = step(state, theta, t)
+        expected = np.mean([mse(episodes.task(i).query_y, learner.predict(
+            trajectories[i][t + 1], episodes.task(i).query_x)) for i in range(2)])
+        np.testing.assert_allclose(float(loss), expected, rtol=1e-12)
+        for i in range(2):
+            for path, value in state[i][0].items():
+                np.testing.assert_allclose(value, trajectories[i][t + 1][path], rtol=1e-12)
+    step, state = rule_unroll(learner, rule, episodes)
+    grads, _, _ = truncated_gradient(step, state, theta, 0, 3)
+    numeric = finite_difference_variables(
+        lambda: unroll(step, state, [tf.convert_to_tensor(v) for v in rule_theta(rule)],
+                       0, 3)[1], rule_theta(rule))
+    analytic = {v.path: g.numpy() for v, g in zip(rule_theta(rule), grads)}
+    assert relative_error(analytic, numeric) < 1e-6
+
+
+def test_truncated_meta_training_runs_through_the_horizon_in_segments():
+    from metalearn.outer.learned_optimizer import train_truncated
+    rule = LearnedRule(0.05, hidden=(3,))
+    keras.utils.set_random_seed(0)
+    learner = metalearn.Learner(models.mlp((1,), hidden=(3,), outputs=1, dtype="float64"),
+                                GradientDescent(2, update=rule), loss="mse",
+                                task_init=[FixedInit()])
+    before = rule.values()
+    sampler = metalearn.tasks.Sinusoid(shots=4, dtype="float64")
+    history = train_truncated(learner, rule, sampler, keras.optimizers.Adam(1e-2),
+                              meta_steps=4, horizon=4, truncation=2, meta_batch_size=2)
+    assert [h["start"] for h in history] == [0, 2, 0, 2]
+    assert all(np.isfinite(h["loss"]) for h in history)
+    assert max(np.abs(rule.values()[k] - before[k]).max() for k in before) > 1e-4
+    with pytest.raises(ValueError, match=r"truncation \(8 steps\) is longer than the "
+                                         r"horizon \(4 steps\)"):
+        train_truncated(learner, rule, sampler, keras.optimizers.Adam(1e-2), 1, 4, 8, 2)

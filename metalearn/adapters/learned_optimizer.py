@@ -206,6 +206,11 @@ class LearnedRule(Update):
         rule.create(dtype, values)
         return rule
 
+    @property
+    def paths(self) -> List[str]:
+        """The weight paths the rule was built for (what :meth:`update` accepts)."""
+        return list(self._paths)
+
     def own_meta_variables(self):
         return list(self.network.values()) + super().own_meta_variables()
 
