@@ -42,6 +42,13 @@ flags.DEFINE_integer("tune_tasks", 100, "Validation tasks for tuning the baselin
 flags.DEFINE_list("sgd_grid", ["0.003", "0.01", "0.03", "0.1", "0.3"], "SGD rates.")
 flags.DEFINE_list("adam_grid", ["0.003", "0.01", "0.03", "0.1", "0.3"], "Adam rates.")
 flags.DEFINE_list("horizons", ["20", "40", "100"], "Inner steps evaluated.")
+flags.DEFINE_integer("truncated_horizon", 0, "If set (e.g. 100): meta-train by truncated "
+                     "backpropagation through horizons of this many inner steps, in "
+                     "segments of --truncation steps, one segment per meta-step "
+                     "(metalearn.outer.learned_optimizer.train_truncated), the loss summed "
+                     "over the horizon's steps; 0: full backpropagation through the "
+                     "config's 20 steps, the query loss at the end.")
+flags.DEFINE_integer("truncation", 20, "Segment length with --truncated_horizon.")
 flags.DEFINE_integer("keras_tasks", 20, "Tasks of the Keras drop-in comparison.")
 flags.DEFINE_integer("log_every", 50, "Meta-steps between curve points.")
 flags.DEFINE_multi_string("gin_param", [], "Extra gin bindings.")
@@ -177,18 +184,28 @@ def main(argv):
     per_task["rule_untrained"] = _evaluate(learner, sampler, horizons, FLAGS.eval_tasks,
                                            "test")
 
-    step = metalearn.training.make_meta_step(learner, experiment.outer_rule,
-                                             experiment.formulation)
-    stream = iter(sampler.dataset(experiment.meta_batch_size, seed=experiment.runtime.seed))
-    curve, start = [], None
-    for done in range(1, FLAGS.steps + 1):
-        loss = float(step(next(stream))["loss"].numpy())
-        if start is None:
-            start = time.perf_counter()
-        if done % FLAGS.log_every == 0 or done == 1:
-            curve.append({"step": done, "seconds": round(time.perf_counter() - start, 2),
-                          "loss": loss})
-    train_seconds = time.perf_counter() - start
+    if FLAGS.truncated_horizon:
+        from metalearn.outer.learned_optimizer import train_truncated
+        start = time.perf_counter()
+        history = train_truncated(learner, rule, sampler, experiment.outer_rule.optimizer,
+                                  FLAGS.steps, FLAGS.truncated_horizon, FLAGS.truncation,
+                                  experiment.meta_batch_size, seed=experiment.runtime.seed)
+        curve = [h for h in history if h["step"] % FLAGS.log_every == 0 or h["step"] == 1]
+        train_seconds = time.perf_counter() - start  # compilation included
+    else:
+        step = metalearn.training.make_meta_step(learner, experiment.outer_rule,
+                                                 experiment.formulation)
+        stream = iter(sampler.dataset(experiment.meta_batch_size,
+                                      seed=experiment.runtime.seed))
+        curve, start = [], None
+        for done in range(1, FLAGS.steps + 1):
+            loss = float(step(next(stream))["loss"].numpy())
+            if start is None:
+                start = time.perf_counter()
+            if done % FLAGS.log_every == 0 or done == 1:
+                curve.append({"step": done, "loss": loss,
+                              "seconds": round(time.perf_counter() - start, 2)})
+        train_seconds = time.perf_counter() - start
     per_task["rule_trained"] = _evaluate(learner, sampler, horizons, FLAGS.eval_tasks, "test")
 
     table = {name: {str(h): _interval(v[h]) for h in horizons} for name, v in per_task.items()}
@@ -205,7 +222,9 @@ def main(argv):
     result = {
         "command": "python -m benchmarks.learned_optimizer " + " ".join(
             [f"--{k}={v}" for k, v in (("steps", FLAGS.steps), ("eval_tasks", FLAGS.eval_tasks),
-                                       ("tune_tasks", FLAGS.tune_tasks))]
+                                       ("tune_tasks", FLAGS.tune_tasks),
+                                       ("truncated_horizon", FLAGS.truncated_horizon),
+                                       ("truncation", FLAGS.truncation))]
             + [f"--gin_param='{p}'" for p in FLAGS.gin_param]),
         "tuned_rates": {"sgd": {str(h): r for h, r in sgd_best.items()},
                         "adam": {str(h): r for h, r in adam_best.items()}},
