@@ -11,7 +11,7 @@ from metalearn import models
 from metalearn.adapters import (GradientDescent, GradientStep, InnerAdam, InnerMomentum,
                                 InnerRMSProp, Learned, Mask, PerStepWeights, Recompute)
 from metalearn.adapters.optimizers import safe_sqrt
-from metalearn.testing import (analytic_meta_gradient,
+from metalearn.testing import (analytic_meta_gradient, keras_optimizer_trajectory,
                                assert_meta_gradient_matches_finite_differences, mse,
                                regression_episodes, relative_error)
 
@@ -49,17 +49,11 @@ def test_each_inner_optimizer_equals_its_keras_counterpart_step_by_step(name):
     learner = metalearn.Learner(model, GradientDescent(STEPS, update=ours()), loss=mse)
     trajectory = learner.adapt_trajectory(task.support_x, task.support_y)
     start = learner.initial_weights()
-    variables = {p: keras.Variable(w.numpy(), dtype="float64") for p, w in start.items()}
-    optimizer = theirs()
-    for step in range(STEPS):
-        with tf.GradientTape() as tape:
-            weights = {p: tf.convert_to_tensor(v) for p, v in variables.items()}
-            tape.watch(list(weights.values()))
-            loss = learner.support_loss(weights, task.support_x, task.support_y)
-        grads = tape.gradient(loss, list(weights.values()))
-        optimizer.apply_gradients(zip(grads, variables.values()))
-        for path, variable in variables.items():
-            np.testing.assert_allclose(trajectory[step + 1][path], variable.numpy(),
+    reference = keras_optimizer_trajectory(learner, task.support_x, task.support_y,
+                                           theirs(), STEPS)
+    for step, weights in enumerate(reference):
+        for path, value in weights.items():
+            np.testing.assert_allclose(trajectory[step + 1][path], value,
                                        rtol=1e-12, atol=1e-15, err_msg=f"{name} {step}")
     moved = np.abs(trajectory[-1]["mlp/head/kernel"] - start["mlp/head/kernel"]).max()
     assert moved > 1e-3  # the steps did something

@@ -29,6 +29,7 @@ from metalearn.tasks.datasets import (ChecksumError, LabelledImages, load_cub,
                                       load_tiered_imagenet)
 
 from metalearn.flags import resolve_gin_files
+from metalearn.adapters.learned_optimizer import RuleMismatchError
 from metalearn.heads.base import LabelOutsideClassesError
 from metalearn.pieces import HyperparameterRangeError
 from metalearn.runs import validation
@@ -51,6 +52,8 @@ POINT_NAV = ["include 'experiments/rl/point_nav_maml.gin'", "Loop.num_steps = 2"
              "Experiment.meta_batch_size = 2", "mlp.hidden = (8,)"]
 SINUSOID_ES = ["include 'experiments/sinusoid/maml_es.gin'", "Loop.num_steps = 2",
                "Loop.log_every = 1"]
+LEARNED_OPTIMIZER = ["include 'experiments/sinusoid/learned_optimizer.gin'",
+                     "Loop.num_steps = 2", "Loop.log_every = 1"]
 
 CLASSES = [f"c{i}" for i in range(10)]
 CLASSIFICATION = [
@@ -748,6 +751,22 @@ def _in_context_ways():
     learner.meta_metrics(padded)
 
 
+def learned_rule_on_other_weights(tmp_path) -> None:
+    from metalearn.adapters import GradientDescent, LearnedRule, Mask, StepInfo
+    rule = LearnedRule(0.01)
+    metalearn.Learner(metalearn.models.mlp((2,), hidden=(3,), outputs=1),
+                      GradientDescent(2, update=[Mask(("head",)), rule]), loss="mse")
+    rule.update({"mlp/hidden0/kernel": tf.zeros([2, 3])},
+                rule.init({"mlp/hidden0/kernel": tf.zeros([2, 3])}), {}, StepInfo(0, 2))
+
+
+def learned_rule_of_another_shape(tmp_path) -> None:
+    from metalearn.adapters import LearnedRule
+    saved = LearnedRule(hidden=(16,))
+    saved.create()
+    LearnedRule(hidden=(8,)).create("float32", saved.values())
+
+
 # --- the cases: one per row of docs/errors.md --------------------------------------
 
 
@@ -1329,6 +1348,21 @@ CASES: List[Case] = [
     gin_case("exact rollouts of an environment that cannot list them",
              "PolicyLearner.rollouts = 'exact'", ValueError,
              "rollouts='exact' needs an environment that enumerates", base=POINT_NAV),
+    gin_case("momentum of a learned optimizer outside [0, 1)",
+             "LearnedRule.betas = (0.5, 1.0)", HyperparameterRangeError,
+             "LearnedRule.betas must be in [0, 1), got 1", base=LEARNED_OPTIMIZER),
+    Case("a learned optimizer applied to weights it was not built for",
+         "`rule.update` of `mlp/hidden0/kernel` by a `LearnedRule` built behind "
+         "`Mask((\"head\",))`", RuleMismatchError,
+         "LearnedRule was built for the weights ['mlp/head/kernel', 'mlp/head/bias'], not "
+         "'mlp/hidden0/kernel'", learned_rule_on_other_weights, None,
+         "the weight and those it was built for"),
+    Case("a learned optimizer's network of another shape",
+         "`LearnedRule(hidden=(8,)).create('float32', values)`, the values of a "
+         "`hidden=(16,)` rule", RuleMismatchError,
+         "LearnedRule array 'hidden_0_kernel' has shape (8, 16), this rule (hidden=(8,), "
+         "8 features) needs (8, 8)", learned_rule_of_another_shape, None,
+         "the array, both shapes, the hidden sizes"),
 ]
 
 

@@ -14,6 +14,9 @@
   :class:`Learned`;
 * differentiable inner optimizers (:mod:`metalearn.adapters.optimizers`):
   :class:`InnerMomentum` (and Nesterov), :class:`InnerAdam`, :class:`InnerRMSProp`;
+* a learned optimizer (:mod:`metalearn.adapters.learned_optimizer`): :class:`LearnedRule`
+  (a small network per parameter element, meta-trained) and
+  :class:`LearnedRuleOptimizer` (the same rule, frozen, as a Keras optimizer);
 * step wrappers (:mod:`metalearn.adapters.wrappers`): :class:`PerStepWeights`,
   :class:`Recompute`, :class:`MiniBatches`, :class:`WhileLoop`,
   :class:`SupportFromWeights`.
@@ -33,6 +36,7 @@ from metalearn.adapters.neural_process import (AttentiveNeuralProcess,
                                               ConditionalNeuralProcess, LatentNeuralProcess,
                                               NeuralProcess)
 from metalearn.adapters.learned_rates import MetaSGD, PerStepLearningRates
+from metalearn.adapters.learned_optimizer import LearnedRule, LearnedRuleOptimizer
 from metalearn.adapters.optimizers import InnerAdam, InnerMomentum, InnerRMSProp
 from metalearn.adapters.updates import (AnnealOrder, Chain, ClipByGlobalNorm,
                                         FirstOrder, GradientStep, LearnedRates, Mask,
@@ -45,7 +49,7 @@ __all__ = ["Adapter", "AnnealOrder", "AttentiveNeuralProcess", "CallFn", "Capabi
            "Chain", "ClipByGlobalNorm", "ConditionalNeuralProcess", "FirstOrder",
            "GradientDescent", "GradientStep", "Hypernetwork", "ImplicitGradientDescent", "InContext",
            "InnerAdam", "InnerMomentum", "InnerRMSProp", "LatentNeuralProcess", "Learned",
-           "LearnedRates",
+           "LearnedRates", "LearnedRule", "LearnedRuleOptimizer",
            "LossFn", "Mask", "MetaSGD", "MiniBatches", "NeuralProcess", "NoAdaptation",
            "PerStepLearningRates", "PerStepWeights", "Piece", "Proximal", "Recompute",
            "SplitLoss", "StepInfo", "StepWrapper", "SupportFromWeights", "Update",

@@ -7,9 +7,9 @@ from metalearn.learners.learner import (Learner, MetricFn, accuracy, predict_on,
 from metalearn.learners.multi_step import MultiStepLossLearner
 from metalearn.learners.neural_process import LatentNeuralProcessLearner
 from metalearn.learners.prototypical import PrototypicalNetworks, ProtoMAML
-from metalearn.learners.task_init import PrototypeInit, TaskInit, ZeroInit
+from metalearn.learners.task_init import FixedInit, PrototypeInit, TaskInit, ZeroInit
 
 __all__ = ["ClassifierBaseline", "EmbeddingLearner", "LatentNeuralProcessLearner", "Learner",
            "MetricFn", "MultiStepLossLearner",
            "PrototypeInit", "PrototypicalNetworks", "ProtoMAML", "Solution", "TaskInit",
-           "ZeroInit", "accuracy", "predict_on", "support_objective"]
+           "FixedInit", "ZeroInit", "accuracy", "predict_on", "support_objective"]

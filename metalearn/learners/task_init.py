@@ -73,6 +73,33 @@ class ZeroInit(TaskInit):
 
 
 @gin.configurable
+class FixedInit(TaskInit):
+    """The matching weights start every task at the model's current values, which are
+    not meta-learned: what meta-trains is the rest (the inner loop's pieces). This is
+    how a learned optimizer (:class:`~metalearn.adapters.LearnedRule`) is meta-trained
+    from a fixed random initialisation instead of alongside a MAML one, and how a
+    learned inner rule is compared with hand-tuned ones from the same start.
+
+    Args:
+      patterns: regular expressions over weight paths (``re.search``); the default
+        ``(".*",)`` fixes every weight.
+    """
+
+    def __init__(self, patterns: Sequence[str] = (".*",), name: Optional[str] = None):
+        super().__init__(name=name)
+        self.patterns = check_patterns(patterns, "FixedInit")
+
+    def paths(self, weights):
+        return select_paths(list(weights), self.patterns, "FixedInit")
+
+    def initial(self, weights, support_x, support_y):
+        weights = dict(weights)
+        for path in self.paths(weights):
+            weights[path] = tf.stop_gradient(weights[path])
+        return weights
+
+
+@gin.configurable
 class PrototypeInit(TaskInit):
     """Proto-MAML's head (Triantafillou et al., 2020): the linear head ``head`` starts
     every task at the prototype classifier ``W_k = 2 c_k``, ``b_k = -||c_k||^2`` (the

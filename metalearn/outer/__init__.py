@@ -7,7 +7,8 @@ meta-gradient estimated from perturbed meta-losses, no backpropagation) are rule
 :class:`ClipDirections` and :class:`SkipNonFinite` are guards that wrap any rule;
 :mod:`metalearn.outer.replicas` holds the cross-replica apply;
 :mod:`metalearn.outer.persistent` truncated backpropagation and PES on an explicit
-unroll.
+unroll; :mod:`metalearn.outer.learned_optimizer` a learned optimizer's inner loop as such
+an unroll, meta-trained by truncated backpropagation (``train_truncated``).
 """
 
 from metalearn.outer.evolution import EvolutionStrategies

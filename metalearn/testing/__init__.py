@@ -16,7 +16,8 @@ on whole-class batches), and checks its meta-gradient against finite differences
 :func:`analytic_meta_gradient`, :func:`finite_difference_variables` and
 :func:`relative_error`; :func:`finite_difference_gradient` for a function of weights);
 models too large for that along random directions with
-:func:`finite_difference_directions`. An outer rule gets its contract the same way
+:func:`finite_difference_directions`; an inner optimizer against a Keras one step by
+step with :func:`keras_optimizer_trajectory`. An outer rule gets its contract the same way
 (:class:`OuterRuleContract`: one step under every formulation, one device and a
 strategy, XLA or not, equal to the rule's per-task reference in float64; a stochastic
 rule with its seed fixed: :func:`evolution_estimate` is evolution strategies' reference).
@@ -35,7 +36,8 @@ from metalearn.testing.reference import (analytic_meta_gradient,
                                          compiled_meta_gradient,
                                          finite_difference_directions,
                                          finite_difference_gradient,
-                                         finite_difference_variables, flat, relative_error)
+                                         finite_difference_variables, flat,
+                                         keras_optimizer_trajectory, relative_error)
 from metalearn.testing.tasks import (assert_sampler_is_seeded_and_stateless, image_episodes,
                                      mse, regression_episodes, small_learner, softmax_xent)
 

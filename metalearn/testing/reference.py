@@ -4,8 +4,9 @@ compares the two (:func:`assert_meta_gradient_matches_finite_differences`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence, Tuple
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -178,3 +179,24 @@ def assert_meta_gradient_matches_finite_differences(
         raise AssertionError(f"meta-gradient against finite differences: relative error "
                              f"{error:.2e}, not below {tolerance:g}; most off: {shown}")
     return analytic
+
+
+def keras_optimizer_trajectory(learner, support_x: Any, support_y: Any, optimizer: Any,
+                               steps: int) -> List[Dict[str, np.ndarray]]:
+    """The weights after each of ``steps`` ``optimizer.apply_gradients`` calls on the
+    learner's support loss, from the learner's initial weights held in fresh variables
+    of their dtype: the reference an inner update that claims to equal a Keras
+    optimizer (or a Keras optimizer that claims to equal an inner update) is compared
+    with, step by step, against ``learner.adapt_trajectory``."""
+    variables = {p: keras.Variable(w.numpy(), dtype=w.dtype.name)
+                 for p, w in learner.initial_weights().items()}
+    trajectory = []
+    for _ in range(steps):
+        with tf.GradientTape() as tape:
+            weights = {p: tf.convert_to_tensor(v) for p, v in variables.items()}
+            tape.watch(list(weights.values()))
+            loss = learner.support_loss(weights, support_x, support_y)
+        grads = tape.gradient(loss, list(weights.values()))
+        optimizer.apply_gradients(zip(grads, variables.values()))
+        trajectory.append({p: v.numpy() for p, v in variables.items()})
+    return trajectory
