@@ -1311,6 +1311,14 @@ CASES: List[Case] = [
     gin_case("exact rollouts of an environment that cannot list them",
              "PolicyLearner.rollouts = 'exact'", ValueError,
              "rollouts='exact' needs an environment that enumerates", base=POINT_NAV),
+    Case("TRPO on a learner without trajectories", "`Experiment.outer_rule = @TRPO()` with "
+         "a supervised `Learner`", TypeError,
+         "TRPO needs a learner whose trajectories can be collected",
+         lambda p: run_gin(p, SINUSOID + ["Experiment.outer_rule = @TRPO()"]), None,
+         "what the learner lacks (`collect`, `query_outputs`), before the first step"),
+    gin_case("TRPO without a trust region", "TRPO.max_kl = 0.0", HyperparameterRangeError,
+             "TRPO.max_kl must be > 0, got 0.0",
+             base=POINT_NAV + ["Experiment.outer_rule = @TRPO()"]),
 ]
 
 
