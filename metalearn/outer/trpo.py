@@ -143,9 +143,12 @@ class TrustRegion:
       learner: a learner with ``collect`` and ``query_outputs`` (``PolicyLearner``).
       episodes: the batch of tasks (leading task axis).
       formulation: how the tasks run (resolved on ``episodes`` once).
+      figures: ``figures(learner, collected episode, old outputs)`` of one task
+        (:func:`trust_region_figures`; a clipped-ratio rule adds its objective).
     """
 
-    def __init__(self, learner: Any, episodes: Episode, formulation: Formulation):
+    def __init__(self, learner: Any, episodes: Episode, formulation: Formulation,
+                 figures: Optional[Callable[[Any, Episode, tf.Tensor], Metrics]] = None):
         self.learner = learner
         self.formulation = formulation.resolve(learner, episodes)  # then given other nests
         self.variables = learner.meta_variables
@@ -156,7 +159,8 @@ class TrustRegion:
         self.old_outputs = tf.stop_gradient(self.formulation.per_task(
             learner, outputs_of, self.collected, signature(outputs_of, self.collected)))
         self._data = (self.collected, self.old_outputs)
-        self._figures_of = lambda pair: trust_region_figures(learner, *pair)
+        figures = figures or trust_region_figures
+        self._figures_of = lambda pair: figures(learner, *pair)
         self._spec = signature(self._figures_of, self._data)
 
     def figures(self) -> Metrics:
