@@ -192,3 +192,23 @@ def test_half_cheetah_task_rewards_from_the_mujoco_state(kind):
                                atol=1e-6)
     assert collected.trajectories.observations.shape == (1, 4, 17)
     np.testing.assert_array_equal(collected.trajectories.actions[0], actions[:, 0])
+
+
+def test_the_half_cheetah_config_trains_and_evaluates_with_the_script():
+    """experiments/rl/half_cheetah_vel_maml.gin through benchmarks/half_cheetah_maml.py,
+    shrunk (horizon 5, 2 rollouts, 2 tasks, one meta-step): real MuJoCo, the collector,
+    the meta-step on collected episodes, the evaluation's figures."""
+    import gin
+    from benchmarks.half_cheetah_maml import run
+    try:
+        results = run(["experiments/rl/half_cheetah_vel_maml.gin"],
+                      ["HalfCheetahVelocity.horizon = 5", "GymCollector.rollouts = 2",
+                       "Experiment.meta_batch_size = 2", "Loop.num_steps = 1",
+                       "mlp.hidden = (8,)"], eval_tasks=2)
+    finally:
+        gin.clear_config()
+    assert len(results["steps"]) == 1 and np.isfinite(results["steps"][0]["loss"])
+    for when in ("before_training", "after_training"):
+        assert set(results[when]) == {"before", "after"}
+        assert all(np.isfinite(v["mean"]) for v in results[when].values())
+    assert results["env_steps_per_second"] > 0
