@@ -29,29 +29,26 @@ import keras
 import tensorflow as tf
 
 from metalearn.outer.rule import Metrics, OptimizerRule
-from metalearn.outer.trpo import TRPO, TrustRegion, trust_region_figures
+from metalearn.outer.trpo import TRPO, TrustRegion, query_ratios
 from metalearn.pieces import COUNT, NON_NEGATIVE, POSITIVE, check_range
 from metalearn.tasks.episode import Episode
 
 
 def clipped_figures(learner, episode: Episode, old_outputs: tf.Tensor, clip: float
                     ) -> Metrics:
-    """:func:`~metalearn.outer.trpo.trust_region_figures` of one collected task and
+    """:func:`~metalearn.outer.trpo.trust_region_figures` of one collected task (one
+    adaptation, :func:`~metalearn.outer.trpo.query_ratios`) and
     ``"clipped"`` (the weighted mean over the query steps of ``min(r A, clip(r) A)``)
     and ``"inner_kl"`` (the mean over the first inner step's support steps of
     ``log pi_collected - log pi_current`` of the actions: the KL estimate from the
     collecting pre-update policy)."""
-    figures = trust_region_figures(learner, episode, old_outputs)
-    outputs, batch, _ = learner.query_outputs(episode)
-    distribution = learner.distribution
-    old_outputs = tf.stop_gradient(tf.cast(old_outputs, outputs.dtype))
-    ratio = tf.exp(distribution.log_prob(outputs, batch.actions)
-                   - distribution.log_prob(old_outputs, batch.actions))
-    weights = tf.cast(batch.weights[:, None] * batch.mask, outputs.dtype)
-    advantages = tf.cast(batch.advantages, outputs.dtype)
+    outputs, old_outputs, ratio, weights, advantages, figures = query_ratios(
+        learner, episode, old_outputs)
+    figures["surrogate"] = tf.reduce_sum(weights * ratio * advantages)
+    figures["kl"] = tf.reduce_sum(weights * learner.distribution.kl(old_outputs, outputs))
     clipped = tf.minimum(ratio * advantages,
                          tf.clip_by_value(ratio, 1.0 - clip, 1.0 + clip) * advantages)
-    figures["clipped"] = tf.reduce_sum(weights * clipped) / tf.reduce_sum(weights)
+    figures["clipped"] = tf.reduce_sum(weights * clipped)
     support = episode.support_y
     if support.weights.shape[0] == 0:  # no inner step: no pre-update trajectories
         figures["inner_kl"] = tf.zeros([], outputs.dtype)

@@ -115,23 +115,34 @@ def signature(fn: Callable[[Any], Any], batched: Any) -> Any:
     return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)
 
 
-def trust_region_figures(learner: Any, episode: Episode, old_outputs: tf.Tensor
-                         ) -> Metrics:
-    """One collected task at the current meta-variable values: its figures
-    (``learner.query_outputs``), ``"surrogate"`` (the weighted mean over the query
-    trajectories' steps of ``ratio_t A_t``, the ratio against the policy whose outputs
-    were ``old_outputs``) and ``"kl"`` (the weighted mean of ``KL(old || new)``)."""
+def query_ratios(learner: Any, episode: Episode, old_outputs: tf.Tensor
+                 ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, Metrics]:
+    """One collected task at the current meta-variable values: ``(outputs,
+    old_outputs, ratio, weights, advantages, figures)``, the adapted policy's outputs on
+    the query trajectories (``learner.query_outputs``) and the collecting one's, the
+    per-step likelihood ratios ``[n, T]``, the steps' weights (summing to 1 over the
+    steps taken), the advantages and the task's figures."""
     outputs, batch, metrics = learner.query_outputs(episode)
     distribution = learner.distribution
     old_outputs = tf.stop_gradient(tf.cast(old_outputs, outputs.dtype))
     ratio = tf.exp(distribution.log_prob(outputs, batch.actions)
                    - distribution.log_prob(old_outputs, batch.actions))
     weights = tf.cast(batch.weights[:, None] * batch.mask, outputs.dtype)
-    total = tf.reduce_sum(weights)
-    advantages = tf.cast(batch.advantages, outputs.dtype)
-    surrogate = tf.reduce_sum(weights * ratio * advantages) / total
-    kl = tf.reduce_sum(weights * distribution.kl(old_outputs, outputs)) / total
-    return {**metrics, "surrogate": surrogate, "kl": kl}
+    weights = weights / tf.reduce_sum(weights)
+    return (outputs, old_outputs, ratio, weights, tf.cast(batch.advantages, outputs.dtype),
+            metrics)
+
+
+def trust_region_figures(learner: Any, episode: Episode, old_outputs: tf.Tensor
+                         ) -> Metrics:
+    """One collected task at the current meta-variable values (:func:`query_ratios`):
+    its figures, ``"surrogate"`` (the weighted mean over the query trajectories' steps
+    of ``ratio_t A_t``, the ratio against the policy whose outputs were
+    ``old_outputs``) and ``"kl"`` (the weighted mean of ``KL(old || new)``)."""
+    outputs, old_outputs, ratio, weights, advantages, metrics = query_ratios(
+        learner, episode, old_outputs)
+    return {**metrics, "surrogate": tf.reduce_sum(weights * ratio * advantages),
+            "kl": tf.reduce_sum(weights * learner.distribution.kl(old_outputs, outputs))}
 
 
 class TrustRegion:

@@ -128,6 +128,18 @@ def rollout(environment: Environment, task: Any, policy: Policy, num: int,
     return Trajectories(*[time_second(a) for a in arrays])
 
 
+def check_goal_range(goal_range: Tuple[float, float], horizon: int) -> Tuple[float, float]:
+    """``(low, high)`` of a goal range as floats; ``ValueError`` for ``low > high`` or
+    a ``horizon`` below 1 (what every goal-per-task environment checks)."""
+    low, high = (float(v) for v in goal_range)
+    if not low <= high:
+        raise ValueError(f"goal_range must be (low, high) with low <= high, got "
+                         f"{goal_range!r}")
+    if int(horizon) < 1:
+        raise ValueError(f"horizon must be >= 1, got {horizon}")
+    return low, high
+
+
 # --- 2D point navigation ------------------------------------------------------------
 
 @gin.configurable
@@ -155,12 +167,7 @@ class PointNavigation(Environment):
     def __init__(self, goal_range: Tuple[float, float] = (-0.5, 0.5), horizon: int = 100,
                  max_step: float = 0.1, tolerance: float = 0.01, observe_goal: bool = False,
                  dtype: str = "float32"):
-        low, high = (float(v) for v in goal_range)
-        if not low <= high:
-            raise ValueError(f"goal_range must be (low, high) with low <= high, got "
-                             f"{goal_range!r}")
-        if int(horizon) < 1:
-            raise ValueError(f"horizon must be >= 1, got {horizon}")
+        low, high = check_goal_range(goal_range, horizon)
         if not float(max_step) > 0:
             raise ValueError(f"max_step must be > 0, got {max_step}")
         self.goal_range = (low, high)

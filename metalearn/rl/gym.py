@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from metalearn.learners.learner import Learner
-from metalearn.rl.environments import Environment, Trajectories
+from metalearn.rl.environments import Environment, Trajectories, check_goal_range
 from metalearn.rl.learner import Collected
 from metalearn.tasks.episode import Episode
 
@@ -110,12 +110,7 @@ class HalfCheetahVelocity(PythonEnvironment):
     def __init__(self, goal_range: Tuple[float, float] = (0.0, 2.0), horizon: int = 200,
                  ctrl_cost_weight: float = 0.05, env_id: str = "HalfCheetah-v5"):
         require_gymnasium(type(self).__name__)
-        low, high = (float(v) for v in goal_range)
-        if not low <= high:
-            raise ValueError(f"goal_range must be (low, high) with low <= high, got "
-                             f"{goal_range!r}")
-        if int(horizon) < 1:
-            raise ValueError(f"horizon must be >= 1, got {horizon}")
+        low, high = check_goal_range(goal_range, horizon)
         self.goal_range, self.horizon = (low, high), int(horizon)
         self.ctrl_cost_weight, self.env_id = float(ctrl_cost_weight), str(env_id)
 
