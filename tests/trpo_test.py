@@ -377,3 +377,24 @@ def test_clipped_ratio_refuses_what_it_cannot_run():
     supervised = metalearn.Learner(models.mlp((1,), hidden=(), outputs=1), loss="mse")
     with pytest.raises(TypeError, match="TRPO needs a learner"):
         metalearn.training.make_meta_step(supervised, ClippedRatio())
+
+
+def test_trpo_trains_from_the_point_navigation_config(tmp_path):
+    """``Experiment.outer_rule = @TRPO()`` on experiments/rl/point_nav_maml.gin (shrunk)
+    through metalearn.train: the step's figures (``kl``, ``accepted``) reach the
+    metrics, the checkpoint holds the rule."""
+    import gin
+    from metalearn.training import build_experiment, parse_config, train
+    parse_config(["experiments/rl/point_nav_maml.gin"],
+                 ["Experiment.outer_rule = @TRPO()", "Loop.num_steps = 1",
+                  "Loop.log_every = 1", "PointNavigation.horizon = 5",
+                  "PolicyLearner.rollouts = 2", "Experiment.meta_batch_size = 2",
+                  "mlp.hidden = (8,)", "Experiment.formulation = @Unrolled()"])
+    try:
+        experiment = build_experiment()
+        assert isinstance(experiment.outer_rule, TRPO)
+        metrics = train(experiment, str(tmp_path))
+    finally:
+        gin.clear_config()
+    assert metrics["accepted"] in (0.0, 1.0) and 0 <= metrics["kl"] <= 0.01
+    assert np.isfinite(metrics["return"])
