@@ -418,6 +418,30 @@ def restored_after_an_edit(tmp_path) -> None:
     metalearn.restore(str(tmp_path / "run"))
 
 
+def unknown_gymnasium_id(tmp_path) -> None:
+    from metalearn.rl import GymCollector, HalfCheetahVelocity
+    GymCollector(HalfCheetahVelocity(env_id="HalfCheetah-v99"), rollouts=1)
+
+
+def simulator_gives_nan(tmp_path) -> None:
+    from metalearn.rl import GymCollector, HalfCheetahVelocity
+    nan_policy = lambda observations, seed: (np.full([1, 6], np.nan, np.float32),
+                                             np.zeros([1], np.float32))
+    GymCollector(HalfCheetahVelocity(horizon=3), rollouts=1).collect(nan_policy, 1.5, [4, 2])
+
+
+def python_environment_in_the_step(tmp_path) -> None:
+    parse_config(["experiments/rl/half_cheetah_vel_maml.gin"],
+                 ["HalfCheetahVelocity.horizon = 3", "mlp.hidden = (4,)",
+                  "Experiment.meta_batch_size = 1"])
+    try:
+        experiment = build_experiment()
+        episodes = experiment.sampler.sample(tf.constant([0, 0], tf.int64), 1)
+        experiment.learner.meta_metrics(episodes, formulation="unrolled")
+    finally:
+        gin.clear_config()
+
+
 def restored_into_other_sizes(tmp_path) -> None:
     saved_run(tmp_path / "run")
     metalearn.restore(str(tmp_path / "run"), gin_params=["mlp.hidden = (8,)"])
@@ -1363,6 +1387,28 @@ CASES: List[Case] = [
          "LearnedRule array 'hidden_0_kernel' has shape (8, 16), this rule (hidden=(8,), "
          "8 features) needs (8, 8)", learned_rule_of_another_shape, None,
          "the array, both shapes, the hidden sizes"),
+    Case("TRPO on a learner without trajectories", "`Experiment.outer_rule = @TRPO()` with "
+         "a supervised `Learner`", TypeError,
+         "TRPO needs a learner whose trajectories can be collected",
+         lambda p: run_gin(p, SINUSOID + ["Experiment.outer_rule = @TRPO()"]), None,
+         "what the learner lacks (`collect`, `query_outputs`), before the first step"),
+    Case("unknown Gymnasium environment id", "`HalfCheetahVelocity(env_id='HalfCheetah-v99')`"
+         " given to a `GymCollector`", ValueError, "Gymnasium cannot make 'HalfCheetah-v99'",
+         unknown_gymnasium_id, None, "the environment class, the id and Gymnasium's reason"),
+    Case("simulator failing mid-rollout", "a policy whose actions make the simulator's "
+         "reward NaN (or a simulator that raises)", metalearn.rl.SimulatorError,
+         "the simulator gave non-finite observations or rewards mid-rollout "
+         "(HalfCheetahVelocity task 1.5, seed [4, 2], step 0)", simulator_gives_nan, None,
+         "the task, the seed and the step"),
+    Case("a Python environment's episodes without collection", "episodes of "
+         "`HalfCheetahVelocity` given to the learner as sampled (not through "
+         "`collect_episodes`)", NotImplementedError,
+         "HalfCheetahVelocity runs in Python: its trajectories come from a "
+         "metalearn.rl.GymCollector", python_environment_in_the_step, None,
+         "`GymCollector`, `collect_episodes`"),
+    gin_case("TRPO without a trust region", "TRPO.max_kl = 0.0", HyperparameterRangeError,
+             "TRPO.max_kl must be > 0, got 0.0",
+             base=POINT_NAV + ["Experiment.outer_rule = @TRPO()"]),
 ]
 
 

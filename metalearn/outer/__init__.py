@@ -2,8 +2,11 @@
 
 :class:`OuterRule` is the interface (``build``, ``directions``, ``apply``, ``step``);
 :class:`MetaGradient` (gradient descent on the meta-loss with any Keras optimizer),
-:class:`Reptile`, :class:`SerialReptile` and :class:`EvolutionStrategies` (the
-meta-gradient estimated from perturbed meta-losses, no backpropagation) are rules;
+:class:`Reptile`, :class:`SerialReptile`, :class:`EvolutionStrategies` (the
+meta-gradient estimated from perturbed meta-losses, no backpropagation) and
+:class:`TRPO` (meta-RL's trust region: conjugate gradient on the KL's Hessian-vector
+products, a line search) and :class:`ClippedRatio` (PPO / ProMP: epochs of the clipped
+likelihood ratio on one collected batch) are rules;
 :class:`ClipDirections` and :class:`SkipNonFinite` are guards that wrap any rule;
 :mod:`metalearn.outer.replicas` holds the cross-replica apply;
 :mod:`metalearn.outer.persistent` truncated backpropagation and PES on an explicit
@@ -11,10 +14,13 @@ unroll; :mod:`metalearn.outer.learned_optimizer` a learned optimizer's inner loo
 an unroll, meta-trained by truncated backpropagation (``train_truncated``).
 """
 
+from metalearn.outer.clipped import ClippedRatio
 from metalearn.outer.evolution import EvolutionStrategies
 from metalearn.outer.guards import NON_FINITE, ClipDirections, Guard, SkipNonFinite
 from metalearn.outer.reptile import Reptile, SerialReptile
 from metalearn.outer.rule import MetaGradient, MetaOptimizer, OptimizerRule, OuterRule
+from metalearn.outer.trpo import TRPO
 
-__all__ = ["ClipDirections", "EvolutionStrategies", "Guard", "MetaGradient", "MetaOptimizer",
-           "NON_FINITE", "OptimizerRule", "OuterRule", "Reptile", "SerialReptile", "SkipNonFinite"]
+__all__ = ["ClipDirections", "ClippedRatio", "EvolutionStrategies", "Guard", "MetaGradient", "MetaOptimizer",
+           "NON_FINITE", "OptimizerRule", "OuterRule", "Reptile", "SerialReptile", "SkipNonFinite",
+           "TRPO"]

@@ -9,17 +9,27 @@ learner that samples trajectories inside the compiled step.
 * :mod:`metalearn.rl.estimators`: :func:`discounted_returns`, :func:`gae`,
   :class:`LinearFeatureBaseline`, :func:`magic_box`, :class:`DiCE`,
   :class:`NaiveSurrogate`.
-* :mod:`metalearn.rl.learner`: :class:`PolicyLearner`, :class:`Rollouts`.
+* :mod:`metalearn.rl.gym`: Python environments (Gymnasium, MuJoCo):
+  :class:`PythonEnvironment`, :class:`HalfCheetahVelocity`, :class:`HalfCheetahDirection`,
+  :class:`GymCollector` (Gymnasium's vector API), :func:`collect_episodes`.
+* :mod:`metalearn.rl.learner`: :class:`PolicyLearner`, :class:`Rollouts`,
+  :class:`Collected` (trajectories collected ahead of the step, replayed).
 """
 
 from metalearn.rl.environments import (MDP, Environment, PointNavigation, TabularMDP,
                                        Trajectories, rollout)
 from metalearn.rl.estimators import (Batch, DiCE, LinearFeatureBaseline, NaiveSurrogate,
                                      discounted_returns, gae, magic_box)
-from metalearn.rl.learner import PolicyLearner, Rollouts, mean_return
+from metalearn.rl.gym import (GymCollector, HalfCheetahDirection, HalfCheetahVelocity,
+                              PolicySampler, PythonEnvironment, SimulatorError,
+                              collect_episodes)
+from metalearn.rl.learner import Collected, PolicyLearner, Rollouts, mean_return
 from metalearn.rl.policies import Categorical, Gaussian, LogStd, gaussian_policy
 
-__all__ = ["MDP", "Batch", "Categorical", "DiCE", "Environment", "Gaussian",
+__all__ = ["MDP", "Batch", "Categorical", "Collected", "DiCE", "Environment", "Gaussian",
+           "GymCollector", "HalfCheetahDirection", "HalfCheetahVelocity",
            "LinearFeatureBaseline", "LogStd", "NaiveSurrogate", "PointNavigation",
-           "PolicyLearner", "Rollouts", "TabularMDP", "Trajectories", "discounted_returns",
-           "gae", "gaussian_policy", "magic_box", "mean_return", "rollout"]
+           "PolicyLearner", "PolicySampler", "PythonEnvironment", "Rollouts",
+           "SimulatorError", "TabularMDP", "Trajectories", "collect_episodes",
+           "discounted_returns", "gae", "gaussian_policy", "magic_box", "mean_return",
+           "rollout"]

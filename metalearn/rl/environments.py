@@ -128,6 +128,20 @@ def rollout(environment: Environment, task: Any, policy: Policy, num: int,
     return Trajectories(*[time_second(a) for a in arrays])
 
 
+def check_goal_range(goal_range: Tuple[float, float], horizon: int,
+                     owner: str = "Environment") -> Tuple[float, float]:
+    """``(low, high)`` of a goal range as floats; ``ValueError`` for ``low > high``, a
+    :class:`~metalearn.ranges.HyperparameterRangeError` naming ``owner`` for a
+    ``horizon`` that is not a whole number >= 1 (what every goal-per-task environment
+    checks)."""
+    low, high = (float(v) for v in goal_range)
+    if not low <= high:
+        raise ValueError(f"{owner}.goal_range must be (low, high) with low <= high, got "
+                         f"{goal_range!r}")
+    check_range(owner, "horizon", horizon, COUNT)
+    return low, high
+
+
 # --- 2D point navigation ------------------------------------------------------------
 
 @gin.configurable
@@ -155,10 +169,7 @@ class PointNavigation(Environment):
     def __init__(self, goal_range: Tuple[float, float] = (-0.5, 0.5), horizon: int = 100,
                  max_step: float = 0.1, tolerance: float = 0.01, observe_goal: bool = False,
                  dtype: str = "float32"):
-        low, high = (float(v) for v in goal_range)
-        if not low <= high:
-            raise ValueError(f"goal_range must be (low, high) with low <= high, got "
-                             f"{goal_range!r}")
+        low, high = check_goal_range(goal_range, horizon, type(self).__name__)
         self.goal_range = (low, high)
         self.horizon = check_range("PointNavigation", "horizon", horizon, COUNT)
         self.max_step = check_range("PointNavigation", "max_step", max_step, POSITIVE)

@@ -106,6 +106,14 @@ class Batch(NamedTuple):
       advantages: ``[n, T]``, zero after an episode's end.
       weights: ``[n]``, summing to 1: ``1 / n`` for sampled rollouts, the (stopped)
         trajectory probabilities for an exact enumeration.
+      behaviour: ``None`` for trajectories sampled from the policy being
+        differentiated (the magic box's ``stop_gradient`` stands for their
+        probabilities); for trajectories collected earlier
+        (:class:`metalearn.rl.Collected`), ``[n, T]`` the log-probabilities of their
+        actions under the policy that collected them: the surrogates then weight by the
+        likelihood ratio to it, a function of the weights whose derivatives at the
+        collecting weights are DiCE's and which stays an importance-sampling estimate
+        elsewhere.
     """
 
     actions: tf.Tensor
@@ -113,6 +121,7 @@ class Batch(NamedTuple):
     mask: tf.Tensor
     advantages: tf.Tensor
     weights: tf.Tensor
+    behaviour: Optional[tf.Tensor] = None
 
 
 @gin.configurable
@@ -146,10 +155,11 @@ class DiCE:
         self.normalize_advantages = bool(normalize_advantages)
         self.mean_over_steps = bool(mean_over_steps)
 
-    def targets(self, trajectories: Trajectories,
-                weights: Optional[tf.Tensor] = None) -> Batch:
+    def targets(self, trajectories: Trajectories, weights: Optional[tf.Tensor] = None,
+                behaviour: Optional[tf.Tensor] = None) -> Batch:
         """The :class:`Batch` of ``trajectories`` (``weights``: ``1 / n`` each by
-        default), everything in it stop-gradiented."""
+        default; ``behaviour``: the collecting policy's log-probabilities, see
+        :class:`Batch`), everything in it stop-gradiented."""
         rewards, mask = trajectories.rewards, trajectories.mask
         if weights is None:
             n = tf.shape(rewards)[0]
@@ -165,15 +175,25 @@ class DiCE:
             mean = tf.reduce_sum(w * advantages) / total
             var = tf.reduce_sum(w * tf.square(advantages - mean)) / total
             advantages = (advantages - mean) * tf.math.rsqrt(var + 1e-8) * mask
-        return tf.nest.map_structure(tf.stop_gradient, Batch(
-            trajectories.actions, rewards, mask, advantages, weights))
+        if behaviour is not None:
+            behaviour = tf.stop_gradient(tf.cast(behaviour, rewards.dtype) * mask)
+        return Batch(*[tf.stop_gradient(t) for t in (trajectories.actions, rewards, mask,
+                                                     advantages, weights)], behaviour)
 
     def surrogate(self, log_probs: tf.Tensor, batch: Batch) -> tf.Tensor:
-        """``[n]`` per trajectory: 0 in value, the estimator in its derivatives."""
+        """``[n]`` per trajectory: 0 in value, the estimator in its derivatives (with
+        ``batch.behaviour``: the magic box's values are the likelihood ratios of the
+        trajectories' prefixes to the collecting policy, 1 at its weights)."""
         log_probs = log_probs * batch.mask
         cumulative = tf.cumsum(log_probs, axis=-1)
-        return tf.reduce_sum((magic_box(cumulative) - magic_box(cumulative - log_probs))
-                             * batch.advantages, -1)
+        if batch.behaviour is None:
+            box, previous = magic_box(cumulative), magic_box(cumulative - log_probs)
+        else:
+            behaviour = tf.cast(batch.behaviour, log_probs.dtype)
+            collected = tf.cumsum(behaviour, axis=-1)
+            box = tf.exp(cumulative - collected)
+            previous = tf.exp((cumulative - log_probs) - (collected - behaviour))
+        return tf.reduce_sum((box - previous) * batch.advantages, -1)
 
     def objective(self, log_probs: tf.Tensor, batch: Batch) -> tf.Tensor:
         """The weighted mean return in value, the estimated expected return's
@@ -199,4 +219,7 @@ class NaiveSurrogate(DiCE):
 
     def surrogate(self, log_probs, batch):
         log_probs = log_probs * batch.mask
+        if batch.behaviour is not None:  # the per-step likelihood ratio (MAML-TRPO's)
+            ratio = tf.exp(log_probs - tf.cast(batch.behaviour, log_probs.dtype))
+            return tf.reduce_sum((ratio - 1.0) * batch.mask * batch.advantages, -1)
         return tf.reduce_sum((log_probs - tf.stop_gradient(log_probs)) * batch.advantages, -1)

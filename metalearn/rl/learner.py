@@ -12,7 +12,7 @@ by the score function: actions and observations are stop-gradiented, the magic b
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
 
 import gin
 import keras
@@ -26,6 +26,30 @@ from metalearn.learners.learner import Learner
 from metalearn.rl.environments import Environment, Trajectories, rollout
 from metalearn.rl.estimators import Batch, DiCE
 from metalearn.rl.policies import Categorical, Gaussian
+from metalearn.tasks.episode import Episode
+
+
+class Collected(NamedTuple):
+    """Trajectories collected ahead of the step, replayed instead of sampled: an
+    episode's ``support_y`` (a leading axis of inner steps: ``[steps, n, T, ...]``, the
+    trajectories each inner step sees) or ``query_y`` (``[n, T, ...]``). What a Python
+    environment's collector gives the step (sampled outside it), and what an outer rule
+    that evaluates the meta-objective at several meta-variable values on the same data
+    (:class:`metalearn.outer.TRPO`) holds fixed (:meth:`PolicyLearner.collect`).
+
+    Attributes:
+      trajectories: :class:`~metalearn.rl.environments.Trajectories`.
+      weights: ``[..., n]`` each trajectory's weight in the batch (``1 / n`` for sampled
+        ones; for an exact enumeration its probability under the policy that collected
+        it, held fixed).
+      log_probs: ``[..., n, T]`` the log-probabilities of the actions under the policy
+        that collected them (zero after an episode's end): the surrogates weight by the
+        likelihood ratio to it (:class:`~metalearn.rl.estimators.Batch`).
+    """
+
+    trajectories: Trajectories
+    weights: tf.Tensor
+    log_probs: tf.Tensor
 
 
 @gin.configurable
@@ -186,21 +210,35 @@ class PolicyLearner(Learner):
         outputs = tf.reshape(outputs, tf.concat([tf.shape(mask), [-1]], 0))
         return self.distribution.log_prob(outputs, actions) * tf.cast(mask, outputs.dtype)
 
-    def rollout_data(self, weights: Weights, task: Any, seed: tf.Tensor) -> Tuple[tf.Tensor, Batch]:
+    def rollout_data(self, weights: Weights, task: Any, seed: Any) -> Tuple[tf.Tensor, Batch]:
         """``(x, y)`` of trajectories sampled with ``weights``: the flat observations and
-        the estimator's :class:`~metalearn.rl.estimators.Batch`."""
-        trajectories, probabilities = self.trajectories(weights, task, seed)
+        the estimator's :class:`~metalearn.rl.estimators.Batch` (``seed`` a
+        :class:`Collected`: those trajectories, replayed)."""
+        behaviour = None
+        if isinstance(seed, Collected):
+            trajectories, probabilities, behaviour = seed
+        else:
+            trajectories, probabilities = self.trajectories(weights, task, seed)
         cast = lambda t: tf.cast(t, self._metric_dtype) if t.dtype.is_floating else t
         trajectories = Trajectories(*[cast(t) for t in trajectories])
         if probabilities is not None:
             probabilities = cast(probabilities)
-        batch = self.estimator.targets(trajectories, probabilities)
+        batch = self.estimator.targets(trajectories, probabilities,
+                                       None if behaviour is None else cast(behaviour))
         x = tf.reshape(trajectories.observations, [-1, self.environment.observation_size])
         return x, batch
 
     def support_data(self, weights: Weights, x: Any, y: Any, step: Any) -> Tuple[tf.Tensor, Batch]:
         """What :class:`Rollouts` gives inner step ``step``: trajectories with its
-        weights, seeded by the support seed ``y`` folded with the step."""
+        weights, seeded by the support seed ``y`` folded with the step (``y`` a
+        :class:`Collected`: its trajectories of that step)."""
+        if isinstance(y, Collected):
+            available = y.weights.shape[0]
+            if isinstance(step, int) and available is not None and step >= available:
+                raise ValueError(f"inner step {step} needs collected trajectories, but the "
+                                 f"episode holds them for {available} inner steps")
+            return self.rollout_data(weights, x, tf.nest.map_structure(
+                lambda t: tf.gather(t, tf.cast(step, tf.int32)), y))
         seed = tf.random.experimental.stateless_fold_in(tf.cast(y, tf.int64),
                                                         tf.cast(step, tf.int64))
         return self.rollout_data(weights, x, seed)
@@ -215,3 +253,58 @@ class PolicyLearner(Learner):
         outputs = tf.reshape(y_pred, tf.concat([tf.shape(y_true.mask), [-1]], 0))
         log_probs = self.distribution.log_prob(outputs, y_true.actions)
         return tf.cast(self.loss(log_probs, y_true), self._metric_dtype)
+
+    # --- collected trajectories (fixed data) -----------------------------------------
+
+    def collect(self, episode: Episode, steps: Optional[int] = None,
+                weights: Optional[Weights] = None) -> Episode:
+        """One episode (no task axis) with the trajectories its meta-step would sample
+        at ``weights`` (default: the current ones) collected: ``support_y`` and
+        ``query_y`` become :class:`Collected` (every inner step's support trajectories,
+        sampled with that step's weights and seed; the adapted policy's query ones).
+        On the collected episode at the same weights the learner's figures and
+        meta-gradient, to every order, are those of the original episode; at other
+        weights the data stay the ones collected, weighted by the likelihood ratio to
+        the collecting policy (importance sampling: what TRPO's line search
+        evaluates)."""
+        support_x, support_y, query_x, query_y = self.split(episode)
+        if isinstance(support_y, Collected):
+            return episode
+        path = self.adapt_trajectory(support_x, support_y, steps, weights)
+        path = [tf.nest.map_structure(tf.stop_gradient, w) for w in path]
+
+        def gathered(w, task, seed):
+            trajectories, probabilities = self.trajectories(w, task, seed)
+            if probabilities is None:
+                n = tf.shape(trajectories.rewards)[0]
+                probabilities = tf.ones([n], trajectories.rewards.dtype) / tf.cast(
+                    n, trajectories.rewards.dtype)
+            log_probs = self.policy_log_probs(w, trajectories.observations,
+                                              trajectories.actions, trajectories.mask)
+            return Collected(trajectories, tf.stop_gradient(probabilities),
+                             tf.stop_gradient(log_probs))
+
+        support = [gathered(w, support_x, tf.random.experimental.stateless_fold_in(
+            tf.cast(support_y, tf.int64), tf.constant(k, tf.int64)))
+            for k, w in enumerate(path[:-1])]
+        if support:
+            support = tf.nest.map_structure(lambda *t: tf.stack(t), *support)
+        else:  # no inner step: an empty step axis of the query's shapes
+            support = tf.nest.map_structure(lambda t: tf.zeros([0, *t.shape], t.dtype),
+                                            gathered(path[0], support_x, support_y))
+        return Episode(support_x, support, query_x, gathered(path[-1], query_x, query_y))
+
+    def query_outputs(self, episode: Episode, steps: Optional[int] = None
+                      ) -> Tuple[tf.Tensor, Batch, Dict[str, tf.Tensor]]:
+        """On one episode: the adapted policy's outputs ``[n, T, k]`` on its query
+        trajectories, their :class:`~metalearn.rl.estimators.Batch`, and the task's
+        figures (:meth:`~metalearn.Learner.episode_metrics`'s): what a trust-region rule
+        compares between meta-variable values."""
+        support_x, support_y, query_x, query_y = self.split(episode)
+        adapted, inner = self.adapt_and_measure(support_x, support_y, steps)
+        x, batch = self.query_data(adapted, query_x, query_y)
+        predictions = self.predict(adapted, x)
+        results = self.query_metrics(batch, predictions)
+        results.update({k: tf.cast(v, self._metric_dtype) for k, v in inner.items()})
+        outputs = tf.reshape(predictions, tf.concat([tf.shape(batch.mask), [-1]], 0))
+        return outputs, batch, results

@@ -7,6 +7,9 @@ A distribution object turns the model's outputs into sampled actions
 called by the learner with whatever weights it has at that point (initial, adapted), so
 the same model serves the pre-update and the post-update policy.
 
+Both give the KL divergence between two sets of outputs (:meth:`~Categorical.kl`: what
+a trust region, :class:`metalearn.outer.TRPO`, bounds).
+
 * :class:`Categorical`: the model's outputs are the logits of the actions.
 * :class:`Gaussian`: the outputs are a mean and a log standard deviation per action
   dimension; :func:`gaussian_policy` wraps a model that outputs only the mean with a
@@ -44,6 +47,12 @@ class Categorical:
         return tf.reduce_sum(tf.one_hot(tf.cast(actions, tf.int32), tf.shape(outputs)[-1],
                                         dtype=outputs.dtype) * log_probs, -1)
 
+    def kl(self, p: tf.Tensor, q: tf.Tensor) -> tf.Tensor:
+        """``[...]`` KL divergences ``KL(p || q)`` between the distributions of logits
+        ``p`` and ``q`` (``[..., n]`` each)."""
+        log_p, log_q = tf.nn.log_softmax(p, axis=-1), tf.nn.log_softmax(q, axis=-1)
+        return tf.reduce_sum(tf.exp(log_p) * (log_p - log_q), -1)
+
 
 @gin.configurable
 class Gaussian:
@@ -78,6 +87,16 @@ class Gaussian:
         mean, log_std = self._split(outputs)
         z = (tf.cast(actions, mean.dtype) - mean) * tf.exp(-log_std)
         return tf.reduce_sum(-0.5 * tf.square(z) - log_std - 0.5 * math.log(2 * math.pi), -1)
+
+    def kl(self, p: tf.Tensor, q: tf.Tensor) -> tf.Tensor:
+        """``[...]`` KL divergences ``KL(p || q)`` between the diagonal Gaussians of
+        outputs ``p`` and ``q`` (``[..., 2 d]`` each), summed over the dimensions."""
+        mean_p, log_std_p = self._split(p)
+        mean_q, log_std_q = self._split(q)
+        ratio = tf.exp(2.0 * (log_std_p - log_std_q))
+        return tf.reduce_sum(log_std_q - log_std_p - 0.5
+                             + 0.5 * (ratio + tf.square(mean_p - mean_q)
+                                      * tf.exp(-2.0 * log_std_q)), -1)
 
 
 class LogStd(keras.layers.Layer):

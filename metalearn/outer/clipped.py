@@ -1,0 +1,141 @@
+"""A clipped-ratio outer rule (PPO, Schulman et al. 2017; ProMP, Rothfuss et al. 2019):
+several epochs of a Keras optimizer on the clipped likelihood-ratio surrogate of the
+same collected trajectories.
+
+Each step collects the batch's trajectories at the current meta-variables ``theta``
+(:class:`~metalearn.outer.trpo.TrustRegion`: every inner step's support trajectories
+and the adapted policy's query trajectories, held fixed), then runs ``epochs`` updates;
+in each, every task is adapted again on its collected support trajectories (their
+surrogates weighted by the likelihood ratio to the collecting policy, so the inner
+loop is a function of the current values whose derivatives at ``theta`` are DiCE's)
+and the objective is ProMP's::
+
+    J = mean_i E[min(r_t A_t, clip(r_t, 1 - clip, 1 + clip) A_t)]
+        - kl_penalty * mean_i E[log pi_collected(a | s) - log pi_current(a | s)]
+
+with ``r_t`` the ratio of the adapted policy's probability of a query action to the
+collecting one's, and the penalty the KL divergence from the collecting pre-update
+policy to the current one on the first inner step's trajectories (estimated on their
+actions: the mean of ``log pi_collected - log pi_current``; ProMP penalises the inner
+policies' KL to keep the pre-update sampling distribution close).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import gin
+import keras
+import tensorflow as tf
+
+from metalearn.outer.rule import Metrics, OptimizerRule
+from metalearn.outer.trpo import TRPO, TrustRegion, query_ratios
+from metalearn.pieces import COUNT, NON_NEGATIVE, POSITIVE, check_range
+from metalearn.tasks.episode import Episode
+
+
+def clipped_figures(learner, episode: Episode, old_outputs: tf.Tensor, clip: float
+                    ) -> Metrics:
+    """:func:`~metalearn.outer.trpo.trust_region_figures` of one collected task (one
+    adaptation, :func:`~metalearn.outer.trpo.query_ratios`) and
+    ``"clipped"`` (the weighted mean over the query steps of ``min(r A, clip(r) A)``)
+    and ``"inner_kl"`` (the mean over the first inner step's support steps of
+    ``log pi_collected - log pi_current`` of the actions: the KL estimate from the
+    collecting pre-update policy)."""
+    outputs, old_outputs, ratio, weights, advantages, figures = query_ratios(
+        learner, episode, old_outputs)
+    figures["surrogate"] = tf.reduce_sum(weights * ratio * advantages)
+    figures["kl"] = tf.reduce_sum(weights * learner.distribution.kl(old_outputs, outputs))
+    clipped = tf.minimum(ratio * advantages,
+                         tf.clip_by_value(ratio, 1.0 - clip, 1.0 + clip) * advantages)
+    figures["clipped"] = tf.reduce_sum(weights * clipped)
+    support = episode.support_y
+    if support.weights.shape[0] == 0:  # no inner step: no pre-update trajectories
+        figures["inner_kl"] = tf.zeros([], outputs.dtype)
+        return figures
+    first = tf.nest.map_structure(lambda t: t[0], support)
+    trajectories = first.trajectories
+    current = learner.policy_log_probs(learner.initial_weights(), trajectories.observations,
+                                       trajectories.actions, trajectories.mask)
+    mask = tf.cast(trajectories.mask, outputs.dtype) * tf.cast(first.weights[:, None],
+                                                               outputs.dtype)
+    figures["inner_kl"] = tf.reduce_sum(
+        mask * (tf.cast(first.log_probs, outputs.dtype) - current)) / tf.reduce_sum(mask)
+    return figures
+
+
+@gin.configurable
+class ClippedRatio(OptimizerRule):
+    """PPO / ProMP on the meta-objective: ``epochs`` updates of a Keras optimizer on
+    the clipped surrogate of one collected batch (the module's docstring), for a
+    learner :class:`~metalearn.outer.TRPO` can run (:class:`metalearn.rl.PolicyLearner`).
+
+    The figures reported are the learner's per-task figures before the first update
+    (on the collected trajectories, equal to the on-policy ones). Several updates per
+    step: under :class:`~metalearn.outer.SkipNonFinite` each epoch's update is applied
+    only if it and every earlier one are finite; not under several replicas.
+
+    Args:
+      optimizer: a Keras optimizer; defaults to Adam with learning rate 1e-3.
+      epochs: updates per collected batch (ProMP's ``num_ppo_steps``, 5).
+      clip: the ratio's clipping range ``[1 - clip, 1 + clip]`` (ProMP's 0.3).
+      kl_penalty: the weight of the pre-update policies' KL (ProMP's inner KL penalty,
+        fixed here; 0 for none).
+    """
+
+    interleaves_updates = True
+
+    def __init__(self, optimizer: Optional[keras.optimizers.Optimizer] = None,
+                 epochs: int = 5, clip: float = 0.2, kl_penalty: float = 0.0):
+        super().__init__(optimizer)
+        self.epochs = check_range("ClippedRatio", "epochs", epochs, COUNT)
+        self.clip = check_range("ClippedRatio", "clip", clip, POSITIVE)
+        self.kl_penalty = check_range("ClippedRatio", "kl_penalty", kl_penalty, NON_NEGATIVE)
+
+    @classmethod
+    def configured_class(cls) -> type:
+        return ClippedRatio
+
+    def build(self, learner):
+        TRPO.check(learner)
+        super().build(learner)
+
+    def region(self, learner, episodes, formulation) -> TrustRegion:
+        """The collected batch, with the clipped figures."""
+        TRPO.check(learner)
+        return TrustRegion(learner, episodes, formulation,
+                           figures=lambda l, e, o: clipped_figures(l, e, o, self.clip))
+
+    def objective_gradient(self, region: TrustRegion):
+        """Minus the gradient of ``J`` at the current values (a descent direction by
+        meta-variable) and the per-task figures there."""
+        with tf.GradientTape() as tape:
+            figures = region.figures()
+            loss = self.kl_penalty * region.mean(figures, "inner_kl") - region.mean(
+                figures, "clipped")
+        gradients = tape.gradient(loss, region.variables)
+        metrics = {k: v for k, v in figures.items()
+                   if k not in ("surrogate", "kl", "clipped", "inner_kl")}
+        return gradients, metrics
+
+    def directions(self, learner, episodes, formulation):
+        """The first epoch's direction (what one update would apply) and the figures."""
+        return self.objective_gradient(self.region(learner, episodes, formulation))
+
+    def step(self, learner, episodes, formulation, apply=None, jit_compile=False):
+        """``epochs`` updates on one collected batch, each through ``apply`` (guards
+        see every update; the figures a guard adds to one are handed to the next)."""
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            raise ValueError("ClippedRatio updates several times per step, which "
+                             f"{context.num_replicas_in_sync} replicas cannot share")
+        apply = apply or self.apply
+        region = self.region(learner, episodes, formulation)
+        first, carried = None, {}
+        for _ in range(self.epochs):
+            gradients, metrics = self.objective_gradient(region)
+            given = set(metrics)
+            result = apply(learner, gradients, {**metrics, **carried})
+            carried = {k: v for k, v in result.items() if k not in given}
+            first = first or {k: result[k] for k in given}
+        return {**first, **carried}

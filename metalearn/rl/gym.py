@@ -1,0 +1,302 @@
+"""Python environments (Gymnasium, MuJoCo): task families whose dynamics run outside the
+compiled step, a vectorised collector, and the data flow that feeds their trajectories
+to the ordinary meta-step.
+
+* :class:`PythonEnvironment`: a task sampler like the in-graph environments (its tasks
+  are a pure function of a seed, in TensorFlow) whose dynamics are a Gymnasium
+  environment; :class:`HalfCheetahVelocity` and :class:`HalfCheetahDirection` are the
+  MAML paper's MuJoCo tasks (Finn et al. 2017, section 5.3).
+* :class:`GymCollector`: ``rollouts`` copies of the environment in one Gymnasium vector
+  environment (``gymnasium.make_vec``), run by a policy for the horizon; it returns
+  :class:`~metalearn.rl.learner.Collected` trajectories with the actions'
+  log-probabilities under the collecting policy.
+* :func:`collect_episodes`: MAML-RL's data flow for such environments: every task's
+  pre-update trajectories with the current weights, the adaptation in TensorFlow on
+  them (``learner.adapt``), the post-update trajectories with the adapted weights; the
+  result is an episode whose ``support_y`` / ``query_y`` hold the collected
+  trajectories, on which the meta-step (any outer rule) recomputes the adaptation
+  in-graph and takes the DiCE meta-gradient (on collected data the surrogates weight by
+  the likelihood ratio to the collecting policy: at the collecting weights, DiCE).
+
+The policy's random actions use the seeds an in-graph :func:`~metalearn.rl.rollout`
+would (the step keys of ``stateless_split(seed, 2 horizon + 1)``), so a Python
+environment with the dynamics of an in-graph one gives the same trajectories
+(``tests/gym_test.py``). Gymnasium and MuJoCo are the ``rl`` extra:
+``pip install 'metalearn[rl]'``.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from metalearn.learners.learner import Learner
+from metalearn.rl.environments import Environment, Trajectories, check_goal_range
+from metalearn.rl.learner import Collected
+from metalearn.tasks.episode import Episode
+
+EXTRA = "pip install 'metalearn[rl]' (Gymnasium with MuJoCo: gymnasium[mujoco])"
+
+
+def require_gymnasium(what: str) -> Any:
+    """The ``gymnasium`` module; ``ImportError`` naming the extra to install if it (or
+    MuJoCo, for ``mujoco=True`` owners) is missing."""
+    try:
+        import gymnasium
+    except ImportError as error:
+        raise ImportError(f"{what} needs Gymnasium: {EXTRA}") from error
+    return gymnasium
+
+
+class SimulatorError(RuntimeError):
+    """A Python simulator failed (raised, or gave non-finite observations or rewards)
+    in the middle of a rollout; the message names the task, the seed and the step."""
+
+
+class PythonEnvironment(Environment):
+    """A task family whose dynamics are a Gymnasium environment: a
+    :class:`~metalearn.tasks.TaskSampler` (``tasks(seed, num_tasks)`` in TensorFlow, as
+    the in-graph environments) for the episodes, and, for :class:`GymCollector`,
+    :meth:`make` (the Gymnasium id and keywords) and :meth:`task_reward`.
+
+    Subclasses set :attr:`env_id`, :attr:`observation_size`, :attr:`action_size`,
+    :attr:`horizon` and implement :meth:`tasks` and :meth:`task_reward`. The in-graph
+    dynamics (``reset``, ``observe``, ``step``) raise: its trajectories come from a
+    collector (:func:`collect_episodes`), not from rollouts inside the step.
+    """
+
+    env_id: str
+    action_kind = "continuous"
+    dtype = tf.float32
+
+    def make_kwargs(self) -> Dict[str, Any]:
+        """Keywords of ``gymnasium.make_vec`` / ``gymnasium.make`` for :attr:`env_id`."""
+        return {}
+
+    @abc.abstractmethod
+    def task_reward(self, task: np.ndarray, reward: np.ndarray, info: Dict[str, Any]
+                    ) -> np.ndarray:
+        """``[n]`` rewards of one step of ``n`` copies for ``task`` (its parameters,
+        NumPy) from the environment's own ``reward`` and ``info`` (arrays over copies)."""
+
+    def _in_python(self, *args: Any) -> Any:
+        raise NotImplementedError(
+            f"{type(self).__name__} runs in Python: its trajectories come from a "
+            f"metalearn.rl.GymCollector (metalearn.rl.collect_episodes), not from "
+            f"rollouts inside the step")
+
+    reset = observe = step = _in_python
+
+
+@gin.configurable
+class HalfCheetahVelocity(PythonEnvironment):
+    """HalfCheetah (MuJoCo) running at a target velocity per task, as in the MAML paper:
+    reward ``-|v - v_goal| - ctrl_cost_weight |a|^2`` (``v``: the forward velocity),
+    goals uniform in ``goal_range``.
+
+    Args:
+      goal_range: ``(low, high)`` of the goal velocity (the paper's ``(0, 2)``).
+      horizon: steps per rollout (the MAML code's 200).
+      ctrl_cost_weight: the control cost's weight (the MAML code's 0.05).
+      env_id: the Gymnasium id.
+    """
+
+    observation_size, action_size = 17, 6
+
+    def __init__(self, goal_range: Tuple[float, float] = (0.0, 2.0), horizon: int = 200,
+                 ctrl_cost_weight: float = 0.05, env_id: str = "HalfCheetah-v5"):
+        require_gymnasium(type(self).__name__)
+        low, high = check_goal_range(goal_range, horizon, type(self).__name__)
+        self.goal_range, self.horizon = (low, high), int(horizon)
+        self.ctrl_cost_weight, self.env_id = float(ctrl_cost_weight), str(env_id)
+
+    def make_kwargs(self):
+        return {"ctrl_cost_weight": self.ctrl_cost_weight}
+
+    def tasks(self, seed, num_tasks):
+        return tf.random.stateless_uniform([num_tasks], seed, *self.goal_range,
+                                           dtype=self.dtype)
+
+    def task_reward(self, task, reward, info):
+        return -np.abs(info["x_velocity"] - task) + info["reward_ctrl"]
+
+
+@gin.configurable
+class HalfCheetahDirection(HalfCheetahVelocity):
+    """HalfCheetah running forward or backward per task (the MAML paper's direction
+    tasks): reward ``d v - ctrl_cost_weight |a|^2`` with ``d = +1`` or ``-1``, each with
+    probability 1/2. Arguments as :class:`HalfCheetahVelocity` (no ``goal_range``)."""
+
+    def __init__(self, horizon: int = 200, ctrl_cost_weight: float = 0.05,
+                 env_id: str = "HalfCheetah-v5"):
+        super().__init__((-1.0, 1.0), horizon, ctrl_cost_weight, env_id)
+
+    def tasks(self, seed, num_tasks):
+        coin = tf.random.stateless_uniform([num_tasks], seed, dtype=self.dtype)
+        return tf.where(coin < 0.5, -tf.ones_like(coin), tf.ones_like(coin))
+
+    def task_reward(self, task, reward, info):
+        return task * info["x_velocity"] + info["reward_ctrl"]
+
+
+class PolicySampler:
+    """A learner's policy with given weights as a NumPy function for a collector:
+    ``(observations [n, obs], seed [2]) -> (actions [n, ...], log-probabilities [n])``,
+    one compiled function for every weight value."""
+
+    def __init__(self, learner: Learner):
+        self.learner = learner
+        self._fn = tf.function(self._sample)
+
+    def _sample(self, weights, observations, seed):
+        outputs = self.learner.predict(weights, observations)
+        distribution = self.learner.distribution
+        actions = distribution.sample(outputs, seed)
+        return actions, distribution.log_prob(outputs, actions)
+
+    def __call__(self, weights: Dict[str, tf.Tensor]) -> Callable:
+        """The policy with ``weights``."""
+        def policy(observations, seed):
+            actions, log_probs = self._fn(weights, tf.constant(observations), seed)
+            return actions.numpy(), log_probs.numpy()
+        return policy
+
+
+@gin.configurable
+class GymCollector:
+    """``rollouts`` copies of a :class:`PythonEnvironment` in one Gymnasium vector
+    environment; :meth:`collect` runs a policy in one task for the horizon.
+
+    Args:
+      environment: the task family.
+      rollouts: copies, i.e. trajectories per task and inner step.
+      vectorization_mode: ``"sync"`` (one process) or ``"async"`` (a process per copy).
+    """
+
+    def __init__(self, environment: PythonEnvironment, rollouts: int = 20,
+                 vectorization_mode: str = "sync"):
+        gymnasium = require_gymnasium("GymCollector")
+        if not isinstance(environment, PythonEnvironment):
+            raise TypeError(f"GymCollector needs a metalearn.rl.PythonEnvironment, got "
+                            f"{environment!r}")
+        if isinstance(rollouts, bool) or int(rollouts) != rollouts or rollouts < 1:
+            raise ValueError(f"GymCollector.rollouts must be a whole number >= 1, got "
+                             f"{rollouts!r}")
+        self.environment, self.rollouts = environment, int(rollouts)
+        try:
+            self.env = gymnasium.make_vec(environment.env_id, num_envs=self.rollouts,
+                                          vectorization_mode=vectorization_mode,
+                                          **environment.make_kwargs())
+        except gymnasium.error.Error as error:
+            raise ValueError(f"{type(environment).__name__}: Gymnasium cannot make "
+                             f"{environment.env_id!r}: {error}") from error
+        except ImportError as error:  # MuJoCo missing
+            raise ImportError(f"{type(environment).__name__} ({environment.env_id}) needs "
+                              f"MuJoCo: {EXTRA}") from error
+        shape = self.env.single_observation_space.shape
+        if tuple(shape) != (environment.observation_size,):
+            raise ValueError(f"{environment.env_id} gives observations of shape "
+                             f"{tuple(shape)}, {type(environment).__name__} declares "
+                             f"({environment.observation_size},)")
+        self.low = self.env.single_action_space.low
+        self.high = self.env.single_action_space.high
+        self.steps_taken = 0
+
+    def close(self) -> None:
+        """Closes the vector environment."""
+        self.env.close()
+
+    def collect(self, policy: Callable, task: Any, seed: Any) -> Collected:
+        """``rollouts`` trajectories of ``policy(observations, seed) -> (actions,
+        log_probs)`` in ``task`` for the horizon (NumPy arrays in a :class:`Collected`;
+        actions clipped to the action space for the simulator, recorded as sampled).
+        The policy's seed at step ``t`` is the one :func:`~metalearn.rl.rollout` uses;
+        the simulators are reset with a seed derived from ``seed``.
+
+        Raises:
+          SimulatorError: the simulator raised or gave non-finite values (the task, the
+            seed and the step named).
+        """
+        env, n, horizon = self.environment, self.rollouts, self.environment.horizon
+        task = np.asarray(task)
+        seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
+        keys = tf.random.experimental.stateless_split(seed, 2 * horizon + 1)
+        reset_seed = int(np.asarray(seed)[0] % (2 ** 31 - 1))
+        where = lambda t: (f"{type(env).__name__} task {task.tolist()!r}, seed "
+                           f"{np.asarray(seed).tolist()}, step {t}")
+        try:
+            observation, _ = self.env.reset(seed=reset_seed)
+        except Exception as error:  # noqa: BLE001  (any simulator failure, re-raised)
+            raise SimulatorError(f"the simulator failed at reset ({where(0)}): "
+                                 f"{type(error).__name__}: {error}") from error
+        columns = {name: [] for name in ("observations", "actions", "rewards", "mask",
+                                         "log_probs")}
+        alive = np.ones([n], np.float32)
+        for t in range(horizon):
+            actions, log_probs = policy(observation.astype(np.float32), keys[1 + 2 * t])
+            try:
+                following, reward, terminated, truncated, info = self.env.step(
+                    np.clip(actions, self.low, self.high))
+            except Exception as error:  # noqa: BLE001  (any simulator failure, re-raised)
+                raise SimulatorError(f"the simulator failed mid-rollout ({where(t)}): "
+                                     f"{type(error).__name__}: {error}") from error
+            reward = np.asarray(env.task_reward(task, reward, info), np.float32)
+            if not (np.all(np.isfinite(following)) and np.all(np.isfinite(reward))):
+                raise SimulatorError(f"the simulator gave non-finite observations or "
+                                     f"rewards mid-rollout ({where(t)})")
+            for name, value in (("observations", observation), ("actions", actions),
+                                ("rewards", reward * alive), ("mask", alive),
+                                ("log_probs", log_probs * alive)):
+                columns[name].append(np.asarray(value, np.float32))
+            alive = alive * (1.0 - np.logical_or(terminated, truncated).astype(np.float32))
+            observation = following
+        self.steps_taken += n * horizon
+        stacked = {k: np.stack(v, axis=1) for k, v in columns.items()}  # [n, T, ...]
+        return Collected(Trajectories(stacked["observations"], stacked["actions"],
+                                      stacked["rewards"], stacked["mask"]),
+                         np.full([n], 1.0 / n, np.float32), stacked["log_probs"])
+
+
+def _stack(items):
+    return tf.nest.map_structure(lambda *t: np.stack(t), *items)
+
+
+def collect_episodes(learner: Learner, collector: GymCollector, episodes: Episode,
+                     steps: Optional[int] = None, sampler: Optional[PolicySampler] = None
+                     ) -> Episode:
+    """MAML-RL's data flow outside the step, for a batch of ``episodes`` of a
+    :class:`PythonEnvironment` (leading task axis): for every task, the support
+    trajectories of inner step ``k`` collected with the weights after ``k`` steps
+    (seeded by the support seed folded with ``k``, as :class:`~metalearn.rl.Rollouts`),
+    the adaptation recomputed in TensorFlow on them, then the query trajectories with
+    the adapted weights (the query seed). Returns the episodes with ``support_y``
+    (``[tasks, steps, n, T, ...]``) and ``query_y`` (``[tasks, n, T, ...]``) the
+    collected trajectories, for the meta-step."""
+    steps = learner.adapter.steps if steps is None else int(steps)
+    sampler = sampler or PolicySampler(learner)
+    adapt = tf.function(lambda x, y, k: learner.adapt(x, y, steps=k), reduce_retracing=True)
+    supports, queries = [], []
+    for i in range(episodes.num_tasks):
+        task = episodes.task(i)
+        weights, collected = learner.initial_weights(), []
+        for k in range(steps):
+            seed = tf.random.experimental.stateless_fold_in(
+                tf.cast(task.support_y, tf.int64), tf.constant(k, tf.int64))
+            collected.append(collector.collect(sampler(weights), task.support_x, seed))
+            weights = adapt(task.support_x, tf.nest.map_structure(
+                tf.constant, _stack(collected)), k + 1)
+        query = collector.collect(sampler(weights), task.query_x, task.query_y)
+        if not collected:  # no inner step: an empty step axis of the query's shapes
+            collected = tf.nest.map_structure(lambda t: np.zeros([0, *t.shape], t.dtype),
+                                              query)
+        else:
+            collected = _stack(collected)
+        supports.append(collected)
+        queries.append(query)
+    to_tensors = lambda items: tf.nest.map_structure(tf.constant, _stack(items))
+    return Episode(episodes.support_x, to_tensors(supports), episodes.query_x,
+                   to_tensors(queries))

@@ -1,0 +1,214 @@
+"""Python environments (metalearn.rl.gym): the Gymnasium vector collector and the data
+flow outside the step, against the in-graph path.
+
+A Gymnasium environment written here has the dynamics of the in-graph
+``PointNavigation``; the collector uses the seeds an in-graph rollout uses, so the
+collected trajectories equal the in-graph ones, and the meta-gradient of a Python
+environment's collected episodes (pre-update trajectories, the adaptation, post-update
+trajectories with the adapted weights, collected outside the step) equals the one the
+in-graph learner takes inside the step. HalfCheetah's task rewards are checked against
+the MuJoCo state.
+"""
+
+import gymnasium
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import metalearn
+from metalearn import execution
+from metalearn.adapters import GradientDescent
+from metalearn.rl import (DiCE, HalfCheetahDirection, HalfCheetahVelocity, PointNavigation,
+                          PolicyLearner, Rollouts, gaussian_policy)
+from metalearn.rl.gym import (GymCollector, PolicySampler, PythonEnvironment, SimulatorError,
+                              collect_episodes)
+
+HORIZON = 5
+
+
+class PointEnv(gymnasium.Env):
+    """PointNavigation's dynamics (tolerance 0) in Python: the goal is the task's, so
+    the reward comes from ``info['position']`` (``PythonPoint.task_reward``)."""
+
+    observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    crash_at = None  # a step at which the simulator raises
+    nan_at = None    # a step at which it gives NaN
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position, self.t = np.zeros(2, np.float32), 0
+        return self.position.copy(), {}
+
+    def step(self, action):
+        if self.t == PointEnv.crash_at:
+            raise FloatingPointError("the integrator diverged")
+        move = np.clip(np.asarray(action, np.float32), -1.0, 1.0) * np.float32(0.1)
+        self.position = (self.position + move).astype(np.float32)
+        if self.t == PointEnv.nan_at:
+            self.position[0] = np.nan
+        self.t += 1
+        return self.position.copy(), 0.0, False, False, {"position": self.position.copy()}
+
+
+gymnasium.register("MetalearnTestPoint-v0", entry_point=PointEnv)
+
+
+class PythonPoint(PythonEnvironment):
+    env_id = "MetalearnTestPoint-v0"
+    observation_size, action_size, horizon = 2, 2, HORIZON
+
+    def tasks(self, seed, num_tasks):
+        return PointNavigation(horizon=HORIZON).tasks(seed, num_tasks)
+
+    def task_reward(self, task, reward, info):
+        return -np.linalg.norm(info["position"] - task, axis=-1)
+
+
+IN_GRAPH = PointNavigation(horizon=HORIZON, tolerance=0.0)
+
+
+def _model():
+    keras.utils.set_random_seed(4)
+    return gaussian_policy(metalearn.models.mlp((2,), hidden=(8,), outputs=2,
+                                                activation="tanh"), initial_log_std=-0.5)
+
+
+def _learner(environment, model, steps=1):
+    return PolicyLearner(model, environment, GradientDescent(steps, 0.1,
+                                                             wrappers=[Rollouts()]),
+                         rollouts=3, estimator=DiCE(discount=0.99))
+
+
+@pytest.fixture(autouse=True)
+def _no_faults():
+    yield
+    PointEnv.crash_at = PointEnv.nan_at = None
+
+
+def test_collected_trajectories_equal_the_in_graph_rollouts():
+    model = _model()
+    learner = _learner(IN_GRAPH, model)
+    collector = GymCollector(PythonPoint(), rollouts=3)
+    goal = tf.constant([0.3, -0.2])
+    seed = tf.constant([7, 9], tf.int64)
+    weights = learner.initial_weights()
+    collected = collector.collect(PolicySampler(learner)(weights), goal.numpy(), seed)
+    expected, _ = learner.trajectories(weights, goal, seed)
+    for name in ("observations", "actions", "rewards", "mask"):
+        np.testing.assert_allclose(getattr(collected.trajectories, name),
+                                   getattr(expected, name).numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+    log_probs = learner.policy_log_probs(weights, expected.observations, expected.actions,
+                                         expected.mask)
+    np.testing.assert_allclose(collected.log_probs, log_probs.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(collected.weights, [1 / 3] * 3, rtol=1e-7)
+    assert collector.steps_taken == 3 * HORIZON
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_the_meta_gradient_of_collected_episodes_equals_the_in_graph_one(steps):
+    """Pre-update trajectories, the adaptation, the post-update trajectories with the
+    adapted weights: collected in Python, then the meta-step's DiCE meta-gradient on
+    them equals the in-graph learner's, which samples everything inside the step."""
+    model = _model()
+    in_graph, python = _learner(IN_GRAPH, model, steps), _learner(PythonPoint(), model, steps)
+    episodes = IN_GRAPH.sample(tf.constant([5, 1], tf.int64), 2)
+    collected = collect_episodes(python, GymCollector(PythonPoint(), rollouts=3), episodes)
+    assert collected.support_y.trajectories.observations.shape == (2, steps, 3, HORIZON, 2)
+    rule = metalearn.MetaGradient(keras.optimizers.SGD(1.0))
+    formulation = execution.formulation("map_fn")
+    expected, expected_figures = tf.function(
+        lambda e: rule.directions(in_graph, e, formulation))(episodes)
+    found, figures = tf.function(lambda e: rule.directions(python, e, formulation))(collected)
+    for a, b in zip(found, expected):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(figures["return"].numpy(), expected_figures["return"].numpy(),
+                               rtol=1e-5)
+    assert np.abs(np.concatenate([d.numpy().ravel() for d in expected])).max() > 1e-3
+
+
+def test_a_simulator_failure_names_the_task_seed_and_step():
+    model = _model()
+    learner = _learner(PythonPoint(), model)
+    collector = GymCollector(PythonPoint(), rollouts=2)
+    policy = PolicySampler(learner)(learner.initial_weights())
+    PointEnv.crash_at = 3
+    with pytest.raises(SimulatorError, match=r"failed mid-rollout \(PythonPoint task "
+                                             r"\[0\.25, 0\.5\], seed \[1, 2\], step 3\): "
+                                             r"FloatingPointError"):
+        collector.collect(policy, np.array([0.25, 0.5]), [1, 2])
+    PointEnv.crash_at, PointEnv.nan_at = None, 1
+    with pytest.raises(SimulatorError, match="non-finite observations or rewards "
+                                             r"mid-rollout \(PythonPoint .* step 1\)"):
+        collector.collect(policy, np.array([0.25, 0.5]), [1, 2])
+
+
+def test_python_environments_refuse_in_graph_rollouts_and_unknown_ids():
+    with pytest.raises(NotImplementedError, match="PythonPoint runs in Python: its "
+                                                  "trajectories come from a "
+                                                  "metalearn.rl.GymCollector"):
+        PythonPoint().reset(None, 1, None)
+
+    class Unknown(PythonPoint):
+        env_id = "NoSuchEnvironment-v9"
+
+    with pytest.raises(ValueError, match="Gymnasium cannot make 'NoSuchEnvironment-v9'"):
+        GymCollector(Unknown(), rollouts=1)
+    with pytest.raises(ValueError, match="rollouts must be a whole number >= 1, got 0"):
+        GymCollector(PythonPoint(), rollouts=0)
+
+
+@pytest.mark.parametrize("kind", ["velocity", "direction"])
+def test_half_cheetah_task_rewards_from_the_mujoco_state(kind):
+    """The task reward against the MuJoCo state: the forward velocity from the root's
+    x position before and after each step, the control cost from the actions."""
+    environment = HalfCheetahVelocity(horizon=4) if kind == "velocity" \
+        else HalfCheetahDirection(horizon=4)
+    goal = np.float32(1.3 if kind == "velocity" else -1.0)
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1.5, 1.5, size=(4, 1, 6)).astype(np.float32)
+    policy = lambda observations, seed: (actions[int(policy.t)], np.zeros(1, np.float32))
+    policy.t = 0
+
+    def stepping(observations, seed):
+        result = policy(observations, seed)
+        policy.t += 1
+        return result
+
+    collected = GymCollector(environment, rollouts=1).collect(stepping, goal, [3, 4])
+    env = gymnasium.make("HalfCheetah-v5", ctrl_cost_weight=0.05)
+    env.reset(seed=3)
+    expected = []
+    for t in range(4):
+        before = float(env.unwrapped.data.qpos[0])
+        env.step(np.clip(actions[t, 0], -1, 1))
+        velocity = (float(env.unwrapped.data.qpos[0]) - before) / env.unwrapped.dt
+        control = 0.05 * float(np.sum(np.clip(actions[t, 0], -1, 1) ** 2))
+        expected.append((-abs(velocity - goal) if kind == "velocity" else goal * velocity)
+                        - control)
+    np.testing.assert_allclose(collected.trajectories.rewards[0], expected, rtol=1e-5,
+                               atol=1e-6)
+    assert collected.trajectories.observations.shape == (1, 4, 17)
+    np.testing.assert_array_equal(collected.trajectories.actions[0], actions[:, 0])
+
+
+def test_the_half_cheetah_config_trains_and_evaluates_with_the_script():
+    """experiments/rl/half_cheetah_vel_maml.gin through benchmarks/half_cheetah_maml.py,
+    shrunk (horizon 5, 2 rollouts, 2 tasks, one meta-step): real MuJoCo, the collector,
+    the meta-step on collected episodes, the evaluation's figures."""
+    import gin
+    from benchmarks.half_cheetah_maml import run
+    try:
+        results = run(["experiments/rl/half_cheetah_vel_maml.gin"],
+                      ["HalfCheetahVelocity.horizon = 5", "GymCollector.rollouts = 2",
+                       "Experiment.meta_batch_size = 2", "Loop.num_steps = 1",
+                       "mlp.hidden = (8,)"], eval_tasks=2)
+    finally:
+        gin.clear_config()
+    assert len(results["steps"]) == 1 and np.isfinite(results["steps"][0]["loss"])
+    for when in ("before_training", "after_training"):
+        assert set(results[when]) == {"before", "after"}
+        assert all(np.isfinite(v["mean"]) for v in results[when].values())
+    assert results["env_steps_per_second"] > 0
