@@ -424,29 +424,19 @@ def test_a_non_utf8_byte_in_a_workdir_s_config_is_named(tmp_path):
         restore(workdir)
 
 
+@pytest.mark.parametrize("entry", ["evaluate", "restore"])
 @pytest.mark.parametrize("kind", ["file", "below a file", "missing", "not a run"])
-def test_evaluate_names_a_workdir_that_is_not_a_run(tmp_path, kind):
-    from metalearn import evaluate as entry_point
+def test_evaluate_and_restore_name_a_workdir_that_is_not_a_run(tmp_path, kind, entry):
+    from metalearn import evaluate, restore
+    call = {"evaluate": evaluate.run, "restore": restore}[entry]
     (tmp_path / "afile").write_text("x")
     (tmp_path / "folder").mkdir()
     workdir = {"file": "afile", "below a file": "afile/run", "missing": "nothing",
                "not a run": "folder"}[kind]
     error = NotADirectoryError if kind in ("file", "below a file") else FileNotFoundError
     with pytest.raises(error, match=f"workdir '{tmp_path / workdir}' "):
-        entry_point.run(str(tmp_path / workdir))
+        call(str(tmp_path / workdir))
     assert not (tmp_path / "nothing").exists()  # the output's folder was not made
-
-
-@pytest.mark.parametrize("kind", ["file", "below a file", "missing", "not a run"])
-def test_restore_names_a_workdir_that_is_not_a_run(tmp_path, kind):
-    from metalearn import restore
-    (tmp_path / "afile").write_text("x")
-    (tmp_path / "folder").mkdir()
-    workdir = {"file": "afile", "below a file": "afile/run", "missing": "nothing",
-               "not a run": "folder"}[kind]
-    error = NotADirectoryError if kind in ("file", "below a file") else FileNotFoundError
-    with pytest.raises(error, match=f"workdir '{tmp_path / workdir}' "):
-        restore(str(tmp_path / workdir))
 
 
 # --- caches and plots on a disk that fills ------------------------------------------
