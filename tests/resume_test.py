@@ -1,6 +1,7 @@
 """Crash safety and determinism, with real processes: training SIGKILLed after a step,
 inside a checkpoint save and right after one, resumed each time, ends bit-identical to
-an uninterrupted run; and two runs of the same config and seed are identical."""
+an uninterrupted run (a supervised run, and a meta-RL run whose rollouts happen inside
+the compiled step); and two runs of the same config and seed are identical."""
 
 import json
 import os
@@ -22,18 +23,25 @@ SINUSOID = os.path.join(ROOT, "experiments", "sinusoid", "maml.gin")
 PARAMS = ["Loop.num_steps = 40", "Loop.log_every = 8",
           "Loop.checkpoint_every = 5", "Experiment.meta_batch_size = 4",
           "mlp.hidden = (8,)"]
+# Meta-RL on 2D navigation, rollouts in-graph (the environment inside the compiled
+# step), shrunk to seconds: horizon 5, 2 rollouts of 2 tasks, 10 steps, checkpoints
+# every 3 and log windows of 4 (the resumed run starts mid-window here too).
+POINT_NAV = os.path.join(ROOT, "experiments", "rl", "point_nav_maml.gin")
+RL_PARAMS = ["Loop.num_steps = 10", "Loop.log_every = 4", "Loop.checkpoint_every = 3",
+             "Experiment.meta_batch_size = 2", "PolicyLearner.rollouts = 2",
+             "PointNavigation.horizon = 5", "mlp.hidden = (8,)"]
 KILLED = -9  # returncode of a process ended by SIGKILL
 TERMINATED = 128 + 15  # metalearn.train's exit status after a SIGTERM (checkpoint saved)
 
 
-def _start(workdir, crash_at=None):
+def _start(workdir, crash_at=None, gin_file=SINUSOID, params=PARAMS):
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("CRASH_AT", None)
     if crash_at:
         env["CRASH_AT"] = crash_at
-    command = [sys.executable, "-m", "tests.crash_driver", f"--gin_file={SINUSOID}",
+    command = [sys.executable, "-m", "tests.crash_driver", f"--gin_file={gin_file}",
                f"--workdir={workdir}", "--deterministic", "--alsologtostderr",
-               *[f"--gin_param={p}" for p in PARAMS]]
+               *[f"--gin_param={p}" for p in params]]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -54,6 +62,16 @@ def _tensors(workdir):
     reader = tf.train.load_checkpoint(_latest(workdir))
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
             if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+
+
+def _assert_identical(expected, workdir):
+    """Every checkpoint tensor and the final metrics of ``workdir`` equal ``expected``'s
+    bit for bit."""
+    uninterrupted, resumed = _tensors(expected), _tensors(workdir)
+    assert sorted(uninterrupted) == sorted(resumed)
+    for name, value in uninterrupted.items():
+        assert np.array_equal(value, resumed[name]), name
+    assert _metrics(workdir) == _metrics(expected)
 
 
 def _metrics(workdir):
@@ -98,12 +116,8 @@ def test_killed_anywhere_resumes_bit_identical(runs):
     assert steps["after_save:35"].endswith("ckpt-35")
     assert "ckpt-35 at step 35" in logs[None]
 
-    uninterrupted, resumed = _tensors(workdirs["a"]), _tensors(workdirs["killed"])
-    assert sorted(uninterrupted) == sorted(resumed)
-    assert any(name.startswith("optimizer/_iterations") for name in resumed)
-    for name, value in uninterrupted.items():
-        assert np.array_equal(value, resumed[name]), name
-    assert _metrics(workdirs["killed"]) == _metrics(workdirs["a"])
+    _assert_identical(workdirs["a"], workdirs["killed"])
+    assert any(name.startswith("optimizer/_iterations") for name in _tensors(workdirs["killed"]))
     assert _metrics(workdirs["a"])["step"] == 40
 
 
@@ -142,11 +156,7 @@ def test_damaged_latest_checkpoint_resumes_from_the_newest_intact_one(runs, tmp_
     # intact ones were deleted only as newer ones replaced them (3 kept)
     assert sorted(f for f in os.listdir(folder) if f.endswith(".index")) == \
         ["ckpt-30.index", "ckpt-35.index", "ckpt-40.index"]
-    uninterrupted, final = _tensors(workdirs["a"]), _tensors(workdir)
-    assert sorted(uninterrupted) == sorted(final)
-    for name, value in uninterrupted.items():
-        assert np.array_equal(value, final[name]), name
-    assert _metrics(workdir) == _metrics(workdirs["a"])
+    _assert_identical(workdirs["a"], workdir)
 
 
 def test_same_config_and_seed_give_identical_runs(runs):
@@ -162,3 +172,20 @@ def test_same_config_and_seed_give_identical_runs(runs):
         assert np.array_equal(value, b[name]), name
     assert _metrics(workdirs["a"]) == _metrics(workdirs["killed"])
     assert np.isfinite(_metrics(workdirs["a"])["loss"])
+
+
+def test_in_graph_environment_run_killed_resumes_bit_identical(tmp_path):
+    # Rollouts are sampled inside the step with seeds drawn from the task stream and the
+    # inner step; a resumed run must draw the same trajectories as an uninterrupted one.
+    rl = dict(gin_file=POINT_NAV, params=RL_PARAMS)
+    expected, killed = str(tmp_path / "a"), str(tmp_path / "killed")
+    first = _start(expected, **rl)
+    _finish(_start(killed, "step:5", **rl), KILLED)
+    assert _latest(killed).endswith("ckpt-3")
+    _finish(first, 0)
+    resumed = _finish(_start(killed, **rl), 0)
+    assert "ckpt-3 at step 3" in resumed
+    _assert_identical(expected, killed)
+    assert any(name.startswith("optimizer/_iterations") for name in _tensors(killed))
+    metrics = _metrics(killed)
+    assert metrics["step"] == 10 and np.isfinite(metrics["return"])
