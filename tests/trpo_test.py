@@ -17,6 +17,8 @@ import tensorflow as tf
 
 import metalearn
 from metalearn import execution, models
+from metalearn.testing import OuterRuleContract
+from metalearn.testing.outer import FORMULATIONS
 from metalearn.adapters import GradientDescent
 from metalearn.outer import TRPO, ClippedRatio
 from metalearn.outer.trpo import TrustRegion, backtracking_line_search, conjugate_gradient
@@ -308,12 +310,10 @@ def _clipped_objective(region, values, clip, penalty):
     return float(tf.add_n(total)) / len(total)
 
 
-def test_clipped_ratio_epochs_equal_gradient_ascent_by_finite_differences():
-    """Three SGD epochs on one collected batch: each epoch's step against central
-    differences of the objective written out here (the clip active in later epochs)."""
-    rate, clip, penalty, epochs = 3.0, 0.05, 0.5, 3
-    learner = _learner()
-    episodes = _episodes()
+def _clipped_reference(learner, episodes, rate, clip, penalty, epochs):
+    """ClippedRatio's epochs by hand: SGD ascent with each epoch's gradient by central
+    differences of the objective written out above. Returns the trust region and the
+    meta-variables' values after the epochs."""
     region = TrustRegion(learner, episodes, UNROLLED)
     values = [w.numpy() for w in region.theta]
     eps = 1e-6
@@ -330,6 +330,16 @@ def test_clipped_ratio_epochs_equal_gradient_ascent_by_finite_differences():
                             - _clipped_objective(region, moved(-1), clip, penalty)) / (2 * eps)
             gradient.append(g)
         values = [w + rate * g for w, g in zip(values, gradient)]
+    return region, values
+
+
+def test_clipped_ratio_epochs_equal_gradient_ascent_by_finite_differences():
+    """Three SGD epochs on one collected batch: each epoch's step against central
+    differences of the objective written out here (the clip active in later epochs)."""
+    rate, clip, penalty, epochs = 3.0, 0.05, 0.5, 3
+    learner = _learner()
+    episodes = _episodes()
+    region, values = _clipped_reference(learner, episodes, rate, clip, penalty, epochs)
     start = _flat([w.numpy() for w in region.theta])
     expected = _flat(values)
     rule = ClippedRatio(keras.optimizers.SGD(rate), epochs=epochs, clip=clip,
@@ -398,3 +408,76 @@ def test_trpo_trains_from_the_point_navigation_config(tmp_path):
         gin.clear_config()
     assert metrics["accepted"] in (0.0, 1.0) and 0 <= metrics["kl"] <= 0.01
     assert np.isfinite(metrics["return"])
+
+
+# --- the outer-rule contract ---------------------------------------------------------
+
+
+def _values_by_path(learner, flat_or_list):
+    """Meta-variable values by path, from a flat vector or a list in their order."""
+    variables = learner.meta_variables
+    if isinstance(flat_or_list, np.ndarray):
+        sizes = [int(np.prod(v.shape)) for v in variables]
+        flat_or_list = np.split(flat_or_list, np.cumsum(sizes)[:-1])
+    return {v.path: np.reshape(p, v.shape) for v, p in zip(variables, flat_or_list)}
+
+
+class TestTRPOContract(OuterRuleContract):
+    """TRPO under every formulation, one device and a strategy, against the dense
+    hand-written step above (one meta-step on two tasks of the tabular MDP)."""
+
+    covers = (TRPO,)
+    tolerance = 1e-7
+    # a policy learner's rollouts cannot run on a task axis (Batched refuses it, naming
+    # the Rollouts wrapper: tests/meta_rl_test.py)
+    formulations = [f for f in FORMULATIONS if f != "batched"]
+
+    def make_rule(self):
+        return _rule()
+
+    def make_learner(self):
+        return _learner(hidden=(3,))
+
+    def make_episodes(self):
+        return _episodes()
+
+    def test_every_formulation_under_xla(self):
+        """TRPO is not compiled with XLA: the step builder refuses it before any work,
+        naming the rule and the reason (a guard around it says the same)."""
+        for rule in (self.make_rule(), metalearn.outer.SkipNonFinite(self.make_rule())):
+            with pytest.raises(ValueError, match="TRPO cannot be compiled with XLA: XLA "
+                               "cannot compile the KL's Hessian-vector products"):
+                metalearn.training.make_meta_step(self.make_learner(), rule, "map_fn",
+                                                  jit_compile=True)
+
+    def reference_step(self, learner, episodes):
+        rule = self.make_rule()
+        rule.build(learner)
+        directions, _ = _reference_step(learner, episodes, rule)
+        return _values_by_path(
+            learner, _flat([v.numpy() for v in learner.meta_variables]) - directions)
+
+
+class TestClippedRatioContract(OuterRuleContract):
+    """ClippedRatio's epochs under every formulation, one device and a strategy (one
+    replica: it refuses several), against SGD ascent by finite differences."""
+
+    covers = (ClippedRatio,)
+    tolerance = 1e-7
+    formulations = TestTRPOContract.formulations
+    settings = dict(rate=3.0, clip=0.05, penalty=0.5, epochs=2)
+
+    def make_rule(self):
+        s = self.settings
+        return ClippedRatio(keras.optimizers.SGD(s["rate"]), epochs=s["epochs"],
+                            clip=s["clip"], kl_penalty=s["penalty"])
+
+    def make_learner(self):
+        return _learner()
+
+    def make_episodes(self):
+        return _episodes()
+
+    def reference_step(self, learner, episodes):
+        _, values = _clipped_reference(learner, episodes, **self.settings)
+        return _values_by_path(learner, values)

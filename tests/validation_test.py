@@ -1409,6 +1409,11 @@ CASES: List[Case] = [
     gin_case("TRPO without a trust region", "TRPO.max_kl = 0.0", HyperparameterRangeError,
              "TRPO.max_kl must be > 0, got 0.0",
              base=POINT_NAV + ["Experiment.outer_rule = @TRPO()"]),
+    Case("TRPO compiled with XLA", "`Experiment.outer_rule = @TRPO()` with "
+         "`Runtime.jit_compile = True`", ValueError, "TRPO cannot be compiled with XLA",
+         lambda p: run_gin(p, POINT_NAV + ["Experiment.outer_rule = @TRPO()",
+                                           "Runtime.jit_compile = True"]), None,
+         "the rule and the reason, before the first step"),
 ]
 
 

@@ -49,6 +49,10 @@ class Guard(OuterRule):
         return self.wrapped.interleaves_updates
 
     @property
+    def xla_unsupported(self) -> Optional[str]:  # type: ignore[override]
+        return self.wrapped.xla_unsupported
+
+    @property
     def optimizer(self) -> Any:
         """The wrapped rule's Keras optimizer, if it has one (checkpointed with it)."""
         return getattr(self.wrapped, "optimizer", None)

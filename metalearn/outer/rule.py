@@ -53,6 +53,11 @@ class OuterRule(tf.Module):
     #: next task's variable reads after it in the batched formulation).
     interleaves_updates: bool = False
 
+    #: Why this rule's step cannot be compiled with XLA (``None``: it can). The step
+    #: builder refuses ``jit_compile=True`` for such a rule, naming it and the reason,
+    #: before anything runs.
+    xla_unsupported: Optional[str] = None
+
     def __init__(self, name: Optional[str] = None):
         super().__init__(name=name)
         self._compiled: Optional[Callable[..., Tuple[Directions, Metrics]]] = None
@@ -205,3 +210,16 @@ def MetaOptimizer(*args: Any, **kwargs: Any) -> OuterRule:  # noqa: N802  (the o
                     "MetaGradient.optimizer = ...); clipnorm is the guard "
                     "ClipDirections(MetaGradient(optimizer), max_norm) (BUILD.md, "
                     "'Migration')")
+
+
+def check_compiles(rule: OuterRule, jit_compile: bool) -> None:
+    """Refuses ``jit_compile`` for a rule (or a guard around one) whose
+    :attr:`~OuterRule.xla_unsupported` says why it cannot be compiled with XLA.
+
+    Raises:
+      ValueError: naming the rule, the reason and the setting to change.
+    """
+    if jit_compile and rule.xla_unsupported:
+        raise ValueError(f"{type(rule.rule).__name__} cannot be compiled with XLA: "
+                         f"{rule.xla_unsupported}; run it with jit_compile=False "
+                         "(Runtime.jit_compile = False)")

@@ -232,7 +232,14 @@ class TRPO(OuterRule):
       residual_tol: conjugate gradient stops at this squared residual.
       backtrack_ratio, max_backtracks: the line search's shrink factor (0.8) and
         number of tries (15).
+
+    Not compiled with XLA (:attr:`xla_unsupported`): ``make_meta_step`` refuses
+    ``jit_compile=True`` for it, naming the reason.
     """
+
+    xla_unsupported = ("XLA cannot compile the KL's Hessian-vector products, a double "
+                       "backward pass through the formulation's loops (a shape computed "
+                       "at run time; tests/trpo_test.py)")
 
     def __init__(self, max_kl: float = 0.01, cg_iters: int = 10, cg_damping: float = 1e-5,
                  residual_tol: float = 1e-10, backtrack_ratio: float = 0.8,

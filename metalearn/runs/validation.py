@@ -35,6 +35,7 @@ import tensorflow as tf
 from metalearn import _compat, execution
 from metalearn import configurables as gin_plumbing
 from metalearn.learners.learner import name_of, predict_on
+from metalearn.outer.rule import check_compiles
 from metalearn.runs.gin_text import (Binding, GinIncludeError, Source,  # noqa: F401
                                      binding_sources, config_bindings, config_text_bindings,
                                      substitute_macros)
@@ -443,8 +444,10 @@ def check_before_training(experiment, workdir: str, allow_config_change: bool = 
 
     Raises:
       ConfigChangeError: the workdir holds a run of another config.
-      ValueError, FileNotFoundError: bad tasks, data or model outputs.
+      ValueError, FileNotFoundError: bad tasks, data or model outputs; an outer rule
+        that cannot be compiled with XLA under ``Runtime.jit_compile = True``.
     """
     check_workdir_config(workdir, experiment.config or gin.config_str(),
                          allow_config_change, saved_config=saved_config)
+    check_compiles(experiment.outer_rule, experiment.runtime.jit_compile)
     check_tasks_and_outputs(experiment)

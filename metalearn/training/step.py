@@ -18,7 +18,7 @@ import tensorflow as tf
 from metalearn import execution
 from metalearn.learners.learner import Learner
 from metalearn.outer.guards import NON_FINITE, SkipNonFinite, guarded
-from metalearn.outer.rule import OuterRule
+from metalearn.outer.rule import OuterRule, check_compiles
 
 MetaStep = Callable[[Any], Dict[str, tf.Tensor]]
 
@@ -38,7 +38,8 @@ def make_meta_step(learner: Learner, outer_rule: OuterRule,
         (:mod:`metalearn.outer`: ``MetaGradient(optimizer)``, ``Reptile()``, guards).
       formulation: how the tasks of a batch run (:mod:`metalearn.execution`);
         ``None``: :class:`~metalearn.execution.Auto`.
-      jit_compile: compile with XLA. On one replica the whole step is compiled; under a
+      jit_compile: compile with XLA (refused, naming the reason, for a rule whose
+        :attr:`~metalearn.outer.OuterRule.xla_unsupported` says why not). On one replica the whole step is compiled; under a
         strategy with several replicas, or for a rule that applies several updates in
         turn (:attr:`~metalearn.outer.OuterRule.interleaves_updates`: serial Reptile),
         each computation of the directions is (the all-reduce and the updates run
@@ -58,6 +59,7 @@ def make_meta_step(learner: Learner, outer_rule: OuterRule,
     if not isinstance(outer_rule, OuterRule):
         raise TypeError(f"make_meta_step needs a metalearn outer rule (MetaGradient(), "
                         f"Reptile(), ...: metalearn.outer), got {outer_rule!r}")
+    check_compiles(outer_rule, jit_compile)
     formulation = execution.formulation(formulation)
     formulation.check(learner)
     if skip_non_finite and not guarded(outer_rule, SkipNonFinite):
