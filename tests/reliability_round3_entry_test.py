@@ -443,13 +443,13 @@ def test_evaluate_and_restore_name_a_workdir_that_is_not_a_run(tmp_path, kind, e
 
 
 @contextlib.contextmanager
-def replace_fails(name: str):
-    """Inside, renaming a file onto one called ``name`` (the last step of an atomic
-    write) fails as on a full disk."""
+def replace_fails(prefix: str):
+    """Inside, renaming a file onto one whose name starts with ``prefix`` (the last step
+    of an atomic write) fails as on a full disk."""
     real = os.replace
 
     def replace(src, dst, *args, **kwargs):
-        if os.path.basename(str(dst)) == name:
+        if os.path.basename(str(dst)).startswith(prefix):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(src, dst, *args, **kwargs)
 
@@ -485,16 +485,8 @@ def test_an_omniglot_cache_that_cannot_be_written_names_its_file(tmp_path, caplo
     with zipfile.ZipFile(folder / "images_background_small1.zip", "w") as zf:
         zf.writestr("images_background_small1/Greek/character01/0101_00.png", png)
     cache = tmp_path / "cache"
-    with pytest.MonkeyPatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch, replace_fails("omniglot_"):
         patch.setattr(omniglot, "_CACHE", {})
-        real = os.replace
-
-        def replace(src, dst, *args, **kwargs):
-            if os.path.basename(str(dst)).startswith("omniglot_"):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            return real(src, dst, *args, **kwargs)
-
-        patch.setattr(os, "replace", replace)
         data = load_omniglot(str(folder), archives=("images_background_small1",),
                              image_size=None, verify_checksums=False,
                              cache_dir=str(cache))

@@ -47,8 +47,30 @@ class TaskInit(Piece):
         raise NotImplementedError
 
 
+class _SelectedInit(TaskInit):
+    """Weights chosen by ``patterns`` set to :meth:`value` of their current values."""
+
+    owner = ""  # how pattern errors name the initialiser
+
+    def __init__(self, patterns: Sequence[str], name: Optional[str] = None):
+        super().__init__(name=name)
+        self.patterns = check_patterns(patterns, self.owner)
+
+    def paths(self, weights):
+        return select_paths(list(weights), self.patterns, self.owner)
+
+    def value(self, weight: tf.Tensor) -> tf.Tensor:
+        raise NotImplementedError
+
+    def initial(self, weights, support_x, support_y):
+        weights = dict(weights)
+        for path in self.paths(weights):
+            weights[path] = self.value(weights[path])
+        return weights
+
+
 @gin.configurable
-class ZeroInit(TaskInit):
+class ZeroInit(_SelectedInit):
     """The matching weights start every task at zero (the "zeroing trick" of Kao et al.,
     2022, "MAML is a noisy contrastive learner in classification", for the linear head):
     the initial predictions are then equal for every class, so the meta-learned model
@@ -58,22 +80,17 @@ class ZeroInit(TaskInit):
       patterns: regular expressions over weight paths (``re.search``).
     """
 
+    owner = "zero_init"
+
     def __init__(self, patterns: Sequence[str] = gin.REQUIRED, name: Optional[str] = None):
-        super().__init__(name=name)
-        self.patterns = check_patterns(patterns, "zero_init")
+        super().__init__(patterns, name=name)
 
-    def paths(self, weights):
-        return select_paths(list(weights), self.patterns, "zero_init")
-
-    def initial(self, weights, support_x, support_y):
-        weights = dict(weights)
-        for path in self.paths(weights):
-            weights[path] = tf.zeros_like(weights[path])
-        return weights
+    def value(self, weight):
+        return tf.zeros_like(weight)
 
 
 @gin.configurable
-class FixedInit(TaskInit):
+class FixedInit(_SelectedInit):
     """The matching weights start every task at the model's current values, which are
     not meta-learned: what meta-trains is the rest (the inner loop's pieces). This is
     how a learned optimizer (:class:`~metalearn.adapters.LearnedRule`) is meta-trained
@@ -85,18 +102,13 @@ class FixedInit(TaskInit):
         ``(".*",)`` fixes every weight.
     """
 
+    owner = "FixedInit"
+
     def __init__(self, patterns: Sequence[str] = (".*",), name: Optional[str] = None):
-        super().__init__(name=name)
-        self.patterns = check_patterns(patterns, "FixedInit")
+        super().__init__(patterns, name=name)
 
-    def paths(self, weights):
-        return select_paths(list(weights), self.patterns, "FixedInit")
-
-    def initial(self, weights, support_x, support_y):
-        weights = dict(weights)
-        for path in self.paths(weights):
-            weights[path] = tf.stop_gradient(weights[path])
-        return weights
+    def value(self, weight):
+        return tf.stop_gradient(weight)
 
 
 @gin.configurable
