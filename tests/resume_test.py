@@ -5,6 +5,7 @@ the compiled step); and two runs of the same config and seed are identical."""
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -32,9 +33,14 @@ RL_PARAMS = ["Loop.num_steps = 10", "Loop.log_every = 4", "Loop.checkpoint_every
              "PointNavigation.horizon = 5", "mlp.hidden = (8,)"]
 KILLED = -9  # returncode of a process ended by SIGKILL
 TERMINATED = 128 + 15  # metalearn.train's exit status after a SIGTERM (checkpoint saved)
+OUT_OF_CPU = 128 + 24  # ... after SIGXCPU: its CPU-time limit reached (checkpoint saved)
 
 
-def _start(workdir, crash_at=None, gin_file=SINUSOID, params=PARAMS):
+def _start(workdir, crash_at=None, gin_file=SINUSOID, params=PARAMS, cpu_seconds=None):
+    """``metalearn.train`` (through tests/crash_driver.py) on ``workdir``; with
+    ``cpu_seconds``, under that soft CPU-time limit (the hard one 120 s above)."""
+    limit = None if cpu_seconds is None else (
+        lambda: resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 120)))
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("CRASH_AT", None)
     if crash_at:
@@ -43,7 +49,7 @@ def _start(workdir, crash_at=None, gin_file=SINUSOID, params=PARAMS):
                f"--workdir={workdir}", "--deterministic", "--alsologtostderr",
                *[f"--gin_param={p}" for p in params]]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=limit)
 
 
 def _finish(process, expected_code):
@@ -138,6 +144,19 @@ def test_sigterm_saves_a_checkpoint_and_resumes_bit_identical(runs, tmp_path):
             continue
         assert np.array_equal(value, final[name]), name
     assert _metrics(workdir) == _metrics(workdirs["a"])
+
+
+def test_a_cpu_time_limit_ends_training_with_a_checkpoint(tmp_path):
+    """A soft RLIMIT_CPU (``prlimit --cpu``) is a training budget in CPU seconds: past
+    it the kernel sends SIGXCPU, the step under way finishes, its checkpoint is saved
+    and the process exits 152; the run resumes from there."""
+    workdir = str(tmp_path / "cpu_budget")
+    params = PARAMS[1:] + ["Loop.num_steps = 1000000", "Loop.checkpoint_every = 1000000"]
+    output = _finish(_start(workdir, params=params, cpu_seconds=40), OUT_OF_CPU)
+    assert "Traceback" not in output
+    step = int(_latest(workdir).rsplit("-", 1)[1])
+    assert step > 0 and f"stopped by SIGXCPU at step {step}" in output
+    assert "resumed from" not in output
 
 
 def test_damaged_latest_checkpoint_resumes_from_the_newest_intact_one(runs, tmp_path):

@@ -112,8 +112,9 @@ def train(experiment: Experiment, workdir: str,
 
 
 class TrainingInterrupted(Exception):
-    """Training stopped on a signal (``SIGTERM``, ``SIGINT``) after saving a checkpoint
-    of the step it had reached.
+    """Training stopped on a signal (``SIGTERM``, ``SIGINT``, or ``SIGXCPU``: the
+    process reached its CPU-time limit) after saving a checkpoint of the step it had
+    reached.
 
     Attributes:
       signal_number: the signal.
@@ -128,11 +129,18 @@ class TrainingInterrupted(Exception):
 
 
 class _StopSignals:
-    """While active (main thread only), ``SIGTERM`` and the first ``SIGINT`` only set
-    ``received``: the loop saves a checkpoint after the step it is in and stops. A
-    second ``SIGINT`` interrupts at once (``KeyboardInterrupt``)."""
+    """While active (main thread only), ``SIGTERM``, ``SIGXCPU`` and the first ``SIGINT``
+    only set ``received``: the loop saves a checkpoint after the step it is in and stops.
+    A second ``SIGINT`` interrupts at once (``KeyboardInterrupt``).
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    ``SIGXCPU`` is what the kernel sends a process past its soft CPU-time limit
+    (``prlimit --cpu=SOFT:HARD``, ``resource.RLIMIT_CPU``), then again every second until
+    the hard limit kills it: a budget of CPU seconds, which other jobs on the machine do
+    not shrink as they shrink a wall-clock budget (``timeout``). Leave the hard limit
+    room for one step and a checkpoint."""
+
+    SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGXCPU")
+                    if hasattr(signal, name))
 
     def __init__(self):
         self.received: Optional[int] = None
