@@ -10,6 +10,8 @@ in-graph learner takes inside the step. HalfCheetah's task rewards are checked a
 the MuJoCo state.
 """
 
+import json
+
 import gymnasium
 import keras
 import numpy as np
@@ -194,24 +196,44 @@ def test_half_cheetah_task_rewards_from_the_mujoco_state(kind):
     np.testing.assert_array_equal(collected.trajectories.actions[0], actions[:, 0])
 
 
-def test_the_half_cheetah_config_trains_and_evaluates_with_the_script():
-    """experiments/rl/half_cheetah_vel_maml.gin through benchmarks/half_cheetah_maml.py,
-    shrunk (horizon 5, 2 rollouts, 2 tasks, one meta-step): real MuJoCo, the collector,
-    the meta-step on collected episodes, the evaluation's figures."""
+TINY = ["HalfCheetahVelocity.horizon = 10", "GymCollector.rollouts = 2",
+        "Experiment.meta_batch_size = 2", "Loop.num_steps = 2", "Loop.checkpoint_every = 1",
+        "mlp.hidden = (8,)", "evaluate.num_tasks = 2", "evaluate.batch_size = 2"]
+"""experiments/rl/half_cheetah_vel_maml.gin shrunk to seconds."""
+
+
+def test_the_half_cheetah_config_trains_and_evaluates_through_the_entry_points(tmp_path):
+    """benchmarks/half_cheetah_maml.py on the shrunk config: MAML and the pretrained
+    baseline each trained by the training loop (the sampler's collection gives every
+    step its MuJoCo trajectories: checkpoints, summaries) and evaluated by
+    metalearn.evaluate (returns after 0, 1, 2, 3 adaptation steps, 95 % intervals)."""
     import gin
-    from benchmarks.half_cheetah_maml import run
+    from benchmarks.half_cheetah_maml import run, table
     try:
-        results = run(["experiments/rl/half_cheetah_vel_maml.gin"],
-                      ["HalfCheetahVelocity.horizon = 5", "GymCollector.rollouts = 2",
-                       "Experiment.meta_batch_size = 2", "Loop.num_steps = 1",
-                       "mlp.hidden = (8,)"], eval_tasks=2)
+        results = run(["experiments/rl/half_cheetah_vel_maml.gin"], TINY, str(tmp_path))
     finally:
         gin.clear_config()
-    assert len(results["steps"]) == 1 and np.isfinite(results["steps"][0]["loss"])
-    for when in ("before_training", "after_training"):
-        assert set(results[when]) == {"before", "after"}
-        assert all(np.isfinite(v["mean"]) for v in results[when].values())
+    assert set(results["runs"]) == {"maml", "pretrained"}
+    for name in ("maml", "pretrained"):
+        workdir = tmp_path / name
+        report = json.loads((workdir / "eval.json").read_text())
+        assert report["checkpoint_step"] == 2 and report["num_tasks"] == 2
+        assert sorted(report["results"]) == ["0", "1", "2", "3"]
+        for figures in report["results"].values():
+            assert np.isfinite(figures["return"]["mean"]) and figures["return"]["ci95"] > 0
+        assert report["results"] == results["runs"][name]
+        assert tf.train.latest_checkpoint(str(workdir / "checkpoints")).endswith("ckpt-2")
+        tags = {value.tag for path in (workdir / "train").iterdir()
+                for event in tf.compat.v1.train.summary_iterator(str(path))
+                for value in event.summary.value}
+        assert {"meta_loss", "meta_return"} <= tags
+    # the pretrained run adapts with no inner step in training: no support collected
+    assert "GradientDescent.steps = 0" in (tmp_path / "pretrained" / "config.gin").read_text()
+    # the same tasks at each number of steps: the returns after 0 steps differ between
+    # the two policies, the evaluation's episodes are the same
+    assert results["runs"]["maml"]["0"] != results["runs"]["pretrained"]["0"]
     assert results["env_steps_per_second"] > 0
+    assert table(results).splitlines()[0] == "| adaptation steps | maml | pretrained |"
 
 
 def _without(monkeypatch, package):

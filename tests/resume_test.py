@@ -1,7 +1,8 @@
 """Crash safety and determinism, with real processes: training SIGKILLed after a step,
 inside a checkpoint save and right after one, resumed each time, ends bit-identical to
-an uninterrupted run (a supervised run, and a meta-RL run whose rollouts happen inside
-the compiled step); and two runs of the same config and seed are identical."""
+an uninterrupted run (a supervised run, a meta-RL run whose rollouts happen inside
+the compiled step, and one whose trajectories a MuJoCo simulator gives outside it);
+and two runs of the same config and seed are identical."""
 
 import json
 import os
@@ -30,6 +31,12 @@ POINT_NAV = os.path.join(ROOT, "experiments", "rl", "point_nav_maml.gin")
 RL_PARAMS = ["Loop.num_steps = 10", "Loop.log_every = 4", "Loop.checkpoint_every = 3",
              "Experiment.meta_batch_size = 2", "PolicyLearner.rollouts = 2",
              "PointNavigation.horizon = 5", "mlp.hidden = (8,)"]
+# Meta-RL on HalfCheetah velocity (MuJoCo, a Python environment: trajectories collected
+# outside the step by the sampler's collection), shrunk the same way.
+HALF_CHEETAH = os.path.join(ROOT, "experiments", "rl", "half_cheetah_vel_maml.gin")
+CHEETAH_PARAMS = ["Loop.num_steps = 5", "Loop.log_every = 2", "Loop.checkpoint_every = 2",
+                  "Experiment.meta_batch_size = 2", "GymCollector.rollouts = 2",
+                  "HalfCheetahVelocity.horizon = 10", "mlp.hidden = (8,)"]
 KILLED = -9  # returncode of a process ended by SIGKILL
 TERMINATED = 128 + 15  # metalearn.train's exit status after a SIGTERM (checkpoint saved)
 
@@ -189,3 +196,23 @@ def test_in_graph_environment_run_killed_resumes_bit_identical(tmp_path):
     assert any(name.startswith("optimizer/_iterations") for name in _tensors(killed))
     metrics = _metrics(killed)
     assert metrics["step"] == 10 and np.isfinite(metrics["return"])
+
+
+def test_python_environment_run_killed_resumes_bit_identical(tmp_path):
+    # The trajectories are collected in Python (MuJoCo) before each step, with the
+    # weights of that step and seeds from the task stream: a run killed after step 3
+    # resumes from ckpt-2 and collects what the uninterrupted run collected, so every
+    # checkpoint tensor and the final metrics are the same bit for bit (MuJoCo is
+    # deterministic given the seeds, on one machine).
+    cheetah = dict(gin_file=HALF_CHEETAH, params=CHEETAH_PARAMS)
+    expected, killed = str(tmp_path / "a"), str(tmp_path / "killed")
+    first = _start(expected, **cheetah)
+    _finish(_start(killed, "step:3", **cheetah), KILLED)
+    assert _latest(killed).endswith("ckpt-2")
+    _finish(first, 0)
+    resumed = _finish(_start(killed, **cheetah), 0)
+    assert "ckpt-2 at step 2" in resumed
+    _assert_identical(expected, killed)
+    metrics = _metrics(killed)
+    assert metrics["step"] == 5 and np.isfinite(metrics["return"])
+    assert os.listdir(os.path.join(killed, "train"))  # TensorBoard summaries
