@@ -25,6 +25,7 @@ from metalearn.rl import (DiCE, HalfCheetahDirection, HalfCheetahVelocity, Point
                           PolicyLearner, Rollouts, gaussian_policy)
 from metalearn.rl.gym import (GymCollector, PolicySampler, PythonEnvironment, SimulatorError,
                               collect_episodes)
+from tests.run_fixtures import not_installed
 
 HORIZON = 5
 
@@ -236,34 +237,23 @@ def test_the_half_cheetah_config_trains_and_evaluates_through_the_entry_points(t
     assert table(results).splitlines()[0] == "| adaptation steps | maml | pretrained |"
 
 
-def _without(monkeypatch, package):
-    """Imports of ``package`` fail from now on (as when it is not installed): its
-    modules, and Gymnasium's MuJoCo environments already imported, leave
-    ``sys.modules`` (restored after the test)."""
-    import sys
-    for name in list(sys.modules):
-        if name == package or name.startswith(package + ".") or \
-                name.startswith("gymnasium.envs.mujoco"):
-            monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, package, None)  # `import package` raises ImportError
-
-
 @pytest.mark.parametrize("package", ["gymnasium", "mujoco"])
-def test_a_missing_gymnasium_or_mujoco_names_the_rl_extra(monkeypatch, package):
+def test_a_missing_gymnasium_or_mujoco_names_the_rl_extra(package):
     """Without Gymnasium the environment refuses to be built; without MuJoCo the
     collector refuses to make it; both name the extra of setup.cfg and BUILD.md."""
     environment = HalfCheetahVelocity(horizon=3)
-    _without(monkeypatch, package)
-    with pytest.raises(ImportError, match=r"install the rl extra: pip install -e "
-                                          r"'\.\[rl\]'") as info:
+    with not_installed(package), pytest.raises(
+            ImportError, match=r"install the rl extra: pip install -e '\.\[rl\]'") as info:
         if package == "gymnasium":
             HalfCheetahVelocity(horizon=3)
         else:
             GymCollector(environment, rollouts=1)
     assert ("needs Gymnasium" if package == "gymnasium" else "needs MuJoCo") in str(info.value)
     import configparser
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     extras = configparser.ConfigParser()
-    extras.read("setup.cfg")
+    extras.read(os.path.join(root, "setup.cfg"))
     assert "gymnasium[mujoco]" in extras["options.extras_require"]["rl"]
-    with open("BUILD.md") as f:
+    with open(os.path.join(root, "BUILD.md")) as f:
         assert "pip install -e '.[rl]'" in f.read()
