@@ -181,18 +181,26 @@ def test_same_config_and_seed_give_identical_runs(runs):
     assert np.isfinite(_metrics(workdirs["a"])["loss"])
 
 
+def _killed_and_resumed(tmp_path, gin_file, params, kill_after, resumed_from):
+    """An uninterrupted run and one SIGKILLed after step ``kill_after``, resumed from
+    checkpoint ``resumed_from``: every checkpoint tensor and the final metrics equal.
+    Returns the resumed run's workdir."""
+    run = dict(gin_file=gin_file, params=params)
+    expected, killed = str(tmp_path / "a"), str(tmp_path / "killed")
+    first = _start(expected, **run)
+    _finish(_start(killed, f"step:{kill_after}", **run), KILLED)
+    assert _latest(killed).endswith(f"ckpt-{resumed_from}")
+    _finish(first, 0)
+    resumed = _finish(_start(killed, **run), 0)
+    assert f"ckpt-{resumed_from} at step {resumed_from}" in resumed
+    _assert_identical(expected, killed)
+    return killed
+
+
 def test_in_graph_environment_run_killed_resumes_bit_identical(tmp_path):
     # Rollouts are sampled inside the step with seeds drawn from the task stream and the
     # inner step; a resumed run must draw the same trajectories as an uninterrupted one.
-    rl = dict(gin_file=POINT_NAV, params=RL_PARAMS)
-    expected, killed = str(tmp_path / "a"), str(tmp_path / "killed")
-    first = _start(expected, **rl)
-    _finish(_start(killed, "step:5", **rl), KILLED)
-    assert _latest(killed).endswith("ckpt-3")
-    _finish(first, 0)
-    resumed = _finish(_start(killed, **rl), 0)
-    assert "ckpt-3 at step 3" in resumed
-    _assert_identical(expected, killed)
+    killed = _killed_and_resumed(tmp_path, POINT_NAV, RL_PARAMS, 5, 3)
     assert any(name.startswith("optimizer/_iterations") for name in _tensors(killed))
     metrics = _metrics(killed)
     assert metrics["step"] == 10 and np.isfinite(metrics["return"])
@@ -204,15 +212,7 @@ def test_python_environment_run_killed_resumes_bit_identical(tmp_path):
     # resumes from ckpt-2 and collects what the uninterrupted run collected, so every
     # checkpoint tensor and the final metrics are the same bit for bit (MuJoCo is
     # deterministic given the seeds, on one machine).
-    cheetah = dict(gin_file=HALF_CHEETAH, params=CHEETAH_PARAMS)
-    expected, killed = str(tmp_path / "a"), str(tmp_path / "killed")
-    first = _start(expected, **cheetah)
-    _finish(_start(killed, "step:3", **cheetah), KILLED)
-    assert _latest(killed).endswith("ckpt-2")
-    _finish(first, 0)
-    resumed = _finish(_start(killed, **cheetah), 0)
-    assert "ckpt-2 at step 2" in resumed
-    _assert_identical(expected, killed)
+    killed = _killed_and_resumed(tmp_path, HALF_CHEETAH, CHEETAH_PARAMS, 3, 2)
     metrics = _metrics(killed)
     assert metrics["step"] == 5 and np.isfinite(metrics["return"])
     assert os.listdir(os.path.join(killed, "train"))  # TensorBoard summaries
