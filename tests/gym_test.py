@@ -197,6 +197,25 @@ def test_half_cheetah_task_rewards_from_the_mujoco_state(kind):
     np.testing.assert_array_equal(collected.trajectories.actions[0], actions[:, 0])
 
 
+def test_half_cheetah_collections_are_a_function_of_the_seed():
+    """MuJoCo is deterministic given the seeds: two collectors (fresh simulators) give
+    the same trajectories bit for bit, after other collections too; another seed
+    gives others. What exact resume of a Python environment's run rests on."""
+    environment = HalfCheetahVelocity(horizon=6)
+    keras.utils.set_random_seed(2)
+    model = gaussian_policy(metalearn.models.mlp((17,), hidden=(8,), outputs=6))
+    learner = _learner(environment, model)
+    policy = PolicySampler(learner)(learner.initial_weights())
+    first, second = GymCollector(environment, rollouts=2), GymCollector(environment, rollouts=2)
+    a = first.collect(policy, np.float32(1.0), [5, 6])
+    second.collect(policy, np.float32(0.5), [1, 1])  # its simulators used before
+    b = second.collect(policy, np.float32(1.0), [5, 6])
+    for x, y in zip(tf.nest.flatten(a), tf.nest.flatten(b)):
+        assert np.array_equal(x, y)
+    other = first.collect(policy, np.float32(1.0), [5, 7])
+    assert not np.array_equal(other.trajectories.observations, a.trajectories.observations)
+
+
 TINY = ["HalfCheetahVelocity.horizon = 10", "GymCollector.rollouts = 2",
         "Experiment.meta_batch_size = 2", "Loop.num_steps = 2", "Loop.checkpoint_every = 1",
         "mlp.hidden = (8,)", "evaluate.num_tasks = 2", "evaluate.batch_size = 2"]
