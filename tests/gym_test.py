@@ -276,3 +276,24 @@ def test_a_missing_gymnasium_or_mujoco_names_the_rl_extra(package):
     assert "gymnasium[mujoco]" in extras["options.extras_require"]["rl"]
     with open(os.path.join(root, "BUILD.md")) as f:
         assert "pip install -e '.[rl]'" in f.read()
+
+
+def test_a_python_environment_run_on_several_replicas_is_refused_before_any_step(tmp_path):
+    """Its batches are collected in the training process, on one replica: a strategy
+    with several is refused, naming the sampler and the replicas, before any step or
+    checkpoint (a stand-in strategy: only its number of replicas is read first)."""
+    import gin
+    from metalearn.training import build_experiment, parse_config, train
+
+    class TwoReplicas:
+        num_replicas_in_sync = 2
+
+    try:
+        parse_config(["experiments/rl/half_cheetah_vel_maml.gin"], TINY)
+        experiment = build_experiment()
+        with pytest.raises(ValueError, match="HalfCheetahVelocity makes its batches outside "
+                                             "the step .* on one replica, not 2"):
+            train(experiment, str(tmp_path / "run"), strategy=TwoReplicas())
+    finally:
+        gin.clear_config()
+    assert not (tmp_path / "run" / "checkpoints").exists()
