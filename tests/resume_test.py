@@ -1,7 +1,8 @@
 """Crash safety and determinism, with real processes: training SIGKILLed after a step,
 inside a checkpoint save and right after one, resumed each time, ends bit-identical to
-an uninterrupted run (a supervised run, and a meta-RL run whose rollouts happen inside
-the compiled step); and two runs of the same config and seed are identical."""
+an uninterrupted run (a supervised run, a meta-RL run whose rollouts happen inside
+the compiled step, and one whose trajectories a MuJoCo simulator gives outside it);
+and two runs of the same config and seed are identical."""
 
 import json
 import os
@@ -31,6 +32,12 @@ POINT_NAV = os.path.join(ROOT, "experiments", "rl", "point_nav_maml.gin")
 RL_PARAMS = ["Loop.num_steps = 10", "Loop.log_every = 4", "Loop.checkpoint_every = 3",
              "Experiment.meta_batch_size = 2", "PolicyLearner.rollouts = 2",
              "PointNavigation.horizon = 5", "mlp.hidden = (8,)"]
+# Meta-RL on HalfCheetah velocity (MuJoCo, a Python environment: trajectories collected
+# outside the step by the sampler's collection), shrunk the same way.
+HALF_CHEETAH = os.path.join(ROOT, "experiments", "rl", "half_cheetah_vel_maml.gin")
+CHEETAH_PARAMS = ["Loop.num_steps = 5", "Loop.log_every = 2", "Loop.checkpoint_every = 2",
+                  "Experiment.meta_batch_size = 2", "GymCollector.rollouts = 2",
+                  "HalfCheetahVelocity.horizon = 10", "mlp.hidden = (8,)"]
 KILLED = -9  # returncode of a process ended by SIGKILL
 TERMINATED = 128 + 15  # metalearn.train's exit status after a SIGTERM (checkpoint saved)
 OUT_OF_CPU = 128 + 24  # ... after SIGXCPU: its CPU-time limit reached (checkpoint saved)
@@ -193,18 +200,38 @@ def test_same_config_and_seed_give_identical_runs(runs):
     assert np.isfinite(_metrics(workdirs["a"])["loss"])
 
 
+def _killed_and_resumed(tmp_path, gin_file, params, kill_after, resumed_from):
+    """An uninterrupted run and one SIGKILLed after step ``kill_after``, resumed from
+    checkpoint ``resumed_from``: every checkpoint tensor and the final metrics equal.
+    Returns the resumed run's workdir."""
+    run = dict(gin_file=gin_file, params=params)
+    expected, killed = str(tmp_path / "a"), str(tmp_path / "killed")
+    first = _start(expected, **run)
+    _finish(_start(killed, f"step:{kill_after}", **run), KILLED)
+    assert _latest(killed).endswith(f"ckpt-{resumed_from}")
+    _finish(first, 0)
+    resumed = _finish(_start(killed, **run), 0)
+    assert f"ckpt-{resumed_from} at step {resumed_from}" in resumed
+    _assert_identical(expected, killed)
+    return killed
+
+
 def test_in_graph_environment_run_killed_resumes_bit_identical(tmp_path):
     # Rollouts are sampled inside the step with seeds drawn from the task stream and the
     # inner step; a resumed run must draw the same trajectories as an uninterrupted one.
-    rl = dict(gin_file=POINT_NAV, params=RL_PARAMS)
-    expected, killed = str(tmp_path / "a"), str(tmp_path / "killed")
-    first = _start(expected, **rl)
-    _finish(_start(killed, "step:5", **rl), KILLED)
-    assert _latest(killed).endswith("ckpt-3")
-    _finish(first, 0)
-    resumed = _finish(_start(killed, **rl), 0)
-    assert "ckpt-3 at step 3" in resumed
-    _assert_identical(expected, killed)
+    killed = _killed_and_resumed(tmp_path, POINT_NAV, RL_PARAMS, 5, 3)
     assert any(name.startswith("optimizer/_iterations") for name in _tensors(killed))
     metrics = _metrics(killed)
     assert metrics["step"] == 10 and np.isfinite(metrics["return"])
+
+
+def test_python_environment_run_killed_resumes_bit_identical(tmp_path):
+    # The trajectories are collected in Python (MuJoCo) before each step, with the
+    # weights of that step and seeds from the task stream: a run killed after step 3
+    # resumes from ckpt-2 and collects what the uninterrupted run collected, so every
+    # checkpoint tensor and the final metrics are the same bit for bit (MuJoCo is
+    # deterministic given the seeds, on one machine).
+    killed = _killed_and_resumed(tmp_path, HALF_CHEETAH, CHEETAH_PARAMS, 3, 2)
+    metrics = _metrics(killed)
+    assert metrics["step"] == 5 and np.isfinite(metrics["return"])
+    assert os.listdir(os.path.join(killed, "train"))  # TensorBoard summaries
