@@ -7,11 +7,12 @@ learner that samples trajectories inside the compiled step.
 * :mod:`metalearn.rl.policies`: :class:`Gaussian`, :class:`Categorical`,
   :func:`gaussian_policy`.
 * :mod:`metalearn.rl.estimators`: :func:`discounted_returns`, :func:`gae`,
-  :class:`LinearFeatureBaseline`, :class:`ValueNetworkBaseline`, :func:`magic_box`, :class:`DiCE`,
-  :class:`NaiveSurrogate`.
+  :class:`LinearFeatureBaseline`, :class:`ValueNetworkBaseline`, :func:`magic_box`,
+  :class:`DiCE`, :class:`NaiveSurrogate`.
 * :mod:`metalearn.rl.gym`: Python environments (Gymnasium, MuJoCo):
   :class:`PythonEnvironment`, :class:`HalfCheetahVelocity`, :class:`HalfCheetahDirection`,
-  :class:`GymCollector` (Gymnasium's vector API), :func:`collect_episodes`.
+  :class:`GymCollector` (Gymnasium's vector API), :class:`GymCollection` (the batches a
+  Python environment gives the training loop), :func:`collect_episodes`.
 * :mod:`metalearn.rl.learner`: :class:`PolicyLearner`, :class:`Rollouts`,
   :class:`Collected` (trajectories collected ahead of the step, replayed).
 """
@@ -21,16 +22,17 @@ from metalearn.rl.environments import (MDP, Environment, PointNavigation, Tabula
 from metalearn.rl.estimators import (Batch, DiCE, LinearFeatureBaseline, NaiveSurrogate,
                                      ValueNetworkBaseline, discounted_returns, gae,
                                      magic_box)
-from metalearn.rl.gym import (GymCollector, HalfCheetahDirection, HalfCheetahVelocity,
-                              PolicySampler, PythonEnvironment, SimulatorError,
-                              collect_episodes)
+from metalearn.rl.gym import (GymCollection, GymCollector, HalfCheetahDirection,
+                              HalfCheetahVelocity, PolicySampler, PythonEnvironment,
+                              SimulatorError, collect_episodes)
 from metalearn.rl.learner import Collected, PolicyLearner, Rollouts, mean_return
 from metalearn.rl.policies import Categorical, Gaussian, LogStd, gaussian_policy
 
 __all__ = ["MDP", "Batch", "Categorical", "Collected", "DiCE", "Environment", "Gaussian",
-           "GymCollector", "HalfCheetahDirection", "HalfCheetahVelocity",
+           "GymCollection", "GymCollector", "HalfCheetahDirection", "HalfCheetahVelocity",
            "LinearFeatureBaseline", "LogStd", "NaiveSurrogate", "PointNavigation",
            "PolicyLearner", "PolicySampler", "PythonEnvironment", "Rollouts",
-           "SimulatorError", "TabularMDP", "Trajectories", "ValueNetworkBaseline", "collect_episodes",
+           "SimulatorError", "TabularMDP", "Trajectories", "ValueNetworkBaseline",
+           "collect_episodes",
            "discounted_returns", "gae", "gaussian_policy", "magic_box", "mean_return",
            "rollout"]
