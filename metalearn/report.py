@@ -23,6 +23,15 @@ Paired comparison of two runs evaluated on the same test episodes (the same
 writes ``paired.json`` and ``paired.md``: the mean per-episode difference (first minus
 second), its 95% interval and the paired t-test's p-value over the episodes.
 
+Several evaluations in one figure (each run's metric against inner steps, mean ± the
+95% interval over its test tasks, as ``metalearn.evaluate`` wrote them):
+
+    python -m metalearn.report runs/maml runs/pretrained --evaluations_plot=returns.png \
+        --evaluations_metric=return --labels=MAML,pretrained
+
+writes the PNG and prints the figures as a Markdown table (a directory's
+``--eval_file``, or an evaluation JSON file given directly).
+
 Runs that are not finished (unfinished, running, failed, never started: a sweep's root
 lists every run in ``sweep.json``) are left out of the figures and listed with their
 folders under the table (``**INCOMPLETE: ...**``), in ``runs.csv``'s ``status`` column
@@ -66,6 +75,14 @@ flags.DEFINE_string("paired_metric", "accuracy", "The per-episode metric compare
 flags.DEFINE_string("paired_steps", None, "Inner steps of the compared values (default: "
                     "the last each run evaluated).")
 flags.DEFINE_string("eval_file", Workdir.EVALUATION, "The evaluation file inside each run.")
+flags.DEFINE_string("evaluations_plot", None, "Instead of the tables: plot each given "
+                    "run's evaluation (--eval_file, or an evaluation JSON given directly) "
+                    "against inner steps with its 95% intervals over the test tasks into "
+                    "this PNG file, and print them as a table.")
+flags.DEFINE_string("evaluations_metric", "loss", "The metric --evaluations_plot draws.")
+flags.DEFINE_list("labels", [], "--evaluations_plot's legend, one label per run "
+                  "(default: the folder names).")
+flags.DEFINE_string("title", None, "--evaluations_plot's title.")
 flags.DEFINE_bool("allow_incomplete", False, "Exit 0 when runs are not finished (they "
                   "are left out of the figures and listed either way); by default such "
                   "a report exits with status 3.")
@@ -186,14 +203,25 @@ def plot_inner_steps(plt, runs, keys, seed_key, path) -> bool:
             errors = [0 if math.isnan(p[1]["ci95"]) else p[1]["ci95"] for p in points]
             axis.errorbar(xs, means, yerr=errors, marker="o", capsize=3,
                           label=_label(row, keys))
-        axis.set(xlabel="inner steps", ylabel=metric, title=f"{stem} (mean ± 95% CI)")
-        if metric == "loss":
-            axis.set_yscale("log")
-        axis.legend(fontsize=7)
+        _steps_axis(axis, metric, f"{stem} (mean ± 95% CI)")
+    _finish(plt, figure, path)
+    return True
+
+
+def _steps_axis(axis, metric: str, title: str) -> None:
+    """Labels, title, scale (log for a loss) and legend of a metric-against-inner-steps
+    plot."""
+    axis.set(xlabel="inner steps", ylabel=metric)
+    axis.set_title(title, fontsize=9)
+    if metric == "loss":
+        axis.set_yscale("log")
+    axis.legend(fontsize=7)
+
+
+def _finish(plt, figure, path: str) -> None:
     figure.tight_layout()
     save_figure(figure, path)
     plt.close(figure)
-    return True
 
 
 def _number(text: str) -> Optional[float]:
@@ -281,6 +309,68 @@ def plot_sinusoid_adaptation(plt, workdir: str, path: str, steps=(1, 10), seed=0
     save_figure(figure, path)
     plt.close(figure)
     return True
+
+
+def evaluation_curves(paths: Sequence[str], metric: str,
+                      eval_file: str = Workdir.EVALUATION
+                      ) -> List[Tuple[str, List[int], List[float], List[float]]]:
+    """``(path, inner steps, means, 95% intervals)`` of ``metric`` in each run's
+    evaluation (:func:`metalearn.studies.results.read_evaluation`), steps in
+    increasing order.
+
+    Raises:
+      ValueError: an evaluation without ``metric`` (naming the metrics it has).
+    """
+    curves = []
+    for path in paths:
+        evaluation = results.read_evaluation(path, eval_file)
+        steps = sorted(evaluation["results"], key=int)
+        missing = [s for s in steps if metric not in evaluation["results"][s]]
+        if missing:
+            raise ValueError(f"{evaluation['path']!r} has no {metric!r} after "
+                             f"{missing} inner steps; it has "
+                             f"{sorted(evaluation['results'][missing[0]])}")
+        figures = [evaluation["results"][s][metric] for s in steps]
+        curves.append((path, [int(s) for s in steps], [float(f["mean"]) for f in figures],
+                       [float(f["ci95"]) for f in figures]))
+    return curves
+
+
+def plot_evaluations(paths: Sequence[str], path: str, metric: str = "loss",
+                     labels: Sequence[str] = (), eval_file: str = Workdir.EVALUATION,
+                     title: Optional[str] = None) -> Dict[str, object]:
+    """One figure of several runs' evaluations: ``metric`` against inner steps, each
+    run's mean with its 95% interval over the test tasks (as ``metalearn.evaluate``
+    reports them), written to ``path`` (PNG); log scale for a loss.
+
+    Args:
+      paths: run directories (their ``eval_file``) or evaluation JSON files.
+      labels: the legend, one per path (default: the folder or file names).
+
+    Returns:
+      ``{"table": Markdown (a row per run, a column per inner step, mean ± interval),
+      "files": [path]}``.
+    """
+    labels = list(labels) or [os.path.basename(os.path.normpath(
+        p if os.path.isdir(p) else os.path.dirname(p) or p)) for p in paths]
+    if len(labels) != len(paths):
+        raise ValueError(f"{len(labels)} labels {list(labels)} for {len(paths)} runs: "
+                         "give one per run")
+    curves = evaluation_curves(paths, metric, eval_file)
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(5, 3.5))
+    for label, (_, steps, means, errors) in zip(labels, curves):
+        axis.errorbar(steps, means, yerr=errors, marker="o", capsize=3, label=label)
+    every = sorted({s for _, steps, _, _ in curves for s in steps})
+    axis.set_xticks(every)
+    _steps_axis(axis, metric, title or f"{metric} (mean ± 95% CI over test tasks)")
+    _finish(plt, figure, path)
+    rows = [f"| run | {' | '.join(f'{s} step' + 's' * (s != 1) for s in every)} |",
+            "|---" * (len(every) + 1) + "|"]
+    for label, (_, steps, means, errors) in zip(labels, curves):
+        by_step = {s: f"{m:.3g} ± {e:.2g}" for s, m, e in zip(steps, means, errors)}
+        rows.append(f"| {label} | " + " | ".join(by_step.get(s, "") for s in every) + " |")
+    return {"table": "\n".join(rows) + "\n", "files": [path]}
 
 
 def report(paths: Sequence[str], output_dir: Optional[str] = None,
@@ -373,6 +463,12 @@ def main(argv) -> None:
     if len(argv) < 2:
         raise app.UsageError("give run directories or sweep roots: "
                              "python -m metalearn.report runs/sweep_inner_lr")
+    if FLAGS.evaluations_plot:
+        out = plot_evaluations(argv[1:], FLAGS.evaluations_plot, FLAGS.evaluations_metric,
+                               FLAGS.labels, FLAGS.eval_file, FLAGS.title)
+        sys.stdout.write(out["table"])
+        print(f"wrote {FLAGS.evaluations_plot}")
+        return
     if FLAGS.paired:
         if len(argv) != 3:
             raise app.UsageError("--paired compares exactly two run directories")

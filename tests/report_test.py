@@ -117,3 +117,42 @@ def test_report_of_real_runs_writes_tables_and_plots(tmp_path):
         assert len(list(csv.reader(f))) == 5
     curves = report.read_scalars(os.path.join(root, "lr0.01_seed0", "train"))
     assert curves["meta_loss"][0] == [2, 4, 6]
+
+
+def test_evaluations_plot_draws_several_runs_with_their_task_intervals(tmp_path, monkeypatch):
+    """--evaluations_plot: each run's metric against inner steps with the interval its
+    evaluation reports (over the test tasks), from a run directory or a JSON file; the
+    table holds the plotted figures; the legend comes from --labels."""
+    evaluations = {"maml": {0: (-40.0, 2.5), 1: (-13.0, 1.25)},
+                   "oracle": {0: (-3.5, 0.125), 1: (-3.75, 0.25), 2: (-4.0, 0.5)}}
+    paths = []
+    for name, figures in evaluations.items():
+        os.makedirs(tmp_path / name)
+        with open(tmp_path / name / "eval.json", "w") as f:
+            json.dump({"results": {str(s): {"return": {"mean": m, "ci95": c, "std": 1.0},
+                                            "loss": {"mean": 1.0, "ci95": 0.1}}
+                                   for s, (m, c) in figures.items()}}, f)
+        paths.append(str(tmp_path / name))
+    paths[1] = os.path.join(paths[1], "eval.json")  # a file given directly
+    drawn = []
+    real_errorbar = report.pyplot().Axes.errorbar
+
+    def errorbar(axis, x, y, yerr=None, **kwargs):
+        drawn.append((kwargs.get("label"), list(x), list(y), list(yerr)))
+        return real_errorbar(axis, x, y, yerr=yerr, **kwargs)
+
+    monkeypatch.setattr(report.pyplot().Axes, "errorbar", errorbar)
+    png = str(tmp_path / "returns.png")
+    out = report.plot_evaluations(paths, png, "return", ["MAML", "oracle"])
+    assert drawn == [("MAML", [0, 1], [-40.0, -13.0], [2.5, 1.25]),
+                     ("oracle", [0, 1, 2], [-3.5, -3.75, -4.0], [0.125, 0.25, 0.5])]
+    assert out["files"] == [png] and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert out["table"].splitlines()[0] == "| run | 0 steps | 1 step | 2 steps |"
+    assert "| MAML | -40 ± 2.5 | -13 ± 1.2 |  |" in out["table"]
+    assert "| oracle | -3.5 ± 0.12 | -3.75 ± 0.25 | -4 ± 0.5 |" in out["table"]
+    with pytest.raises(ValueError, match="1 labels"):
+        report.plot_evaluations(paths, png, "return", ["MAML"])
+    with pytest.raises(ValueError, match="no 'accuracy'.*it has \\['loss', 'return'\\]"):
+        report.plot_evaluations(paths, png, "accuracy")
+    with pytest.raises(FileNotFoundError, match="not found; write it with python -m metalearn.evaluate --workdir="):
+        report.plot_evaluations([str(tmp_path / "missing")], png, "return")

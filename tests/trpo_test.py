@@ -21,6 +21,7 @@ from metalearn.testing import OuterRuleContract
 from metalearn.testing.outer import FORMULATIONS
 from metalearn.adapters import GradientDescent
 from metalearn.outer import TRPO, ClippedRatio
+from metalearn.outer.clipped import adapted_kl_coefficient
 from metalearn.outer.trpo import TrustRegion, backtracking_line_search, conjugate_gradient
 from metalearn.pieces import HyperparameterRangeError
 from metalearn.rl import Collected, DiCE, PolicyLearner, Rollouts, TabularMDP
@@ -298,16 +299,29 @@ def _clipped_objective(region, values, clip, penalty):
             a = tf.cumsum(trajectories.rewards, axis=-1, reverse=True)
             w = weights[:, None] * tf.ones_like(a)
             clipped = tf.minimum(ratio * a, tf.clip_by_value(ratio, 1 - clip, 1 + clip) * a)
-            support, support_w, support_log = tf.nest.map_structure(lambda t: t[0],
-                                                                     task.support_y)
-            pre = tf.reshape(learner.predict(learner.initial_weights(), tf.reshape(
-                support.observations, [-1, MDP.states])), [-1, MDP.horizon, 2])
-            pre_taken = tf.one_hot(support.actions, 2, dtype=tf.float64)
-            current = tf.reduce_sum(pre_taken * tf.nn.log_softmax(pre), -1)
-            sw = support_w[:, None] * tf.ones_like(current)
-            inner_kl = tf.reduce_sum(sw * (support_log - current)) / tf.reduce_sum(sw)
-            total.append(tf.reduce_sum(w * clipped) / tf.reduce_sum(w) - penalty * inner_kl)
+            total.append(tf.reduce_sum(w * clipped) / tf.reduce_sum(w)
+                         - penalty * _task_inner_kl(learner, task))
     return float(tf.add_n(total)) / len(total)
+
+
+def _task_inner_kl(learner, task):
+    """The collecting pre-update policy's KL to the current one on a collected task's
+    first inner step's actions, by hand: the mean of the log-ratio."""
+    support, support_w, support_log = tf.nest.map_structure(lambda t: t[0], task.support_y)
+    pre = tf.reshape(learner.predict(learner.initial_weights(), tf.reshape(
+        support.observations, [-1, MDP.states])), [-1, MDP.horizon, 2])
+    pre_taken = tf.one_hot(support.actions, 2, dtype=tf.float64)
+    current = tf.reduce_sum(pre_taken * tf.nn.log_softmax(pre), -1)
+    sw = support_w[:, None] * tf.ones_like(current)
+    return tf.reduce_sum(sw * (support_log - current)) / tf.reduce_sum(sw)
+
+
+def _hand_inner_kl(region):
+    """The mean over the collected tasks of :func:`_task_inner_kl` at the learner's
+    current values."""
+    tasks = int(region.old_outputs.shape[0])
+    return float(tf.add_n([_task_inner_kl(region.learner, tf.nest.map_structure(
+        lambda t: t[i], region.collected)) for i in range(tasks)])) / tasks
 
 
 def _clipped_reference(learner, episodes, rate, clip, penalty, epochs):
@@ -389,6 +403,93 @@ def test_clipped_ratio_refuses_what_it_cannot_run():
         metalearn.training.make_meta_step(supervised, ClippedRatio())
 
 
+def test_the_adaptive_kl_coefficient_doubles_halves_or_keeps():
+    """ProMP's rule against a hand computation: target 0.01, doubled above 0.015,
+    halved below 0.01 / 1.5, kept between (and for a KL that is not a number)."""
+    for kl, expected in [(0.02, 0.4), (0.0151, 0.4), (0.015, 0.2), (0.01, 0.2),
+                         (0.0067, 0.2), (0.0066, 0.1), (0.0, 0.1), (float("nan"), 0.2)]:
+        found = float(adapted_kl_coefficient(tf.constant(0.2, tf.float64), kl, 0.01))
+        assert found == expected, (kl, found, expected)
+
+
+def _adaptive(target, penalty=0.5):
+    return ClippedRatio(keras.optimizers.SGD(3.0), epochs=2, clip=0.05, kl_penalty=penalty,
+                        kl_target=target)
+
+
+def test_the_adaptive_rule_adapts_after_the_step_and_uses_its_coefficient():
+    """A step with ``kl_target``: the inner KL at the values after the step (the
+    figure, against the log-ratio by hand on the collected data) and the coefficient
+    adapted from it (both branches: a tiny target doubles it, a large one halves it);
+    the next step's objective uses the adapted coefficient (as a fixed penalty of that
+    value would)."""
+    episodes = _episodes()
+    for target, expected in [(1e-8, 1.0), (10.0, 0.25)]:
+        learner = _learner()
+        region = TrustRegion(learner, episodes, UNROLLED)  # the data the step collects
+        rule = _adaptive(target)
+        rule.build(learner)
+        figures = rule.step(learner, episodes, UNROLLED)
+        kl = _hand_inner_kl(region)
+        assert kl > 0 and abs(float(figures["inner_kl"][0]) - kl) < 1e-10 * kl
+        hand = 0.5 * (2.0 if kl > 1.5 * target else 0.5 if kl < target / 1.5 else 1.0)
+        assert float(rule.kl_coefficient.numpy()) == hand == expected
+        np.testing.assert_array_equal(figures["kl_coefficient"].numpy(), [hand, hand])
+    adaptive, fixed = _learner(), _learner()
+    rule = _adaptive(1e-8)
+    rule.kl_coefficient.assign(4.0)
+    rule.step(adaptive, episodes, UNROLLED)
+    ClippedRatio(keras.optimizers.SGD(3.0), epochs=2, clip=0.05,
+                 kl_penalty=4.0).step(fixed, episodes, UNROLLED)
+    assert relative_error(_flat([v.numpy() for v in adaptive.meta_variables]),
+                          _flat([v.numpy() for v in fixed.meta_variables])) < 1e-12
+    with pytest.raises(HyperparameterRangeError, match="ClippedRatio.kl_target"):
+        ClippedRatio(kl_target=0.0)
+    with pytest.raises(HyperparameterRangeError, match="ClippedRatio.kl_penalty must be > 0"):
+        ClippedRatio(kl_penalty=0.0, kl_target=0.01)  # 0 would never adapt
+
+
+def _clipped_run(workdir, steps):
+    """The point-navigation config (shrunk) with the adaptive clipped-ratio rule, trained
+    to ``steps`` in ``workdir`` through the training loop (resuming what is there)."""
+    import gin
+    from metalearn.training import build_experiment, parse_config, train
+    parse_config(["experiments/rl/point_nav_maml.gin"],
+                 ["Experiment.outer_rule = @ClippedRatio()", "ClippedRatio.epochs = 2",
+                  "ClippedRatio.kl_penalty = 0.1", "ClippedRatio.kl_target = 10.0",
+                  f"Loop.num_steps = {steps}", "Loop.log_every = 1",
+                  "Loop.checkpoint_every = 1", "PointNavigation.horizon = 5",
+                  "PolicyLearner.rollouts = 2", "Experiment.meta_batch_size = 2",
+                  "mlp.hidden = (8,)", "Experiment.formulation = @Unrolled()"])
+    try:
+        experiment = build_experiment()
+        metrics = train(experiment, workdir)
+    finally:
+        gin.clear_config()
+    return experiment, metrics
+
+
+def test_a_resumed_run_continues_the_adaptive_kl_coefficient(tmp_path):
+    """The coefficient is checkpointed with the run: stopped after one step and resumed
+    to two, the run ends with the uninterrupted run's coefficient and weights (halved
+    at each step here, the target far above the KL: a resume that lost it would end at
+    twice it)."""
+    whole, metrics = _clipped_run(str(tmp_path / "whole"), 2)
+    assert float(whole.outer_rule.kl_coefficient.numpy()) == 0.025
+    assert metrics["kl_coefficient"] == pytest.approx(0.025)
+    _clipped_run(str(tmp_path / "resumed"), 1)
+    resumed, _ = _clipped_run(str(tmp_path / "resumed"), 2)
+    assert float(resumed.outer_rule.kl_coefficient.numpy()) == 0.025
+    import gin
+    try:  # restore() (evaluation, notebooks) loads the rule's state with the weights
+        restored = metalearn.training.restore(str(tmp_path / "whole"))
+    finally:
+        gin.clear_config()
+    assert float(restored.outer_rule.kl_coefficient.numpy()) == 0.025
+    for a, b in zip(whole.learner.meta_variables, resumed.learner.meta_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 def test_trpo_trains_from_the_point_navigation_config(tmp_path):
     """``Experiment.outer_rule = @TRPO()`` on experiments/rl/point_nav_maml.gin (shrunk)
     through metalearn.train: the step's figures (``kl``, ``accepted``) reach the
@@ -460,7 +561,9 @@ class TestTRPOContract(OuterRuleContract):
 
 class TestClippedRatioContract(OuterRuleContract):
     """ClippedRatio's epochs under every formulation, one device and a strategy (one
-    replica: it refuses several), against SGD ascent by finite differences."""
+    replica: it refuses several), against SGD ascent by finite differences; with the
+    adaptive KL coefficient on (the step uses the initial coefficient, then adapts it:
+    the same weights; without it, the finite-difference test above)."""
 
     covers = (ClippedRatio,)
     tolerance = 1e-7
@@ -470,7 +573,7 @@ class TestClippedRatioContract(OuterRuleContract):
     def make_rule(self):
         s = self.settings
         return ClippedRatio(keras.optimizers.SGD(s["rate"]), epochs=s["epochs"],
-                            clip=s["clip"], kl_penalty=s["penalty"])
+                            clip=s["clip"], kl_penalty=s["penalty"], kl_target=0.01)
 
     def make_learner(self):
         return _learner()

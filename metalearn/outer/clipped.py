@@ -18,6 +18,12 @@ collecting one's, and the penalty the KL divergence from the collecting pre-upda
 policy to the current one on the first inner step's trajectories (estimated on their
 actions: the mean of ``log pi_collected - log pi_current``; ProMP penalises the inner
 policies' KL to keep the pre-update sampling distribution close).
+
+With ``kl_target`` the coefficient adapts as ProMP's (and PPO's adaptive KL penalty,
+Schulman et al. 2017): after each step, the KL at the new values measured on the same
+trajectories, the coefficient is doubled if that KL exceeds ``1.5 kl_target`` and
+halved if it is below ``kl_target / 1.5`` (:func:`adapted_kl_coefficient`). It is a
+variable of the rule, checkpointed with the run, so a resumed run continues it.
 """
 
 from __future__ import annotations
@@ -64,6 +70,17 @@ def clipped_figures(learner, episode: Episode, old_outputs: tf.Tensor, clip: flo
     return figures
 
 
+def adapted_kl_coefficient(coefficient: tf.Tensor, kl: tf.Tensor, target: float
+                           ) -> tf.Tensor:
+    """ProMP's (and PPO's) update of a KL coefficient after a step whose measured KL is
+    ``kl``: doubled if ``kl > 1.5 target``, halved if ``kl < target / 1.5``, else kept
+    (a non-finite ``kl`` keeps it)."""
+    coefficient = tf.convert_to_tensor(coefficient)
+    kl = tf.cast(kl, coefficient.dtype)
+    return tf.where(kl > 1.5 * target, 2.0 * coefficient,
+                    tf.where(kl < target / 1.5, 0.5 * coefficient, coefficient))
+
+
 @gin.configurable
 class ClippedRatio(OptimizerRule):
     """PPO / ProMP on the meta-objective: ``epochs`` updates of a Keras optimizer on
@@ -79,18 +96,50 @@ class ClippedRatio(OptimizerRule):
       optimizer: a Keras optimizer; defaults to Adam with learning rate 1e-3.
       epochs: updates per collected batch (ProMP's ``num_ppo_steps``, 5).
       clip: the ratio's clipping range ``[1 - clip, 1 + clip]`` (ProMP's 0.3).
-      kl_penalty: the weight of the pre-update policies' KL (ProMP's inner KL penalty,
-        fixed here; 0 for none).
+      kl_penalty: the weight of the pre-update policies' KL (ProMP's inner KL penalty;
+        0 for none); with ``kl_target``, its initial value (> 0).
+      kl_target: ``None``: the coefficient stays ``kl_penalty``. A number (> 0, ProMP's
+        ``target_inner_step``, 0.01): the coefficient adapts after every step (the
+        module's docstring); the figures then hold ``"inner_kl"`` (measured after the
+        step) and ``"kl_coefficient"`` (the coefficient for the next step), each
+        broadcast over the tasks.
     """
 
     interleaves_updates = True
 
     def __init__(self, optimizer: Optional[keras.optimizers.Optimizer] = None,
-                 epochs: int = 5, clip: float = 0.2, kl_penalty: float = 0.0):
+                 epochs: int = 5, clip: float = 0.2, kl_penalty: float = 0.0,
+                 kl_target: Optional[float] = None):
         super().__init__(optimizer)
         self.epochs = check_range("ClippedRatio", "epochs", epochs, COUNT)
         self.clip = check_range("ClippedRatio", "clip", clip, POSITIVE)
-        self.kl_penalty = check_range("ClippedRatio", "kl_penalty", kl_penalty, NON_NEGATIVE)
+        self.kl_target = None if kl_target is None else check_range(
+            "ClippedRatio", "kl_target", kl_target, POSITIVE)
+        self.kl_penalty = check_range("ClippedRatio", "kl_penalty", kl_penalty,
+                                      NON_NEGATIVE if kl_target is None else POSITIVE)
+        self.kl_coefficient = None
+        if self.kl_target is not None:  # the rule's state, checkpointed with the run
+            self.kl_coefficient = tf.Variable(
+                self.kl_penalty, dtype=tf.float64, trainable=False, name="kl_coefficient",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+    def coefficient(self, dtype: tf.DType) -> tf.Tensor:
+        """The KL penalty's coefficient of this step, in ``dtype``."""
+        if self.kl_coefficient is None:
+            return tf.constant(self.kl_penalty, dtype)
+        return tf.cast(tf.convert_to_tensor(self.kl_coefficient), dtype)
+
+    def adapt(self, region: TrustRegion) -> Metrics:
+        """After a step: the inner KL at the meta-variables' values now (on the
+        collected trajectories), the coefficient adapted to it
+        (:func:`adapted_kl_coefficient`), both as figures broadcast over the tasks."""
+        figures = region.figures()
+        kl = region.mean(figures, "inner_kl")
+        self.kl_coefficient.assign(adapted_kl_coefficient(self.kl_coefficient, kl,
+                                                          self.kl_target))
+        dtype, tasks = figures["loss"].dtype, tf.shape(figures["loss"])
+        return {"inner_kl": tf.fill(tasks, tf.cast(kl, dtype)),
+                "kl_coefficient": tf.fill(tasks, self.coefficient(dtype))}
 
     @classmethod
     def configured_class(cls) -> type:
@@ -111,7 +160,8 @@ class ClippedRatio(OptimizerRule):
         meta-variable) and the per-task figures there."""
         with tf.GradientTape() as tape:
             figures = region.figures()
-            loss = self.kl_penalty * region.mean(figures, "inner_kl") - region.mean(
+            inner_kl = region.mean(figures, "inner_kl")
+            loss = self.coefficient(inner_kl.dtype) * inner_kl - region.mean(
                 figures, "clipped")
         gradients = tape.gradient(loss, region.variables)
         metrics = {k: v for k, v in figures.items()
@@ -124,7 +174,8 @@ class ClippedRatio(OptimizerRule):
 
     def step(self, learner, episodes, formulation, apply=None, jit_compile=False):
         """``epochs`` updates on one collected batch, each through ``apply`` (guards
-        see every update; the figures a guard adds to one are handed to the next)."""
+        see every update; the figures a guard adds to one are handed to the next);
+        then, with ``kl_target``, the coefficient's adaptation."""
         context = tf.distribute.get_replica_context()
         if context is not None and context.num_replicas_in_sync > 1:
             raise ValueError("ClippedRatio updates several times per step, which "
@@ -138,4 +189,7 @@ class ClippedRatio(OptimizerRule):
             result = apply(learner, gradients, {**metrics, **carried})
             carried = {k: v for k, v in result.items() if k not in given}
             first = first or {k: result[k] for k in given}
+        if self.kl_target is not None:
+            with tf.control_dependencies(tf.nest.flatten(carried)):  # after the updates
+                first = {**first, **self.adapt(region)}
         return {**first, **carried}

@@ -7,8 +7,8 @@ learner that samples trajectories inside the compiled step.
 * :mod:`metalearn.rl.policies`: :class:`Gaussian`, :class:`Categorical`,
   :func:`gaussian_policy`.
 * :mod:`metalearn.rl.estimators`: :func:`discounted_returns`, :func:`gae`,
-  :class:`LinearFeatureBaseline`, :func:`magic_box`, :class:`DiCE`,
-  :class:`NaiveSurrogate`.
+  :class:`LinearFeatureBaseline`, :class:`ValueNetworkBaseline`, :func:`magic_box`,
+  :class:`DiCE`, :class:`NaiveSurrogate`.
 * :mod:`metalearn.rl.gym`: Python environments (Gymnasium, MuJoCo):
   :class:`PythonEnvironment`, :class:`HalfCheetahVelocity`, :class:`HalfCheetahDirection`,
   :class:`GymCollector` (Gymnasium's vector API), :class:`GymCollection` (the batches a
@@ -20,7 +20,8 @@ learner that samples trajectories inside the compiled step.
 from metalearn.rl.environments import (MDP, Environment, PointNavigation, TabularMDP,
                                        Trajectories, rollout)
 from metalearn.rl.estimators import (Batch, DiCE, LinearFeatureBaseline, NaiveSurrogate,
-                                     discounted_returns, gae, magic_box)
+                                     ValueNetworkBaseline, discounted_returns, gae,
+                                     magic_box)
 from metalearn.rl.gym import (GymCollection, GymCollector, HalfCheetahDirection,
                               HalfCheetahVelocity, PolicySampler, PythonEnvironment,
                               SimulatorError, collect_episodes)
@@ -31,6 +32,7 @@ __all__ = ["MDP", "Batch", "Categorical", "Collected", "DiCE", "Environment", "G
            "GymCollection", "GymCollector", "HalfCheetahDirection", "HalfCheetahVelocity",
            "LinearFeatureBaseline", "LogStd", "NaiveSurrogate", "PointNavigation",
            "PolicyLearner", "PolicySampler", "PythonEnvironment", "Rollouts",
-           "SimulatorError", "TabularMDP", "Trajectories", "collect_episodes",
+           "SimulatorError", "TabularMDP", "Trajectories", "ValueNetworkBaseline",
+           "collect_episodes",
            "discounted_returns", "gae", "gaussian_policy", "magic_box", "mean_return",
            "rollout"]

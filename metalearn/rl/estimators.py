@@ -19,12 +19,15 @@ shows both against the exact expected return of a tabular MDP.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import gin
+import keras
+import numpy as np
 import tensorflow as tf
 
-from metalearn.ranges import NON_NEGATIVE, UNIT, check_range
+from metalearn import functional
+from metalearn.ranges import COUNT, NON_NEGATIVE, POSITIVE, UNIT, check_range
 from metalearn.rl.environments import Trajectories
 
 
@@ -84,16 +87,135 @@ class LinearFeatureBaseline:
         """The fitted values ``[n, T]`` (each trajectory's steps weighted by its weight
         and mask)."""
         features = self.features(trajectories.observations)
-        w = tf.cast(trajectories.mask * weights[:, None], tf.float64)[..., None]
         k = features.shape[-1]
-        flat = tf.reshape(features, [-1, k])
-        weighted = tf.reshape(features * w, [-1, k])
-        target = tf.reshape(tf.cast(returns, tf.float64), [-1, 1])
-        gram = tf.matmul(weighted, flat, transpose_a=True)
-        scale = tf.reduce_sum(w)  # the regulariser relative to the data's weight
-        coefficients = tf.linalg.solve(gram + self.reg * scale * tf.eye(k, dtype=tf.float64),
-                                       tf.matmul(weighted, target, transpose_a=True))
-        values = tf.linalg.matvec(features, coefficients[:, 0])
+        w = tf.reshape(tf.cast(trajectories.mask * weights[:, None], tf.float64), [-1])
+        coefficients = _weighted_ridge(tf.reshape(features, [-1, k]),
+                                       tf.reshape(tf.cast(returns, tf.float64), [-1]),
+                                       w, self.reg)
+        values = tf.linalg.matvec(features, coefficients)
+        return tf.stop_gradient(tf.cast(values, returns.dtype))
+
+
+def _weighted_ridge(features: tf.Tensor, target: tf.Tensor, w: tf.Tensor,
+                    reg: float) -> tf.Tensor:
+    """``[k]`` coefficients minimising ``sum_i w_i (features_i . c - target_i)^2 + reg *
+    sum(w) |c|^2`` (``features [m, k]``, ``target``, ``w [m]``; float64)."""
+    k = features.shape[-1]
+    weighted = features * w[:, None]
+    gram = tf.matmul(weighted, features, transpose_a=True)
+    scale = tf.reduce_sum(w)  # the regulariser relative to the data's weight
+    return tf.linalg.solve(gram + reg * scale * tf.eye(k, dtype=features.dtype),
+                           tf.matmul(weighted, target[:, None], transpose_a=True))[:, 0]
+
+
+@gin.configurable
+class ValueNetworkBaseline:
+    """A value network as the baseline: a small Keras MLP ``V(o, t)`` of the observation
+    (clipped to ``[-10, 10]``) and the step over 100 (the inputs of
+    :class:`LinearFeatureBaseline`), refitted to the returns of every batch it is
+    applied to (one task's trajectories), with the same interface.
+
+    The fit starts each time from the same initial weights (Glorot, ``seed``): the
+    hidden layers (a Keras ``Sequential`` of ``Dense`` layers) take ``steps`` Adam steps
+    (rate ``learning_rate``) on the weighted squared error of the standardised returns,
+    and at every step the linear output layer is the weighted ridge solution (``reg``)
+    on the last hidden layer's features (variable projection: the output layer is
+    exact for the features it sees, the gradient steps improve the features). The
+    values are stop-gradiented: a function of the state, as a baseline must be, so it
+    changes no derivative of the DiCE objective in expectation (and none with an
+    exact batch, ``tests/meta_rl_test.py``) and only lowers the variance.
+
+    Args:
+      hidden: the hidden layers' widths.
+      steps: Adam steps of the hidden layers per fit (>= 1).
+      learning_rate: Adam's rate on the standardised returns.
+      activation: the hidden layers' activation (a Keras name).
+      reg: the output layer's ridge regulariser, relative to the data's weight.
+      seed: the initial weights' seed.
+    """
+
+    def __init__(self, hidden: Sequence[int] = (32, 32), steps: int = 20,
+                 learning_rate: float = 0.01, activation: str = "tanh",
+                 reg: float = 1e-5, seed: int = 0):
+        owner = "ValueNetworkBaseline"
+        if isinstance(hidden, (int, str)) or not len(hidden):
+            raise ValueError(f"{owner}.hidden must be a non-empty sequence of widths, "
+                             f"got {hidden!r}")
+        self.hidden = tuple(check_range(owner, "hidden", h, COUNT) for h in hidden)
+        self.steps = check_range(owner, "steps", steps, COUNT)
+        self.learning_rate = check_range(owner, "learning_rate", learning_rate, POSITIVE)
+        self.reg = check_range(owner, "reg", reg, NON_NEGATIVE)
+        keras.activations.get(activation)  # an unknown name fails here, not at a step
+        self.activation = activation
+        self.seed = int(seed)
+        self._networks: Dict[int, Tuple[keras.Model, Dict[str, np.ndarray]]] = {}
+
+    @staticmethod
+    def inputs(observations: tf.Tensor) -> tf.Tensor:
+        """``[n, T, obs + 1]`` network inputs of ``[n, T, obs]`` observations (float64)."""
+        o = tf.clip_by_value(tf.cast(observations, tf.float64), -10.0, 10.0)
+        t = tf.cast(tf.range(tf.shape(o)[1]), tf.float64)[None, :, None] / 100.0
+        return tf.concat([o, tf.broadcast_to(t, tf.concat([tf.shape(o)[:2], [1]], 0))], -1)
+
+    def network(self, size: int) -> Tuple[keras.Model, Dict[str, np.ndarray]]:
+        """The hidden layers for ``size`` inputs (a float64 Keras ``Sequential``, built
+        once per input size outside any traced function) and their initial weights."""
+        if size not in self._networks:
+            with tf.init_scope():
+                layers = [keras.Input((size,), dtype="float64")] + [
+                    keras.layers.Dense(width, activation=self.activation,
+                                       dtype="float64", name=f"value{i}",
+                                       kernel_initializer=keras.initializers.GlorotUniform(
+                                           self.seed + i))
+                    for i, width in enumerate(self.hidden)]
+                model = keras.Sequential(layers, name="value_network")
+                initial = {p: np.asarray(v) for p, v in functional.variables(model).items()}
+            self._networks[size] = (model, initial)
+        return self._networks[size]
+
+    def __call__(self, trajectories: Trajectories, returns: tf.Tensor,
+                 weights: tf.Tensor) -> tf.Tensor:
+        """The fitted values ``[n, T]`` (each trajectory's steps weighted by its weight
+        and mask)."""
+        inputs = self.inputs(trajectories.observations)
+        size = inputs.shape[-1]
+        model, initial = self.network(size)
+        flat = tf.stop_gradient(tf.reshape(inputs, [-1, size]))
+        w = tf.reshape(tf.cast(trajectories.mask * weights[:, None], tf.float64), [-1])
+        w = tf.stop_gradient(w / tf.reduce_sum(w))
+        target = tf.stop_gradient(tf.reshape(tf.cast(returns, tf.float64), [-1]))
+        mean = tf.reduce_sum(w * target)
+        std = tf.sqrt(tf.reduce_sum(w * tf.square(target - mean))) + 1e-8
+        target = (target - mean) / std
+
+        def features(body):
+            h = functional.call(model, body, flat)
+            return tf.concat([h, tf.ones_like(h[:, :1])], -1)
+
+        def head(h):
+            return _weighted_ridge(h, target, w, self.reg)
+
+        def step(i, body, m, v):
+            with tf.GradientTape() as tape:
+                tape.watch(body)
+                h = features(body)
+                coefficients = tf.stop_gradient(head(h))  # exact: the envelope theorem
+                loss = tf.reduce_sum(w * tf.square(tf.linalg.matvec(h, coefficients) - target))
+            gradients = tape.gradient(loss, body)
+            t = tf.cast(i + 1, tf.float64)
+            m = {p: 0.9 * m[p] + 0.1 * gradients[p] for p in body}
+            v = {p: 0.999 * v[p] + 0.001 * tf.square(gradients[p]) for p in body}
+            rate = self.learning_rate * tf.sqrt(1.0 - 0.999 ** t) / (1.0 - 0.9 ** t)
+            body = {p: body[p] - rate * m[p] / (tf.sqrt(v[p]) + 1e-8) for p in body}
+            return i + 1, body, m, v
+
+        body = {p: tf.constant(value) for p, value in initial.items()}
+        zeros = {p: tf.zeros_like(value) for p, value in body.items()}
+        _, body, _, _ = tf.while_loop(lambda i, *_: i < self.steps, step,
+                                      (tf.constant(0), body, zeros, zeros))
+        h = features(body)
+        values = tf.linalg.matvec(h, head(h)) * std + mean
+        values = tf.reshape(values, tf.shape(trajectories.mask))
         return tf.stop_gradient(tf.cast(values, returns.dtype))
 
 
@@ -133,7 +255,8 @@ class DiCE:
       gae_lambda: GAE's lambda; 1 (the default, as the MAML code) gives the reward-to-go
         minus the baseline, unbiased at every order; below 1 trades bias for variance.
       baseline: a function of ``(trajectories, returns, weights)`` giving ``[n, T]``
-        values (:class:`LinearFeatureBaseline`), or ``None`` for none.
+        values (:class:`LinearFeatureBaseline`, :class:`ValueNetworkBaseline`), or
+        ``None`` for none.
       normalize_advantages: centre and scale the advantages over the batch (the MAML
         code's ``center_adv``): a constant baseline and a step-size change per batch.
       mean_over_steps: the objective divided by the horizon, value and derivatives
@@ -142,7 +265,7 @@ class DiCE:
     """
 
     def __init__(self, discount: float = 0.99, gae_lambda: float = 1.0,
-                 baseline: Optional[LinearFeatureBaseline] = None,
+                 baseline: Optional[Callable[..., tf.Tensor]] = None,
                  normalize_advantages: bool = False, mean_over_steps: bool = False):
         discount = check_range(type(self).__name__, "discount", discount, UNIT)
         gae_lambda = check_range(type(self).__name__, "gae_lambda", gae_lambda, UNIT)

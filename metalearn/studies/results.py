@@ -390,21 +390,40 @@ def write_summary_csv(path: str, keys: Sequence[str], rows: Sequence[Dict[str, o
 # --- paired comparison of two runs on the same test episodes -------------------------
 
 
-def _eval_report(workdir: str, eval_file: str) -> Dict:
-    path = Workdir(workdir).evaluation(eval_file)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"evaluation file {path!r} not found; write it with "
-                                f"python -m metalearn.evaluate --workdir={workdir}")
-    with open(path) as f:
+def read_evaluation(path: str, eval_file: str = Workdir.EVALUATION,
+                    per_task: bool = False) -> Dict:
+    """The evaluation report of a run directory (its ``eval_file``) or of an evaluation
+    JSON file given directly, with ``"path"`` added.
+
+    Args:
+      per_task: require the per-episode values (``"per_task"``, for paired tests).
+
+    Raises:
+      FileNotFoundError: naming the file and the command that writes it.
+      ValueError: the file is not an evaluation report (``{"results": {inner steps:
+        {metric: {"mean", "ci95"}}}}``), or lacks ``per_task`` when required.
+    """
+    file = path if os.path.isfile(path) else Workdir(path).evaluation(eval_file)
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"evaluation file {file!r} not found; write it with "
+                                f"python -m metalearn.evaluate --workdir={path}")
+    with open(file) as f:
         try:
             report = json.load(f)
         except ValueError as error:
-            raise ValueError(f"evaluation file {path!r} is not JSON ({error})") from None
-    if not isinstance(report, dict) or "per_task" not in report:
-        raise ValueError(f"evaluation file {path!r} has no per-episode values "
+            raise ValueError(f"evaluation file {file!r} is not JSON ({error})") from None
+    if not isinstance(report, dict) or not isinstance(report.get("results"), dict):
+        raise ValueError(f"evaluation file {file!r} is not an evaluation report: expected "
+                         "{\"results\": {inner steps: {metric: {\"mean\", \"ci95\"}}}}")
+    if per_task and "per_task" not in report:
+        raise ValueError(f"evaluation file {file!r} has no per-episode values "
                          "('per_task'): evaluate the run again with this version")
-    report["path"] = path
+    report["path"] = file
     return report
+
+
+def _eval_report(workdir: str, eval_file: str) -> Dict:
+    return read_evaluation(workdir, eval_file, per_task=True)
 
 
 def compare_runs(workdir_a: str, workdir_b: str, metric: str = "accuracy",

@@ -382,11 +382,14 @@ def load(experiment: Experiment, step: tf.Variable, path: str,
         build, or the reverse.
     """
     saved = {key.split("/", 1)[0] for key in _keys(path)}
-    # the outer rule's state: its Keras optimizer's, or its own (checkpoint_for)
-    rule = "optimizer" if getattr(experiment.outer_rule, "optimizer", None) is not None \
-        else "outer_rule"
-    unused = {"optimizer", "outer_rule"} - {rule}
-    parts = [name for name in PARTS if name in ("step", "learner", rule)
+    # the outer rule's state: its Keras optimizer's and its own variables, if it has
+    # them (a rule without an optimizer is saved whole), as checkpoint_for saves them
+    rule = experiment.outer_rule
+    own = ["optimizer"] if getattr(rule, "optimizer", None) is not None else []
+    if not own or rule.variables:
+        own.append("outer_rule")
+    unused = {"optimizer", "outer_rule"} - set(own)
+    parts = [name for name in PARTS if name in ("step", "learner", *own)
              or (name in saved and name not in unused
                  and (name != "progress" or progress is not None))]
     if progress is not None and "progress" not in parts:
