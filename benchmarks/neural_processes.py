@@ -24,6 +24,10 @@ seeds (benchmarks/wall_time.py says which), the steps each run reached, per-seed
 for several seeds, and paired differences on the same episodes against MAML and against
 the CNP (``metalearn.statistics.paired_difference``).
 
+With ``--bands`` (the default) it then draws the predictive band of one test task for
+each method with a Gaussian prediction, from its first seed's run, into
+``<out>/bands/<method>.png`` (``metalearn.report.plot_regression_adaptation``).
+
 ``--sampler_rate`` measures instead the episodes per second that the Gaussian-process
 task prior (``metalearn.tasks.GaussianProcess``) streams through ``tf.data`` in batches
 of 25, as the training loop iterates it, at 5 and 10 shots (against the meta-step's
@@ -32,13 +36,13 @@ consumption, the tasks/s the training logs print).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import List, Sequence
 
 from absl import app, flags
 
 from benchmarks.wall_time import (INTERVALS_NOTE, define_flags, method_cells, paired_table,
-                                  per_seed_table, read_measured, run_main, steps_text,
-                                  stream_rate, train_and_evaluate)
+                                  parse_seeds, per_seed_table, read_measured, run_main,
+                                  seed_workdir, steps_text, stream_rate, train_and_evaluate)
 
 METHODS = ("cnp", "anp", "np", "in_context", "maml")
 SETUPS = {"sinusoid": ("experiments/sinusoid", "Sinusoid"),
@@ -53,7 +57,13 @@ LABELS = {"cnp": "CNP", "anp": "ANP (deterministic)", "np": "NP (latent path)",
 define_flags(150, "runs/np_wall", METHODS, "Measure the GP task prior's episodes/s.")
 flags.DEFINE_enum("setup", "sinusoid", list(SETUPS), "The task prior: sinusoid or gp "
                   "(Gaussian-process curves).")
+flags.DEFINE_bool("bands", True, "Draw the predictive band of each method with a Gaussian "
+                  "prediction (its first seed's run) into <out>/bands/<method>.png "
+                  "(needs matplotlib).")
 FLAGS = flags.FLAGS
+
+GAUSSIAN = ("cnp", "anp", "np", "in_context")
+"""The methods whose prediction is a Gaussian (MAML's is a point)."""
 
 
 def run(name: str, workdir: str, seconds: int, budget: str, params: Sequence[str]) -> None:
@@ -97,6 +107,26 @@ def analyse(out: str, seeds: Sequence[int]) -> str:
     return "\n".join(lines + ["", INTERVALS_NOTE])
 
 
+def bands(out: str, seeds: Sequence[int]) -> List[str]:
+    """The predictive band of one test task (``report.plot_regression_adaptation``) of
+    each Gaussian method's first seed run under ``out``: the files written."""
+    import os
+
+    from metalearn import report
+    plt, written = report.pyplot(), []
+    os.makedirs(os.path.join(out, "bands"), exist_ok=True)
+    for name in GAUSSIAN:
+        workdir = next((seed_workdir(out, name, s) for s in seeds
+                        if os.path.isdir(os.path.join(seed_workdir(out, name, s),
+                                                      "checkpoints"))), None)
+        if workdir is None:
+            continue
+        path = os.path.join(out, "bands", f"{name}.png")
+        if report.plot_regression_adaptation(plt, workdir, path):
+            written.append(path)
+    return written
+
+
 def sampler_rate(batches: int = 400, batch: int = 25) -> str:
     from metalearn.tasks import GaussianProcess
     return "\n".join(f"GaussianProcess, {shots} shots + {shots} queries: "
@@ -107,6 +137,9 @@ def sampler_rate(batches: int = 400, batch: int = 25) -> str:
 def main(argv) -> None:
     del argv
     run_main(FLAGS, METHODS, run, analyse, sampler_rate)
+    if FLAGS.bands and not FLAGS.sampler_rate:
+        for path in bands(FLAGS.out, parse_seeds(FLAGS.seeds)):
+            print(f"wrote {path}")
 
 
 if __name__ == "__main__":

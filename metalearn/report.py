@@ -311,7 +311,8 @@ def plot_regression_adaptation(plt, workdir: str, path: str, steps=(1, 10),
         axis.plot(grid, np.asarray(prediction), "--", label=label)
     axis.plot(support_x, support_y, "^", color="C3", label=f"{sampler.shots} points used")
     axis.set(xlabel="x", ylabel="y")
-    axis.set_title(f"one test task, {os.path.basename(os.path.normpath(workdir))}", fontsize=7)
+    run = "/".join(os.path.normpath(workdir).split(os.sep)[-2:])  # e.g. cnp/seed0
+    axis.set_title(f"one test task, {run}", fontsize=7)
     axis.legend(fontsize=7)
     figure.tight_layout()
     save_figure(figure, path)
