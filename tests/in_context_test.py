@@ -1,8 +1,10 @@
 """The in-context adapter (metalearn.adapters.in_context): the shipped contracts
-(classification, regression), invariance to the support set's order, independent
-queries, the attention mask and the whole sequence model against a numpy reference,
-meta-gradients against float64 finite differences, padding, a short learning run, bad
-input; and the random task priors (metalearn.tasks.random_tasks; the tutorial
+(classification, regression, a prototype head as the read-out), invariance to the
+support set's order, independent queries, the attention mask and the whole sequence
+model against a numpy reference, meta-gradients against float64 finite differences,
+the head read-out against ProtoNets on the transformed tokens, a frozen warm-started
+embedding (CAML's setting), padding, a short learning run, bad input (more ways than
+built for), the Omniglot files' ways; and the random task priors (metalearn.tasks.random_tasks; the tutorial
 docs/tutorials/in_context.md meta-trains the adapter on the linear one)."""
 
 import math
