@@ -291,10 +291,12 @@ def paired_table(entries: Dict[Tuple[str, str], Measured], pairs: Sequence[Tuple
             worse = (by_seed > 0) if lower_is_better else (by_seed < 0)
             a_wins, b_wins = (d["wins_b"], d["wins_a"]) if lower_is_better else \
                 (d["wins_a"], d["wins_b"])
+            # below float64's range the t-test's p-value underflows to 0
+            p_value = f"{d['p_value']:.2g}" if d["p_value"] > 0 else "< 1e-300"
             lines.append(
                 f"| {a} − {b} | {value} | {len(seeds)} | {scale * d['difference']:.{digits}f} | "
                 f"[{scale * d['low']:.{digits}f}, {scale * d['high']:.{digits}f}] | "
-                f"{d['p_value']:.2g} | {a_wins} / {b_wins} | "
+                f"{p_value} | {a_wins} / {b_wins} | "
                 f"{int(better.sum())} / {int(worse.sum())} |")
     return lines
 
