@@ -1,18 +1,27 @@
-r"""The in-context learner against Prototypical Networks on Omniglot, same wall time.
+r"""The in-context learner (with its Dense read-out and with a prototype head) against
+Prototypical Networks and MAML on Omniglot, 5-way or 20-way 1-shot, at the same budget
+of CPU seconds.
 
-    PYTHONPATH=. python benchmarks/in_context.py --seconds=360 --out=runs/icl_wall
-    PYTHONPATH=. python benchmarks/in_context.py --out=runs/icl_wall --analyse_only
+    PYTHONPATH=. python benchmarks/in_context.py --ways=5 --seconds=360 --seeds=0,1,2 --out=runs/icl_5way
+    PYTHONPATH=. python benchmarks/in_context.py --ways=20 --seconds=600 --seeds=0,1,2 --out=runs/icl_20way
+    PYTHONPATH=. python benchmarks/in_context.py --ways=5 --seeds=0,1,2 --out=runs/icl_5way --analyse_only
     PYTHONPATH=. python benchmarks/in_context.py --sampler_rate
 
-Each of experiments/omniglot/minimal/{in_context,protonets}_5way_1shot.gin (5-way 1-shot
-on the minimal split, the same protocol: meta-batch 32, 1 query per class, Adam 1e-3) is
-meta-trained by ``python -m metalearn.train`` stopped with SIGTERM after ``--seconds``
-of wall time (the step under way finishes and is checkpointed), then evaluated by
-``python -m metalearn.evaluate`` on the same 600 test episodes (the evaluation files'
-``episodes`` digests must agree). Prints the accuracies with 95% intervals, the steps
-each run reached, and the paired difference on the same episodes
-(``metalearn.statistics.paired_difference``). The timings are those of whatever else
-the machine runs.
+Each of experiments/omniglot/minimal/<method>_<ways>way_1shot.gin (``in_context``,
+``in_context_prototypes``: ``InContext.head = @PrototypeHead()``, ``protonets``,
+``maml``; the minimal split, 1 query per class, Adam 1e-3; meta-batch 32 at 5 ways, 16
+at 20 as MAML's 20-way file) is meta-trained by ``python -m metalearn.train`` at each
+of ``--seeds`` (``Runtime.seed``; workdir ``<out>/<method>/seed<seed>``) until it has
+used ``--seconds`` of CPU time (``--budget=cpu``, the default: a soft RLIMIT_CPU, which
+other jobs on a shared machine do not shrink; ``--budget=wall``: SIGTERM after
+``--seconds`` of wall time). Either way the step under way finishes and is
+checkpointed. Then ``python -m metalearn.evaluate`` evaluates it on the same 600 test
+episodes (the evaluation files' ``episodes`` digests must agree; MAML after the most
+inner steps its file evaluates: 3 at 5 ways, 10 at 20). Prints the accuracies (the mean
+over the seeds with the 95% interval over the episodes and across seeds;
+benchmarks/wall_time.py says which), the steps each run reached, per-seed rows for
+several seeds, and the paired difference on the same episodes of every pair of methods
+(``metalearn.statistics.paired_difference``).
 
 ``--sampler_rate`` measures instead the episodes per second that the random task priors
 (``metalearn.tasks.RandomMLPFunctions``, ``RandomLinearClassification``) stream through
@@ -21,50 +30,54 @@ the machine runs.
 
 from __future__ import annotations
 
-import json
-import os
+import itertools
+from typing import Sequence
 
 from absl import app, flags
 
-from benchmarks.wall_time import run_main, stream_rate, train_and_evaluate
-from metalearn.statistics import paired_difference
+from benchmarks.wall_time import (INTERVALS_NOTE, define_flags, method_cells, paired_table,
+                                  per_seed_table, read_measured, run_main, steps_text,
+                                  stream_rate, train_and_evaluate)
 
-flags.DEFINE_integer("seconds", 360, "Meta-training wall time of each method.")
-flags.DEFINE_string("out", "runs/icl_wall", "Folder of the workdirs.")
-flags.DEFINE_bool("analyse_only", False, "Only read the workdirs' evaluations.")
-flags.DEFINE_list("methods", ["in_context", "protonets"], "Which to (re)train.")
-flags.DEFINE_bool("sampler_rate", False, "Measure the random task priors' episodes/s.")
+METHODS = ("in_context", "in_context_prototypes", "protonets", "maml")
+LABELS = {"in_context": "in-context transformer",
+          "in_context_prototypes": "in-context, prototype head",
+          "protonets": "Prototypical Networks", "maml": "MAML (most inner steps)"}
+WAYS = (5, 20)
+
+define_flags(360, "runs/icl_wall", METHODS, "Measure the random task priors' episodes/s.")
+flags.DEFINE_enum("ways", "5", [str(w) for w in WAYS], "5-way or 20-way 1-shot.")
 FLAGS = flags.FLAGS
 
-METHODS = ("in_context", "protonets")
+
+def run(name: str, workdir: str, seconds: int, budget: str, params: Sequence[str]) -> None:
+    ways = FLAGS.ways
+    train_and_evaluate(f"experiments/omniglot/minimal/{name}_{ways}way_1shot.gin", workdir,
+                       seconds, log_every=100, evaluations=[[f"--output=eval_{ways}way.json"]],
+                       budget=budget, params=params)
 
 
-def run(name: str, seconds: int, out: str) -> None:
-    train_and_evaluate(f"experiments/omniglot/minimal/{name}_5way_1shot.gin",
-                       os.path.join(out, name), seconds, log_every=100,
-                       evaluations=[["--output=eval_5way.json"]])
-
-
-def analyse(out: str) -> str:
-    lines = ["| method | steps reached | test accuracy (600 episodes) |", "| --- | --- | --- |"]
-    values = {}
+def analyse(out: str, seeds: Sequence[int]) -> str:
+    ways = FLAGS.ways
+    lines = [f"| method | seeds | steps reached | ways | test accuracy (600 episodes) | "
+             "across seeds |", "| --- " * 6 + "|"]
+    entries, rows = {}, []
     for name in METHODS:
-        with open(os.path.join(out, name, "eval_5way.json")) as f:
-            report = json.load(f)
-        result = report["results"]["0"]["accuracy"]
-        values[name] = (report["per_task"]["0"]["accuracy"], report["episodes"])
-        lines.append(f"| {name} | {report['checkpoint_step']} | "
-                     f"{100 * result['mean']:.1f} ± {100 * result['ci95']:.1f}% |")
-    (a, digest_a), (b, digest_b) = values["in_context"], values["protonets"]
-    if digest_a != digest_b:
-        raise ValueError("the two runs were evaluated on other episodes")
-    d = paired_difference(a, b)
-    lines += ["", "| paired accuracy difference | a − b | 95% interval | p-value | "
-              "episodes a better / b better |", "| --- | --- | --- | --- | --- |",
-              f"| in_context − protonets | {100 * d['difference']:.1f} | "
-              f"[{100 * d['low']:.1f}, {100 * d['high']:.1f}] | {d['p_value']:.2g} | "
-              f"{d['wins_a']} / {d['wins_b']} |"]
-    return "\n".join(lines)
+        measured = read_measured(out, name, seeds, f"eval_{ways}way.json", ["accuracy"])
+        if measured is None:  # a method not run into this folder
+            continue
+        entries[name, ways] = measured
+        rows.append((LABELS[name], ways, measured, ("accuracy",)))
+        cells = method_cells(measured, "accuracy", scale=100, digits=1, unit="%")
+        lines.append(f"| {LABELS[name]} | {len(measured.seeds)} | {steps_text(measured)} | "
+                     f"{ways} | {' | '.join(cells)} |")
+    if any(len(m.seeds) > 1 for m in entries.values()):
+        lines += [""] + per_seed_table(rows, ("test accuracy",), "ways", scale=100,
+                                       digits=1, unit="%")
+    lines += [""] + paired_table(entries, list(itertools.combinations(METHODS, 2)), [ways],
+                                 lambda name: "accuracy", "accuracy (points)", "ways",
+                                 lower_is_better=False, scale=100, digits=1)
+    return "\n".join(lines + ["", INTERVALS_NOTE])
 
 
 def sampler_rate() -> str:
@@ -74,12 +87,12 @@ def sampler_rate() -> str:
                 "RandomLinearClassification(), 5-way 1-shot, 5 queries per class, dim 16":
                 RandomLinearClassification()}
     return "\n".join(f"{name}: {stream_rate(sampler):,.0f} episodes/s"
-                      for name, sampler in samplers.items())
+                     for name, sampler in samplers.items())
 
 
 def main(argv) -> None:
     del argv
-    run_main(FLAGS, run, analyse, sampler_rate)
+    run_main(FLAGS, METHODS, run, analyse, sampler_rate)
 
 
 if __name__ == "__main__":

@@ -5,16 +5,49 @@ The few-shot backbones: the 4-block conv nets of MAML (:func:`omniglot_conv_net`
 ResNet-12 (:func:`resnet12`, MetaOptNet/TADAM) and Wide ResNets (:func:`wide_resnet`,
 WRN-28-10). All are Keras Sequential or functional models of stock layers (and
 :class:`metalearn.layers.DropBlock`), so every learner runs them unmodified.
+:func:`frozen` fixes some of a model's layers (a pre-trained embedding that the outer
+step does not train).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Optional, Sequence, Tuple
 
 import gin
 import keras
 
 from metalearn.layers import DropBlock
+
+
+@gin.configurable
+def frozen(model: keras.Model = gin.REQUIRED, layers: Sequence[str] = (".*",),
+           exclude: Sequence[str] = ()) -> keras.Model:
+    """``model`` with the layers whose names a pattern of ``layers`` matches
+    (``re.search``) and none of ``exclude`` does set ``trainable = False``: their weights
+    are no longer trainable variables, so no learner meta-trains them (a learner's
+    meta-variables are its model's trainable variables) nor adapts them per task, and a
+    frozen BatchNormalization normalises with its moving statistics (Keras' inference
+    mode) in training too. E.g. CAML's frozen pre-trained embedding under an in-context
+    learner, its weights from :class:`metalearn.training.WarmStart`::
+
+        MODEL = @frozen()
+        frozen.model = @omniglot_conv_net()
+        frozen.exclude = ('head',)      # the linear head stays trainable
+
+    Raises:
+      ValueError: the patterns select no layer (the message lists the layers).
+    """
+    chosen = [layer for layer in model.layers
+              if any(re.search(p, layer.name) for p in layers)
+              and not any(re.search(p, layer.name) for p in exclude)]
+    if not [layer for layer in chosen if layer.weights]:
+        raise ValueError(f"frozen: layers={tuple(layers)!r}, exclude={tuple(exclude)!r} "
+                         f"select no layer with weights of model {model.name!r}, whose "
+                         f"layers are {[layer.name for layer in model.layers]}")
+    for layer in chosen:
+        layer.trainable = False
+    return model
 
 
 @gin.configurable

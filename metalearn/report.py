@@ -12,8 +12,10 @@ Writes into the output directory:
 - ``learning_curves.png``: meta-training loss against step (TensorBoard event files);
 - ``inner_steps.png``: evaluation loss (accuracy if measured) against inner steps;
 - ``sweep_<key>.png``: ``--plot_metric`` against each swept value;
-- ``sinusoid_adaptation.png`` for sinusoid runs: a test task's curve before and after
-  1 and 10 inner steps (the MAML paper's figure), from the best group's first run.
+- ``sinusoid_adaptation.png`` for sinusoid runs (``gaussian_process_adaptation.png``
+  for Gaussian-process regression runs): a test task's curve before and after 1 and 10
+  inner steps (the MAML paper's figure), or the predictive band of a learner without
+  inner steps (a neural process), from the best group's first run.
 
 Paired comparison of two runs evaluated on the same test episodes (the same
 ``evaluate.seed``, split, number of tasks and sampler; checked):
@@ -67,8 +69,8 @@ flags.DEFINE_string("seed_key", results.SEED_KEY, "The binding averaged over.")
 flags.DEFINE_string("plot_metric", None, "Column plotted against the swept values "
                     "(default: the last eval loss column, else train/loss).")
 flags.DEFINE_bool("plots", True, "Write the plots (needs matplotlib).")
-flags.DEFINE_bool("adaptation_plot", True, "For sinusoid runs, plot a task before and "
-                  "after adaptation (restores a run).")
+flags.DEFINE_bool("adaptation_plot", True, "For sinusoid and Gaussian-process runs, plot "
+                  "a task before and after adaptation (restores a run).")
 flags.DEFINE_bool("paired", False, "Compare two runs episode by episode on the same "
                   "test episodes (paired t-test) instead of the tables and plots.")
 flags.DEFINE_string("paired_metric", "accuracy", "The per-episode metric compared.")
@@ -262,30 +264,64 @@ def plot_against_swept(plt, runs, keys, seed_key, metric, output_dir) -> List[st
     return written
 
 
-def plot_sinusoid_adaptation(plt, workdir: str, path: str, steps=(1, 10), seed=0) -> bool:
-    """The MAML paper's figure: one test task's curve, the meta-learned initial
-    prediction, the predictions after 1 and 10 inner steps, and the support points. For
-    a learner without inner steps (a neural process, ``adapter.steps == 0``) the
+ADAPTATION_PLOTS = {"Sinusoid": "sinusoid_adaptation.png",
+                    "GaussianProcess": "gaussian_process_adaptation.png"}
+"""The 1-d regression samplers :func:`plot_regression_adaptation` draws, by gin name,
+and the file :func:`report` writes for a run of each."""
+
+
+def regression_task(sampler, grid, seed: int = 0):
+    """``(support_x [shots, 1], support_y [shots, 1], the task's curve on grid [g])`` of
+    one test task of a 1-d regression sampler (``None`` for another sampler): a
+    sinusoid's amplitude and phase, or a Gaussian-process draw (its length scale and
+    variance from the sampler's ranges, the function drawn jointly at the support
+    points and on the grid, the support points observed with the sampler's noise)."""
+    import numpy as np
+    from metalearn.tasks import GaussianProcess, Sinusoid
+    rng = np.random.default_rng(seed)
+    if isinstance(sampler, Sinusoid):
+        amplitude, phase = rng.uniform(*sampler.amplitude), rng.uniform(*sampler.phase)
+        support_x = rng.uniform(*sampler.x_range, size=(sampler.shots, 1))
+        return support_x, amplitude * np.sin(support_x - phase), \
+            amplitude * np.sin(grid[:, 0] - phase)
+    if isinstance(sampler, GaussianProcess):
+        length_scale, variance = rng.uniform(*sampler.length_scale), \
+            rng.uniform(*sampler.variance)
+        support_x = rng.uniform(*sampler.x_range, size=(sampler.shots, 1))
+        x = np.concatenate([support_x[:, 0], grid[:, 0]])
+        kernel = variance * np.exp(-0.5 * (x[:, None] - x[None]) ** 2 / length_scale ** 2)
+        kernel += sampler.jitter * np.eye(len(x))
+        f = np.linalg.cholesky(kernel) @ rng.normal(size=len(x))
+        support_y = f[:sampler.shots, None] + sampler.noise * rng.normal(
+            size=(sampler.shots, 1))
+        return support_x, support_y, f[sampler.shots:]
+    return None
+
+
+def plot_regression_adaptation(plt, workdir: str, path: str, steps=(1, 10),
+                               seed=0) -> bool:
+    """The MAML paper's figure for a 1-d regression run (sinusoid or Gaussian-process
+    tasks, :func:`regression_task`): one test task's curve, the meta-learned initial
+    prediction, the predictions after 1 and 10 inner steps, and the support points.
+    For a learner without inner steps (a neural process, ``adapter.steps == 0``) the
     prediction from the support set, and for a Gaussian prediction its mean and the
-    band of two scales around it."""
+    band of two scales around it. ``False`` (nothing drawn) for other tasks."""
     import numpy as np
     import tensorflow as tf
     from metalearn.functional import Gaussian
-    from metalearn.tasks import Sinusoid
     from metalearn.training import restore
 
     experiment = restore(workdir)
     sampler, learner = experiment.sampler, experiment.learner
-    if not isinstance(sampler, Sinusoid):
+    grid = np.linspace(*sampler.x_range, 200)[:, None] if hasattr(sampler, "x_range") \
+        else None
+    task = regression_task(sampler, grid, seed) if grid is not None else None
+    if task is None:
         return False
-    rng = np.random.default_rng(seed)
-    amplitude, phase = rng.uniform(*sampler.amplitude), rng.uniform(*sampler.phase)
-    support_x = rng.uniform(*sampler.x_range, size=(sampler.shots, 1))
-    support_y = amplitude * np.sin(support_x - phase)
-    grid = np.linspace(*sampler.x_range, 200)[:, None]
+    support_x, support_y, truth = task
     as_tensor = lambda a: tf.constant(a, sampler.dtype)
     figure, axis = plt.subplots(figsize=(5, 3.5))
-    axis.plot(grid, amplitude * np.sin(grid - phase), "k-", label="ground truth")
+    axis.plot(grid, truth, "k-", label="ground truth")
     if getattr(learner.adapter, "steps", None) == 0:  # model-based: reads the support set
         steps = (0,)
     else:
@@ -303,7 +339,8 @@ def plot_sinusoid_adaptation(plt, workdir: str, path: str, steps=(1, 10), seed=0
         axis.plot(grid, np.asarray(prediction), "--", label=label)
     axis.plot(support_x, support_y, "^", color="C3", label=f"{sampler.shots} points used")
     axis.set(xlabel="x", ylabel="y")
-    axis.set_title(f"one test task, {os.path.basename(os.path.normpath(workdir))}", fontsize=7)
+    run = "/".join(os.path.normpath(workdir).split(os.sep)[-2:])  # e.g. cnp/seed0
+    axis.set_title(f"one test task, {run}", fontsize=7)
     axis.legend(fontsize=7)
     figure.tight_layout()
     save_figure(figure, path)
@@ -429,9 +466,11 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
             chosen = next((run for run in runs if best is not None and all(
                 run.bindings.get(k) == best[k] for k in keys)), runs[0])
             config = Workdir(chosen.workdir).config
-            if os.path.isfile(config) and "Sinusoid" in open(config).read():
-                path = os.path.join(output_dir, "sinusoid_adaptation.png")
-                if plot_sinusoid_adaptation(plt, chosen.workdir, path):
+            text = open(config).read() if os.path.isfile(config) else ""
+            name = next((f for s, f in ADAPTATION_PLOTS.items() if s in text), None)
+            if name is not None:
+                path = os.path.join(output_dir, name)
+                if plot_regression_adaptation(plt, chosen.workdir, path):
                     files.append(path)
     return {"table": table, "files": files, "rows": rows, "incomplete": incomplete}
 

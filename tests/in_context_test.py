@@ -1,8 +1,10 @@
 """The in-context adapter (metalearn.adapters.in_context): the shipped contracts
-(classification, regression), invariance to the support set's order, independent
-queries, the attention mask and the whole sequence model against a numpy reference,
-meta-gradients against float64 finite differences, padding, a short learning run, bad
-input; and the random task priors (metalearn.tasks.random_tasks; the tutorial
+(classification, regression, a prototype head as the read-out), invariance to the
+support set's order, independent queries, the attention mask and the whole sequence
+model against a numpy reference, meta-gradients against float64 finite differences,
+the head read-out against ProtoNets on the transformed tokens, a frozen warm-started
+embedding (CAML's setting), padding, a short learning run, bad input (more ways than
+built for), the Omniglot files' ways; and the random task priors (metalearn.tasks.random_tasks; the tutorial
 docs/tutorials/in_context.md meta-trains the adapter on the linear one)."""
 
 import math
@@ -18,23 +20,24 @@ from metalearn.adapters import InContext
 from metalearn.adapters.in_context import attention_mask
 from metalearn.adapters.neural_process import CONTEXT
 from metalearn.functional import Gaussian, gaussian_nll, predictive_mse
+from metalearn.heads import PrototypeHead, RidgeHead
 from metalearn.tasks import RandomLinearClassification, RandomMLPFunctions, pad_episodes
 from metalearn.testing import (DIM, WAYS, LearnerContract, RegressionContract,
                                analytic_meta_gradient, image_episodes,
                                assert_meta_gradient_matches_finite_differences,
                                assert_sampler_is_seeded_and_stateless,
                                softmax_cross_entropy, synthetic_classification,
-                               synthetic_regression)
+                               synthetic_regression, uninformative_support)
 
 
 def icl_learner(ways=WAYS, targets=None, output="raw", embedding=8, width=16, depth=2,
-                heads=2, dtype=None, activation="gelu", seed=0):
+                heads=2, dtype=None, activation="gelu", seed=0, head=None):
     """A small in-context learner over an MLP embedding of the contract's inputs."""
     keras.utils.set_random_seed(seed)
     model = models.mlp((DIM,), hidden=(16,), outputs=embedding, activation="tanh",
                        dtype=dtype, name="embedding")
     adapter = InContext(ways=ways, targets=targets, output=output, width=width,
-                        depth=depth, heads=heads, activation=activation)
+                        depth=depth, heads=heads, activation=activation, head=head)
     if targets is None:
         return metalearn.Learner(model, adapter, loss=softmax_cross_entropy,
                                  metrics={"accuracy": "accuracy"})
@@ -55,6 +58,19 @@ class TestInContext(LearnerContract):
 
     def make_learner(self):
         return icl_learner()
+
+
+class TestInContextPrototypes(LearnerContract):
+    """The prototype head as the read-out (``InContext.head = @PrototypeHead()``)."""
+    covers = (InContext, PrototypeHead)
+
+    def make_learner(self):
+        return icl_learner(head=PrototypeHead(learn_scale=True))
+
+    def chance_metrics(self, learner, episodes):
+        """Class means classify before any training (as ProtoNets do): at chance only
+        when the support set carries no information."""
+        return learner.meta_metrics(uninformative_support(episodes))
 
 
 class TestInContextRegression(RegressionContract):
@@ -201,6 +217,111 @@ def test_gaussian_meta_gradient_matches_finite_differences():
     assert isinstance(prediction, Gaussian) and np.all(prediction.scale.numpy() > 0)
 
 
+def test_prototype_head_meta_gradient_matches_finite_differences():
+    learner = icl_learner(embedding=3, width=4, depth=1, dtype="float64",
+                          head=PrototypeHead(learn_scale=True, scale=0.5))
+    episodes = synthetic_classification(4, tasks=2, dtype=tf.float64)
+    gradient = assert_meta_gradient_matches_finite_differences(learner, episodes)
+    assert any(path.endswith("scale") for path in gradient)  # the head's own variable
+    assert all(np.any(g != 0) for g in gradient.values()), \
+        [k for k, g in gradient.items() if not np.any(g)]
+
+
+# --- a head as the read-out ---------------------------------------------------------------
+
+def test_prototype_read_out_is_protonets_on_the_transformed_tokens():
+    """With ``head=PrototypeHead()`` the logits are minus the squared distances of each
+    query token's output to the class means of the support tokens' outputs (the
+    transformer, which has no Dense read-out then, run by hand on the sequence)."""
+    learner = icl_learner(dtype="float64", head=PrototypeHead())
+    adapter = learner.adapter
+    assert not [v for v in adapter.transformer.trainable_variables if "readout" in v.path]
+    task = task64(shots=2)
+    got = learner.predict(learner.adapt(task.support_x, task.support_y), task.query_x).numpy()
+    support, queries = learner.model(task.support_x), learner.model(task.query_x)
+    m, n = support.shape[0], queries.shape[0]
+    labels = np.zeros((m + n, WAYS + 1))
+    labels[np.arange(m), task.support_y.numpy()] = 1.0
+    labels[m:, WAYS] = 1.0
+    outputs = adapter.transformer([tf.concat([support, queries], 0)[None],
+                                   tf.constant(labels[None]),
+                                   attention_mask(tf.ones([m], tf.bool), n)[None]])[0].numpy()
+    prototypes = np.stack([outputs[:m][task.support_y.numpy() == k].mean(0)
+                           for k in range(WAYS)])
+    expected = -((outputs[m:, None, :] - prototypes[None]) ** 2).sum(-1)
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+    order = np.random.default_rng(0).permutation(m)  # still order-invariant
+    shuffled = learner.predict(learner.adapt(tf.gather(task.support_x, order),
+                                             tf.gather(task.support_y, order)), task.query_x)
+    np.testing.assert_allclose(shuffled, got, rtol=1e-10, atol=1e-10)
+
+
+def test_a_head_read_out_fits_padded_episodes_on_their_real_examples():
+    learner = icl_learner(head=PrototypeHead())
+    task = synthetic_classification(0, tasks=1).task(0)
+    support = task.support_x.shape[0]
+    padded = pad_episodes([task], max_support=support + 4, max_query=task.query_x.shape[0],
+                          max_ways=WAYS).task(0)
+    junk = tf.concat([task.support_x, 100.0 * tf.ones([4, DIM])], axis=0)
+    expected = learner.predict(learner.adapt(task.support_x, task.support_y), task.query_x)
+    got = learner.predict(learner.adapt(junk, padded.support_y), task.query_x)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_head_read_out_arguments_are_checked():
+    with pytest.raises(TypeError, match="head= must be a metalearn.heads.Head, got 'proto'"):
+        InContext(ways=5, head="proto")
+    with pytest.raises(ValueError, match="classifies with the head: give ways=, not targets=1"):
+        InContext(targets=1, head=PrototypeHead())
+    learner = icl_learner(head=RidgeHead())  # any head of metalearn.heads
+    task = synthetic_classification(0, tasks=1).task(0)
+    logits = learner.predict(learner.adapt(task.support_x, task.support_y), task.query_x)
+    assert logits.shape == (task.query_x.shape[0], WAYS)
+
+
+# --- CAML's setting: a frozen pre-trained embedding -----------------------------------------
+
+def test_a_frozen_warm_started_embedding_does_not_move(tmp_path):
+    """A conv embedding started from a Prototypical Networks checkpoint
+    (``WarmStart``) and frozen (``models.frozen``, its head excluded): its weights and
+    BatchNorm statistics are no meta-variables and stay the checkpoint's through
+    meta-steps, while the head and the transformer train."""
+    from metalearn.training import WarmStart
+    conv = lambda: models.conv_net((8, 8, 1), outputs=8, filters=4, blocks=2,
+                                   dtype="float64")
+    keras.utils.set_random_seed(1)
+    protonets = metalearn.PrototypicalNetworks(conv(), ways=WAYS, drop_head="head")
+    for variable in protonets.model.variables:  # "pre-trained": not a fresh start
+        variable.assign(variable + 0.25)
+    saved = {v.path: v.numpy() for v in protonets.model.variables}
+    source = tf.train.Checkpoint(learner=protonets).write(str(tmp_path / "protonets"))
+
+    keras.utils.set_random_seed(0)
+    embedding = models.frozen(conv(), exclude=("head",))
+    learner = metalearn.Learner(embedding, InContext(ways=WAYS, width=8, depth=1),
+                                loss=softmax_cross_entropy, query_training=True)
+    assert sorted(WarmStart(source, exclude=("head",))(learner)) == sorted(saved)
+    meta = {v.path for v in learner.meta_variables}
+    assert not meta & set(saved)
+    assert {"conv_net/head/kernel", "conv_net/head/bias"} <= meta
+    head = embedding.get_layer("head").kernel.numpy().copy()
+    transformer = {v.path: v.numpy().copy()
+                   for v in learner.adapter.transformer.trainable_variables}
+    step = metalearn.training.make_meta_step(
+        learner, metalearn.MetaGradient(keras.optimizers.Adam(0.01)))
+    for seed in range(2):
+        step(image_episodes(tasks=2, ways=WAYS, seed=seed))
+    for variable in embedding.variables:
+        if variable.path in saved:  # kernels, biases, BatchNorm's moving statistics
+            np.testing.assert_array_equal(variable.numpy(), saved[variable.path])
+    assert np.max(np.abs(embedding.get_layer("head").kernel.numpy() - head)) > 1e-4
+    moved = {v.path for v in learner.adapter.transformer.trainable_variables
+             if np.max(np.abs(v.numpy() - transformer[v.path])) > 1e-6}
+    assert {"in_context_embed/kernel", "in_context_readout/kernel"} <= moved, moved
+    with pytest.raises(ValueError, match="select no layer with weights.*'conv0'"):
+        models.frozen(conv(), layers=("nothing",))
+
+
 # --- padding, learning ----------------------------------------------------------------------
 
 def test_padding_is_left_out_of_the_context():
@@ -273,6 +394,34 @@ def test_labels_out_of_range_are_an_error():
         learner.adapt(task.support_x, task.support_y + 1)
     with pytest.raises(TypeError, match="must be integers, got float32"):
         learner.adapt(task.support_x, tf.cast(task.support_y, tf.float32))
+
+
+def test_an_episode_of_more_ways_than_built_for_is_an_error():
+    """Unpadded 5-way episodes for an adapter built for 3 ways name both counts (padded
+    ones: test_padding_is_left_out_of_the_context)."""
+    learner = icl_learner()
+    episodes = synthetic_classification(0, tasks=2, ways=WAYS + 2)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"InContext \(built for 3 ways\): support labels must be in "
+                             r"0 .. 2 \(num_classes=3\)"):
+        learner.meta_metrics(episodes)
+
+
+@pytest.mark.parametrize("ways", [5, 20])
+def test_the_omniglot_files_build_the_adapter_for_their_ways(ways):
+    """experiments/omniglot/minimal/in_context_{5,20}way_1shot.gin: the read-out has as
+    many logits as the sampler has ways (the data set is not loaded to build)."""
+    import gin
+    from metalearn.training import build_experiment, parse_config
+    parse_config([f"experiments/omniglot/minimal/in_context_{ways}way_1shot.gin"],
+                 ["Loop.num_steps = 1"])
+    try:
+        experiment = build_experiment()
+    finally:
+        gin.clear_config()
+    adapter = experiment.learner.adapter
+    assert experiment.sampler.ways == (ways,) and adapter.ways == ways
+    assert adapter.transformer.output.shape[-1] == ways
 
 
 def test_constructor_arguments_are_checked():

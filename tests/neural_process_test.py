@@ -385,7 +385,10 @@ def test_neural_process_meta_trains_on_gaussian_processes():
 
 # --- a trained run: the gin file, evaluation without inner steps, the report's band ---
 
-def test_cnp_run_trains_evaluates_and_plots_its_predictive_band(tmp_path):
+@pytest.mark.parametrize("config, sampler", [("sinusoid/anp.gin", "Sinusoid"),
+                                             ("gaussian_process/in_context.gin",
+                                              "GaussianProcess")])
+def test_a_run_trains_evaluates_and_plots_its_predictive_band(tmp_path, config, sampler):
     import os
 
     import gin
@@ -397,13 +400,14 @@ def test_cnp_run_trains_evaluates_and_plots_its_predictive_band(tmp_path):
     from metalearn.training import build_experiment, evaluate, parse_config, train
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    parse_config([os.path.join(root, "experiments", "sinusoid", "anp.gin")],
+    parse_config([os.path.join(root, "experiments", config)],
                  ["Loop.num_steps = 4", "Loop.log_every = 2", "Loop.checkpoint_every = 4",
                   "Experiment.meta_batch_size = 2", "evaluate.num_tasks = 4",
                   "evaluate.batch_size = 2"])
     try:
         experiment = build_experiment()
-        workdir = str(tmp_path / "anp")
+        assert type(experiment.sampler).__name__ == sampler
+        workdir = str(tmp_path / "run")
         train(experiment, workdir)
         result = evaluate(experiment.learner, experiment.sampler)  # inner_steps = (0,)
         assert sorted(result["results"]["0"]) == ["loss", "mse"]
@@ -411,8 +415,25 @@ def test_cnp_run_trains_evaluates_and_plots_its_predictive_band(tmp_path):
     finally:
         gin.clear_config()
     path = str(tmp_path / "band.png")
-    assert report.plot_sinusoid_adaptation(plt, workdir, path)
+    assert report.plot_regression_adaptation(plt, workdir, path)
     assert os.path.getsize(path) > 1000
+
+
+def test_the_plotted_gaussian_process_task_is_one_draw_at_support_and_grid():
+    """report.regression_task draws the function jointly at the support points and on
+    the grid: without observation noise the support values lie on the plotted curve."""
+    from metalearn import report
+    from metalearn.tasks import GaussianProcess
+
+    grid = np.linspace(-2.0, 2.0, 400)[:, None]
+    for seed in range(3):
+        support_x, support_y, curve = report.regression_task(
+            GaussianProcess(shots=6, noise=0.0), grid, seed)
+        assert support_x.shape == support_y.shape == (6, 1) and curve.shape == (400,)
+        np.testing.assert_allclose(np.interp(support_x[:, 0], grid[:, 0], curve),
+                                   support_y[:, 0], atol=0.02)
+        assert np.std(curve) > 0.05  # a curve, not a constant
+    assert report.regression_task(object(), grid) is None
 
 
 # --- the NP's ELBO ---------------------------------------------------------------------

@@ -774,11 +774,13 @@ def _neural_process_steps():
     learner.adapt(tf.zeros([3, 1]), tf.zeros([3, 1]), steps=1)
 
 
-def _in_context_ways():
-    task = synthetic_classification(0, tasks=1).task(0)
+def _in_context_ways(padded: bool = True):
     learner = metalearn.Learner(metalearn.models.mlp((6,), hidden=(), outputs=4),
                                 metalearn.adapters.InContext(ways=3, width=4, depth=1),
                                 loss=softmax_cross_entropy)
+    if not padded:  # a 5-way episode as it is
+        learner.meta_metrics(synthetic_classification(0, tasks=1, ways=5))
+    task = synthetic_classification(0, tasks=1).task(0)
     padded = pad_episodes([task], task.support_x.shape[0], task.query_x.shape[0], 5)
     learner.meta_metrics(padded)
 
@@ -1301,6 +1303,10 @@ CASES: List[Case] = [
          "InContext was built for 3 ways (its read-out's logits); these padded episodes "
          "have up to 5 ways", lambda p: _in_context_ways(), None,
          "both counts and the ways= to build it with"),
+    Case("in-context adapter given an unpadded episode of more ways", "5-way episodes for "
+         "`InContext(ways=3)`", tf.errors.InvalidArgumentError,
+         "InContext (built for 3 ways): support labels must be in 0 .. 2",
+         lambda p: _in_context_ways(padded=False), None, "the ways it was built for"),
     # issue 27: a user's module
     Case("module file that does not exist", "`--module=<tmp>/no_rule.py` "
          "(`parse_config(modules=...)`)", ModuleImportError, "does not exist",

@@ -21,6 +21,15 @@ it is an :class:`Adapter` of an ordinary :class:`~metalearn.Learner`:
   residual connections) then a final norm and a ``Dense`` read-out give each query's
   logits (``ways``), targets, or a :class:`~metalearn.functional.Gaussian`.
 
+**A head as the read-out** (``head=``, e.g. ``InContext.head = @PrototypeHead()``): in
+place of the ``Dense`` read-out, any :class:`~metalearn.heads.Head` is fitted on the
+transformer's outputs at the support tokens (after the final norm, ``width`` values
+each) with the support labels and classifies the outputs at the query tokens: with
+:class:`~metalearn.heads.PrototypeHead` a query's logits are its negative squared
+distances to the class means of the transformed support tokens, ProtoNets' read-out
+over embeddings that have read the whole support set. The head's own meta-variables (a
+learned scale) are meta-learned with the transformer's.
+
 The attention mask (:func:`attention_mask`) lets a support token attend to the support
 tokens only, and a query token to the support tokens and itself, never to another
 query: each query's prediction is a function of the support set and that query alone
@@ -52,8 +61,9 @@ from metalearn.adapters.hypernetwork import flatten_examples as flat
 from metalearn.adapters.neural_process import (CONTEXT, OUTPUTS, encoded_targets,
                                               gaussian_outputs, last_size, split_context)
 from metalearn.functional import Weights
+from metalearn.heads.base import Head
 from metalearn.pieces import COUNT, CallFn, Capabilities, LossFn, SplitLoss, check_range
-from metalearn.tasks.episode import unmask
+from metalearn.tasks.episode import MaskedLabels, unmask
 
 PREFIX = "in_context_"
 """Prefix of the transformer's layer names (so its variable paths never meet a model's)."""
@@ -101,6 +111,9 @@ class InContext(Adapter):
       activation: the blocks' MLP activation (a Keras name).
       output: ``"raw"`` (logits or targets) or ``"gaussian"`` (regression only).
       min_scale: the smallest predicted scale (``"gaussian"``), in ``[0, 1)``.
+      head: a :class:`~metalearn.heads.Head` as the read-out (classification only): fitted
+        on the transformer's outputs at the support tokens, it gives the logits of the
+        outputs at the query tokens; ``None``: the ``Dense`` read-out.
     """
 
     steps = 0
@@ -109,7 +122,7 @@ class InContext(Adapter):
                  width: int = 64, depth: int = 2, heads: int = 4,
                  key_size: Optional[int] = None, hidden: Optional[int] = None,
                  activation: str = "gelu", output: str = "raw", min_scale: float = 0.01,
-                 name: Optional[str] = None):
+                 head: Optional[Head] = None, name: Optional[str] = None):
         super().__init__(name=name)
         if (ways is None) == (targets is None):
             raise ValueError(f"InContext needs ways= (classification) or targets= "
@@ -133,8 +146,14 @@ class InContext(Adapter):
                              f"targets=, not ways={self.ways}")
         if not 0.0 <= float(min_scale) < 1.0:
             raise ValueError(f"InContext min_scale must be in [0, 1), got {min_scale}")
+        if head is not None and not isinstance(head, Head):
+            raise TypeError(f"InContext head= must be a metalearn.heads.Head, got {head!r}")
+        if head is not None and self.ways is None:
+            raise ValueError(f"InContext(head={type(head).__name__}) classifies with the "
+                             f"head: give ways=, not targets={self.targets}")
         self.output = output
         self.min_scale = float(min_scale)
+        self.head = head
         self.embedding_size: Optional[int] = None
         self.transformer: Optional[keras.Model] = None
 
@@ -153,14 +172,15 @@ class InContext(Adapter):
     def build(self, model: keras.Model, weights: Weights) -> None:
         """Builds the transformer for the model's embedding: inputs embeddings
         ``[1, tokens, e]``, label features ``[1, tokens, label_size]`` and the mask
-        ``[1, tokens, tokens]``; output ``[1, tokens, read-out]``.
+        ``[1, tokens, tokens]``; output ``[1, tokens, read-out]`` (with a head: the
+        normed tokens ``[1, tokens, width]``, and the head is built in their dtype).
 
         Raises:
           ValueError: the model has several outputs or no static output size.
         """
         self.embedding_size = last_size(model.outputs, "InContext's embedding (the "
                                                        "learner's model) output")
-        dtype = tf.as_dtype(model.trainable_variables[0].dtype).name
+        dtype = tf.as_dtype(model.variables[0].dtype).name  # a frozen model: no trainable
         layers = keras.layers
         embeddings = keras.Input((None, self.embedding_size), dtype=dtype,
                                  name="embeddings")
@@ -181,9 +201,12 @@ class InContext(Adapter):
                              name=block + "mlp_hidden")(f)
             f = layers.Dense(self.width, dtype=dtype, name=block + "mlp_output")(f)
             h = layers.Add(dtype=dtype, name=block + "mlp_residual")([h, f])
-        h = layers.LayerNormalization(dtype=dtype, name=PREFIX + "final_norm")(h)
-        readout = self.ways or self.targets * (2 if self.output == "gaussian" else 1)
-        outputs = layers.Dense(readout, dtype=dtype, name=PREFIX + "readout")(h)
+        outputs = layers.LayerNormalization(dtype=dtype, name=PREFIX + "final_norm")(h)
+        if self.head is None:  # the Dense read-out; a head reads the normed tokens
+            readout = self.ways or self.targets * (2 if self.output == "gaussian" else 1)
+            outputs = layers.Dense(readout, dtype=dtype, name=PREFIX + "readout")(outputs)
+        else:
+            self.head.build(tf.as_dtype(dtype))
         self.transformer = keras.Model([embeddings, labels, mask], outputs,
                                        name=f"{self.name}_transformer")
         super().build(model, weights)
@@ -194,14 +217,17 @@ class InContext(Adapter):
               steps: Optional[int] = None) -> Weights:
         """``weights`` unchanged, plus under :data:`CONTEXT` the support set's
         ``embeddings [support, e]``, ``labels [support, label_size]`` (one-hot or
-        targets, the "unknown" flag 0) and ``mask [support]`` (real examples).
+        targets, the "unknown" flag 0) and ``mask [support]`` (real examples); with a
+        head and padded episodes also the task's ``classes [ways]``.
 
         Raises:
           ValueError: ``steps`` other than 0 or None; a learner whose support loss is
             not in two halves (``support_objective``), which gives no embedding.
           TypeError: real targets with ``ways`` (or integer labels with ``targets``).
-          ValueError: padded episodes of more ways than ``ways``.
-          tf.errors.InvalidArgumentError: a label outside ``0 .. ways - 1``.
+          ValueError: padded episodes of more ways than ``ways``; padded episodes
+            for a head that cannot fit them (``Head.supports_padding``).
+          tf.errors.InvalidArgumentError: a label outside ``0 .. ways - 1`` (an
+            episode of more ways than ``ways``).
         """
         if steps:
             raise ValueError(f"InContext takes no inner steps (it reads the support set in "
@@ -220,6 +246,13 @@ class InContext(Adapter):
         adapted = dict(weights)
         adapted.update({CONTEXT + "embeddings": embeddings, CONTEXT + "labels": labels,
                         CONTEXT + "mask": mask})
+        classes = unmask(support_y)[2]
+        if self.head is not None and classes is not None:
+            if not self.head.supports_padding:
+                raise ValueError(f"InContext's head {type(self.head).__name__} cannot fit "
+                                 "padded episodes (MaskedLabels; Head.supports_padding): "
+                                 "use a head of metalearn.heads or unpadded episodes")
+            adapted[CONTEXT + "classes"] = tf.reshape(tf.cast(classes, tf.bool), [-1])
         return adapted
 
     def forward(self, call: CallFn, weights: Weights, x: Any) -> Any:
@@ -240,11 +273,23 @@ class InContext(Adapter):
         mask = attention_mask(context["mask"], n)
         outputs = functional.call(self.transformer, {}, [tokens[None], labels[None],
                                                          mask[None]], training=True)[0]
+        if self.head is not None:
+            return self.head.logits(self.head.fit_finite(
+                outputs[:m], self.support_labels(context), self.ways), outputs[m:])
         outputs = outputs[m:]
         return gaussian_outputs(outputs, self.min_scale) if self.output == "gaussian" \
             else outputs
 
     # --- parts -------------------------------------------------------------------------
+
+    def support_labels(self, context: Weights) -> Any:
+        """The support labels that :meth:`adapt` kept in ``context`` as the head fits
+        them: ``[support]`` int32 (the one-hots' classes), or
+        :class:`~metalearn.tasks.MaskedLabels` for a padded episode."""
+        labels = tf.argmax(context["labels"][:, :self.ways], axis=-1, output_type=tf.int32)
+        if "classes" not in context:
+            return labels
+        return MaskedLabels(labels, context["mask"], context["classes"])
 
     def embedded(self, outputs: Any) -> tf.Tensor:
         """The model's outputs as ``[examples, e]`` in the transformer's dtype.
@@ -275,7 +320,9 @@ class InContext(Adapter):
                              f"logits); these padded episodes have up to "
                              f"{classes.shape[-1]} ways: build it with ways="
                              f"{classes.shape[-1]}, the sampler's largest")
-        values, mask = encoded_targets(y, self.ways, dtype, "InContext")
+        owner = "InContext" if self.ways is None else \
+            f"InContext (built for {self.ways} ways)"
+        values, mask = encoded_targets(y, self.ways, dtype, owner)
         if self.targets is not None and values.shape[-1] not in (None, self.targets):
             raise ValueError(f"InContext(targets={self.targets}) got support targets of "
                              f"{values.shape[-1]} values")
