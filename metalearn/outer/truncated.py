@@ -133,8 +133,9 @@ class CarriedTrajectory(OptimizerRule):
         specs = (tf.nest.flatten(stored) + tf.nest.flatten(weights) + tf.nest.flatten(state)
                  + self.extra_state(learner))
         with tf.init_scope():
-            self.carried = [tf.Variable(tf.zeros(s.shape, s.dtype), trainable=False,
-                                        name=f"carried_{i}") for i, s in enumerate(specs)]
+            for i, s in enumerate(specs):  # appended: a restore waiting on the list's
+                self.carried.append(tf.Variable(  # entries fills each as it is made
+                    tf.zeros(s.shape, s.dtype), trainable=False, name=f"carried_{i}"))
 
     def read_carried(self) -> Tuple[Any, Dict[str, tf.Tensor], Any, List[tf.Tensor]]:
         """``(episodes, weights, state, extra)`` as carried (tensors)."""

@@ -383,10 +383,12 @@ def load(experiment: Experiment, step: tf.Variable, path: str,
     """
     saved = {key.split("/", 1)[0] for key in _keys(path)}
     # the outer rule's state: its Keras optimizer's, or its own (checkpoint_for)
-    rule = "optimizer" if getattr(experiment.outer_rule, "optimizer", None) is not None \
-        else "outer_rule"
-    unused = {"optimizer", "outer_rule"} - {rule}
-    parts = [name for name in PARTS if name in ("step", "learner", rule)
+    outer_rule = experiment.outer_rule
+    rule = {"optimizer"} if getattr(outer_rule, "optimizer", None) is not None else set()
+    if not rule or outer_rule.variables:  # a rule's own state (a carried trajectory)
+        rule.add("outer_rule")
+    unused = {"optimizer", "outer_rule"} - rule
+    parts = [name for name in PARTS if name in ("step", "learner") or name in rule
              or (name in saved and name not in unused
                  and (name != "progress" or progress is not None))]
     if progress is not None and "progress" not in parts:
