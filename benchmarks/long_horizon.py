@@ -8,7 +8,7 @@ TruncatedUnroll and PersistentES), side by side: peak memory and held-out test M
 
 Each rule runs in its own subprocess, so peak resident memory (``VmHWM``) is that rule's
 alone. The learner is the MAML paper's (MLP 1-40-40-1 ReLU, sinusoid tasks with 10
-support and 10 query points), ``--inner_steps`` SGD steps of ``--inner_lr`` in a
+support and 10 query points; ``--shots`` more), ``--inner_steps`` SGD steps of ``--inner_lr`` in a
 ``tf.while_loop`` (the graph flat in the steps; second order), Adam ``--outer_lr``,
 ``--meta_batch_size`` tasks, the ``MapFn`` formulation:
 
@@ -44,6 +44,8 @@ flags.DEFINE_integer("inner_steps", 50, "Inner steps of a whole trajectory (the 
 flags.DEFINE_integer("truncation", 10, "Inner steps per outer step (truncated, pes).")
 flags.DEFINE_integer("steps", 1000, "Outer steps per rule.")
 flags.DEFINE_integer("meta_batch_size", 8, "Tasks per outer step.")
+flags.DEFINE_integer("shots", 10, "Support (and query) points per task; more makes the "
+                     "activations, not tracing, dominate the memory (e.g. 1000).")
 flags.DEFINE_float("inner_lr", 0.01, "Inner SGD rate.")
 flags.DEFINE_float("outer_lr", 1e-3, "Outer Adam rate.")
 flags.DEFINE_integer("population", 8, "PES antithetic pairs.")
@@ -82,7 +84,7 @@ def _child(rule_name: str) -> dict:
                             population=FLAGS.population, sigma=FLAGS.sigma, seed=FLAGS.seed)
     else:
         raise ValueError(f"rule must be 'full', 'truncated' or 'pes', got {rule_name!r}")
-    sampler = Sinusoid(shots=10, queries=10)
+    sampler = Sinusoid(shots=FLAGS.shots, queries=FLAGS.shots)
     step = metalearn.training.make_meta_step(learner, rule, MapFn(), skip_non_finite=True)
     stream = iter(sampler.dataset(FLAGS.meta_batch_size, seed=FLAGS.seed))
     before = rss_mib()
@@ -97,7 +99,7 @@ def _child(rule_name: str) -> dict:
     result = evaluate(learner, sampler, num_tasks=FLAGS.eval_tasks, inner_steps=[horizon],
                       batch_size=min(25, FLAGS.eval_tasks), seed=FLAGS.seed + 1)
     test = result["results"][str(horizon)]["loss"]
-    return {"rule": rule_name, "inner_steps": horizon,
+    return {"rule": rule_name, "inner_steps": horizon, "shots": FLAGS.shots,
             "truncation": None if rule_name == "full" else truncation,
             "outer_steps": FLAGS.steps, "rss_before_mib": round(before, 1),
             "peak_rss_mib": round(peak, 1), "growth_mib": round(peak - before, 1),
@@ -115,7 +117,7 @@ def main(argv) -> None:
         return
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     passed = [f"--{name}={FLAGS[name].value}" for name in
-              ("inner_steps", "truncation", "steps", "meta_batch_size", "inner_lr",
+              ("inner_steps", "truncation", "steps", "meta_batch_size", "shots", "inner_lr",
                "outer_lr", "population", "sigma", "eval_tasks", "seed")]
     results = []
     for rule in FLAGS.rules.split(","):
