@@ -31,13 +31,12 @@ interval). One JSON line per rule, then a summary line.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 
 from absl import app, flags
+
+from benchmarks import child_result
 
 flags.DEFINE_string("rules", "full,truncated,pes", "Comma separated: full, truncated, pes.")
 flags.DEFINE_integer("inner_steps", 50, "Inner steps of a whole trajectory (the horizon).")
@@ -115,20 +114,11 @@ def main(argv) -> None:
     if FLAGS.child:
         print(json.dumps(_child(FLAGS.child)))
         return
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     passed = [f"--{name}={FLAGS[name].value}" for name in
               ("inner_steps", "truncation", "steps", "meta_batch_size", "shots", "inner_lr",
                "outer_lr", "population", "sigma", "eval_tasks", "seed")]
-    results = []
-    for rule in FLAGS.rules.split(","):
-        out = subprocess.run([sys.executable, __file__, f"--child={rule}", *passed],
-                             capture_output=True, text=True, env=env)
-        if out.returncode != 0:
-            raise RuntimeError(f"rule {rule} failed with status {out.returncode}:\n"
-                               f"{out.stderr[-3000:]}")
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-        print(json.dumps(result), flush=True)
-        results.append(result)
+    results = [child_result(__file__, [f"--child={rule}", *passed], rule)
+               for rule in FLAGS.rules.split(",")]
     print(json.dumps({"summary": {r["rule"]: {k: r[k] for k in
                                               ("peak_rss_mib", "growth_mib", "ms_per_step",
                                                "test_mse", "test_mse_ci95")}
