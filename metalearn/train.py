@@ -14,7 +14,11 @@ same weights as an uninterrupted one, and the same config and seed repeat exactl
 
 SIGTERM (what schedulers and `timeout` send) or Ctrl-C: the step under way finishes, a
 checkpoint of it is saved, and the process exits with status 128 + the signal's number
-(143, 130); rerunning resumes there. A second process on the same workdir stops with an
+(143, 130); rerunning resumes there. A CPU-time limit does the same when reached
+(SIGXCPU, status 152): `prlimit --cpu=600:900 python -m metalearn.train ...` trains
+for 600 CPU seconds, a budget that other jobs on the machine do not shrink as they
+shrink a wall-clock one (the hard limit, 900, leaves room for the last step and its
+checkpoint). A second process on the same workdir stops with an
 error naming the pid and host of the one training there. With --strategy=multi_worker
 each task first waits for the cluster's other tasks, logging which, for at most
 make_strategy.peer_timeout seconds (600), and SIGTERM stops that wait too.

@@ -10,6 +10,8 @@ in-graph learner takes inside the step. HalfCheetah's task rewards are checked a
 the MuJoCo state.
 """
 
+import json
+
 import gymnasium
 import keras
 import numpy as np
@@ -23,6 +25,7 @@ from metalearn.rl import (DiCE, HalfCheetahDirection, HalfCheetahVelocity, Point
                           PolicyLearner, Rollouts, gaussian_policy)
 from metalearn.rl.gym import (GymCollector, PolicySampler, PythonEnvironment, SimulatorError,
                               collect_episodes)
+from tests.run_fixtures import not_installed
 
 HORIZON = 5
 
@@ -194,21 +197,103 @@ def test_half_cheetah_task_rewards_from_the_mujoco_state(kind):
     np.testing.assert_array_equal(collected.trajectories.actions[0], actions[:, 0])
 
 
-def test_the_half_cheetah_config_trains_and_evaluates_with_the_script():
-    """experiments/rl/half_cheetah_vel_maml.gin through benchmarks/half_cheetah_maml.py,
-    shrunk (horizon 5, 2 rollouts, 2 tasks, one meta-step): real MuJoCo, the collector,
-    the meta-step on collected episodes, the evaluation's figures."""
+def test_half_cheetah_collections_are_a_function_of_the_seed():
+    """MuJoCo is deterministic given the seeds: two collectors (fresh simulators) give
+    the same trajectories bit for bit, after other collections too; another seed
+    gives others. What exact resume of a Python environment's run rests on."""
+    environment = HalfCheetahVelocity(horizon=6)
+    keras.utils.set_random_seed(2)
+    model = gaussian_policy(metalearn.models.mlp((17,), hidden=(8,), outputs=6))
+    learner = _learner(environment, model)
+    policy = PolicySampler(learner)(learner.initial_weights())
+    first, second = GymCollector(environment, rollouts=2), GymCollector(environment, rollouts=2)
+    a = first.collect(policy, np.float32(1.0), [5, 6])
+    second.collect(policy, np.float32(0.5), [1, 1])  # its simulators used before
+    b = second.collect(policy, np.float32(1.0), [5, 6])
+    for x, y in zip(tf.nest.flatten(a), tf.nest.flatten(b)):
+        assert np.array_equal(x, y)
+    other = first.collect(policy, np.float32(1.0), [5, 7])
+    assert not np.array_equal(other.trajectories.observations, a.trajectories.observations)
+
+
+TINY = ["HalfCheetahVelocity.horizon = 10", "GymCollector.rollouts = 2",
+        "Experiment.meta_batch_size = 2", "Loop.num_steps = 2", "Loop.checkpoint_every = 1",
+        "mlp.hidden = (8,)", "evaluate.num_tasks = 2", "evaluate.batch_size = 2"]
+"""experiments/rl/half_cheetah_vel_maml.gin shrunk to seconds."""
+
+
+def test_the_half_cheetah_config_trains_and_evaluates_through_the_entry_points(tmp_path):
+    """benchmarks/half_cheetah_maml.py on the shrunk config: MAML and the pretrained
+    baseline each trained by the training loop (the sampler's collection gives every
+    step its MuJoCo trajectories: checkpoints, summaries) and evaluated by
+    metalearn.evaluate (returns after 0, 1, 2, 3 adaptation steps, 95 % intervals)."""
     import gin
-    from benchmarks.half_cheetah_maml import run
+    from benchmarks.half_cheetah_maml import run, table
     try:
-        results = run(["experiments/rl/half_cheetah_vel_maml.gin"],
-                      ["HalfCheetahVelocity.horizon = 5", "GymCollector.rollouts = 2",
-                       "Experiment.meta_batch_size = 2", "Loop.num_steps = 1",
-                       "mlp.hidden = (8,)"], eval_tasks=2)
+        results = run(["experiments/rl/half_cheetah_vel_maml.gin"], TINY, str(tmp_path))
     finally:
         gin.clear_config()
-    assert len(results["steps"]) == 1 and np.isfinite(results["steps"][0]["loss"])
-    for when in ("before_training", "after_training"):
-        assert set(results[when]) == {"before", "after"}
-        assert all(np.isfinite(v["mean"]) for v in results[when].values())
+    assert set(results["runs"]) == {"maml", "pretrained"}
+    for name in ("maml", "pretrained"):
+        workdir = tmp_path / name
+        report = json.loads((workdir / "eval.json").read_text())
+        assert report["checkpoint_step"] == 2 and report["num_tasks"] == 2
+        assert sorted(report["results"]) == ["0", "1", "2", "3"]
+        for figures in report["results"].values():
+            assert np.isfinite(figures["return"]["mean"]) and figures["return"]["ci95"] > 0
+        assert report["results"] == results["runs"][name]
+        assert tf.train.latest_checkpoint(str(workdir / "checkpoints")).endswith("ckpt-2")
+        tags = {value.tag for path in (workdir / "train").iterdir()
+                for event in tf.compat.v1.train.summary_iterator(str(path))
+                for value in event.summary.value}
+        assert {"meta_loss", "meta_return"} <= tags
+    # the pretrained run adapts with no inner step in training: no support collected
+    assert "GradientDescent.steps = 0" in (tmp_path / "pretrained" / "config.gin").read_text()
+    # the same tasks at each number of steps: the returns after 0 steps differ between
+    # the two policies, the evaluation's episodes are the same
+    assert results["runs"]["maml"]["0"] != results["runs"]["pretrained"]["0"]
     assert results["env_steps_per_second"] > 0
+    assert table(results).splitlines()[0] == "| adaptation steps | maml | pretrained |"
+
+
+@pytest.mark.parametrize("package", ["gymnasium", "mujoco"])
+def test_a_missing_gymnasium_or_mujoco_names_the_rl_extra(package):
+    """Without Gymnasium the environment refuses to be built; without MuJoCo the
+    collector refuses to make it; both name the extra of setup.cfg and BUILD.md."""
+    environment = HalfCheetahVelocity(horizon=3)
+    with not_installed(package), pytest.raises(
+            ImportError, match=r"install the rl extra: pip install -e '\.\[rl\]'") as info:
+        if package == "gymnasium":
+            HalfCheetahVelocity(horizon=3)
+        else:
+            GymCollector(environment, rollouts=1)
+    assert ("needs Gymnasium" if package == "gymnasium" else "needs MuJoCo") in str(info.value)
+    import configparser
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    extras = configparser.ConfigParser()
+    extras.read(os.path.join(root, "setup.cfg"))
+    assert "gymnasium[mujoco]" in extras["options.extras_require"]["rl"]
+    with open(os.path.join(root, "BUILD.md")) as f:
+        assert "pip install -e '.[rl]'" in f.read()
+
+
+def test_a_python_environment_run_on_several_replicas_is_refused_before_any_step(tmp_path):
+    """Its batches are collected in the training process, on one replica: a strategy
+    with several is refused, naming the sampler and the replicas, before any step or
+    checkpoint (a stand-in strategy: only its number of replicas is read first)."""
+    import gin
+    from metalearn.training import build_experiment, parse_config, train
+
+    class TwoReplicas:
+        num_replicas_in_sync = 2
+
+    try:
+        parse_config(["experiments/rl/half_cheetah_vel_maml.gin"], TINY)
+        experiment = build_experiment()
+        with pytest.raises(ValueError, match="HalfCheetahVelocity makes its batches outside "
+                                             "the step .* on one replica, not 2"):
+            train(experiment, str(tmp_path / "run"), strategy=TwoReplicas())
+    finally:
+        gin.clear_config()
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -1,10 +1,12 @@
 """Crash safety and determinism, with real processes: training SIGKILLed after a step,
 inside a checkpoint save and right after one, resumed each time, ends bit-identical to
-an uninterrupted run (a supervised run, and a meta-RL run whose rollouts happen inside
-the compiled step); and two runs of the same config and seed are identical."""
+an uninterrupted run (a supervised run, a meta-RL run whose rollouts happen inside
+the compiled step, and one whose trajectories a MuJoCo simulator gives outside it);
+and two runs of the same config and seed are identical."""
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -30,11 +32,22 @@ POINT_NAV = os.path.join(ROOT, "experiments", "rl", "point_nav_maml.gin")
 RL_PARAMS = ["Loop.num_steps = 10", "Loop.log_every = 4", "Loop.checkpoint_every = 3",
              "Experiment.meta_batch_size = 2", "PolicyLearner.rollouts = 2",
              "PointNavigation.horizon = 5", "mlp.hidden = (8,)"]
+# Meta-RL on HalfCheetah velocity (MuJoCo, a Python environment: trajectories collected
+# outside the step by the sampler's collection), shrunk the same way.
+HALF_CHEETAH = os.path.join(ROOT, "experiments", "rl", "half_cheetah_vel_maml.gin")
+CHEETAH_PARAMS = ["Loop.num_steps = 5", "Loop.log_every = 2", "Loop.checkpoint_every = 2",
+                  "Experiment.meta_batch_size = 2", "GymCollector.rollouts = 2",
+                  "HalfCheetahVelocity.horizon = 10", "mlp.hidden = (8,)"]
 KILLED = -9  # returncode of a process ended by SIGKILL
 TERMINATED = 128 + 15  # metalearn.train's exit status after a SIGTERM (checkpoint saved)
+OUT_OF_CPU = 128 + 24  # ... after SIGXCPU: its CPU-time limit reached (checkpoint saved)
 
 
-def _start(workdir, crash_at=None, gin_file=SINUSOID, params=PARAMS):
+def _start(workdir, crash_at=None, gin_file=SINUSOID, params=PARAMS, cpu_seconds=None):
+    """``metalearn.train`` (through tests/crash_driver.py) on ``workdir``; with
+    ``cpu_seconds``, under that soft CPU-time limit (the hard one 120 s above)."""
+    limit = None if cpu_seconds is None else (
+        lambda: resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 120)))
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("CRASH_AT", None)
     if crash_at:
@@ -43,7 +56,7 @@ def _start(workdir, crash_at=None, gin_file=SINUSOID, params=PARAMS):
                f"--workdir={workdir}", "--deterministic", "--alsologtostderr",
                *[f"--gin_param={p}" for p in params]]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=limit)
 
 
 def _finish(process, expected_code):
@@ -140,6 +153,19 @@ def test_sigterm_saves_a_checkpoint_and_resumes_bit_identical(runs, tmp_path):
     assert _metrics(workdir) == _metrics(workdirs["a"])
 
 
+def test_a_cpu_time_limit_ends_training_with_a_checkpoint(tmp_path):
+    """A soft RLIMIT_CPU (``prlimit --cpu``) is a training budget in CPU seconds: past
+    it the kernel sends SIGXCPU, the step under way finishes, its checkpoint is saved
+    and the process exits 152; the run resumes from there."""
+    workdir = str(tmp_path / "cpu_budget")
+    params = PARAMS[1:] + ["Loop.num_steps = 1000000", "Loop.checkpoint_every = 1000000"]
+    output = _finish(_start(workdir, params=params, cpu_seconds=40), OUT_OF_CPU)
+    assert "Traceback" not in output
+    step = int(_latest(workdir).rsplit("-", 1)[1])
+    assert step > 0 and f"stopped by SIGXCPU at step {step}" in output
+    assert "resumed from" not in output
+
+
 def test_damaged_latest_checkpoint_resumes_from_the_newest_intact_one(runs, tmp_path):
     workdirs, _, _ = runs
     workdir = str(tmp_path / "damaged")
@@ -174,18 +200,38 @@ def test_same_config_and_seed_give_identical_runs(runs):
     assert np.isfinite(_metrics(workdirs["a"])["loss"])
 
 
+def _killed_and_resumed(tmp_path, gin_file, params, kill_after, resumed_from):
+    """An uninterrupted run and one SIGKILLed after step ``kill_after``, resumed from
+    checkpoint ``resumed_from``: every checkpoint tensor and the final metrics equal.
+    Returns the resumed run's workdir."""
+    run = dict(gin_file=gin_file, params=params)
+    expected, killed = str(tmp_path / "a"), str(tmp_path / "killed")
+    first = _start(expected, **run)
+    _finish(_start(killed, f"step:{kill_after}", **run), KILLED)
+    assert _latest(killed).endswith(f"ckpt-{resumed_from}")
+    _finish(first, 0)
+    resumed = _finish(_start(killed, **run), 0)
+    assert f"ckpt-{resumed_from} at step {resumed_from}" in resumed
+    _assert_identical(expected, killed)
+    return killed
+
+
 def test_in_graph_environment_run_killed_resumes_bit_identical(tmp_path):
     # Rollouts are sampled inside the step with seeds drawn from the task stream and the
     # inner step; a resumed run must draw the same trajectories as an uninterrupted one.
-    rl = dict(gin_file=POINT_NAV, params=RL_PARAMS)
-    expected, killed = str(tmp_path / "a"), str(tmp_path / "killed")
-    first = _start(expected, **rl)
-    _finish(_start(killed, "step:5", **rl), KILLED)
-    assert _latest(killed).endswith("ckpt-3")
-    _finish(first, 0)
-    resumed = _finish(_start(killed, **rl), 0)
-    assert "ckpt-3 at step 3" in resumed
-    _assert_identical(expected, killed)
+    killed = _killed_and_resumed(tmp_path, POINT_NAV, RL_PARAMS, 5, 3)
     assert any(name.startswith("optimizer/_iterations") for name in _tensors(killed))
     metrics = _metrics(killed)
     assert metrics["step"] == 10 and np.isfinite(metrics["return"])
+
+
+def test_python_environment_run_killed_resumes_bit_identical(tmp_path):
+    # The trajectories are collected in Python (MuJoCo) before each step, with the
+    # weights of that step and seeds from the task stream: a run killed after step 3
+    # resumes from ckpt-2 and collects what the uninterrupted run collected, so every
+    # checkpoint tensor and the final metrics are the same bit for bit (MuJoCo is
+    # deterministic given the seeds, on one machine).
+    killed = _killed_and_resumed(tmp_path, HALF_CHEETAH, CHEETAH_PARAMS, 3, 2)
+    metrics = _metrics(killed)
+    assert metrics["step"] == 5 and np.isfinite(metrics["return"])
+    assert os.listdir(os.path.join(killed, "train"))  # TensorBoard summaries

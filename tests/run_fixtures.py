@@ -1,12 +1,14 @@
 """Workdirs and file systems for the entry points' tests: a saved run (config.gin and
 one checkpoint, no training), a disk that fills while a named file is written, a file
-system with no free space, and the small evaluation the tests run on them."""
+system with no free space, a package that is not installed, and the small evaluation
+the tests run on them."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import sys
 
 import pytest
 import tensorflow as tf
@@ -61,6 +63,25 @@ def no_free_space():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(os, "statvfs", lambda path: Full(real(path)))
         yield
+
+
+@contextlib.contextmanager
+def not_installed(package: str):
+    """Inside, ``import package`` fails as when it is not installed (``ImportError``):
+    its modules, and Gymnasium's MuJoCo environments already imported (which import
+    ``mujoco`` when imported again), leave ``sys.modules`` until the end."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(sys.modules):
+            if name == package or name.startswith(package + ".") or \
+                    name.startswith("gymnasium.envs.mujoco"):
+                patch.delitem(sys.modules, name)
+        patch.setitem(sys.modules, package, None)
+        try:
+            yield
+        finally:
+            for name in list(sys.modules):  # imported inside, half-way: not kept
+                if name.startswith("gymnasium.envs.mujoco"):
+                    patch.delitem(sys.modules, name, raising=False)
 
 
 EVALUATE_SMALL = ["evaluate.num_tasks = 4", "evaluate.batch_size = 2",

@@ -40,7 +40,8 @@ from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.evaluation import evaluate
 from metalearn.report import IncompleteError
 from metalearn.testing import softmax_cross_entropy, synthetic_classification
-from tests.run_fixtures import EVALUATE_SMALL, full_disk, no_free_space, saved_run
+from tests.run_fixtures import (EVALUATE_SMALL, full_disk, no_free_space, not_installed,
+                                saved_run)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS_TABLE = os.path.join(ROOT, "docs", "errors.md")
@@ -433,6 +434,13 @@ def simulator_gives_nan(tmp_path) -> None:
     nan_policy = lambda observations, seed: (np.full([1, 6], np.nan, np.float32),
                                              np.zeros([1], np.float32))
     GymCollector(HalfCheetahVelocity(horizon=3), rollouts=1).collect(nan_policy, 1.5, [4, 2])
+
+
+def mujoco_not_installed(tmp_path) -> None:
+    from metalearn.rl import GymCollector, HalfCheetahVelocity
+    environment = HalfCheetahVelocity(horizon=3)
+    with not_installed("mujoco"):
+        GymCollector(environment, rollouts=1)
 
 
 def python_environment_in_the_step(tmp_path) -> None:
@@ -1400,6 +1408,10 @@ CASES: List[Case] = [
     Case("unknown Gymnasium environment id", "`HalfCheetahVelocity(env_id='HalfCheetah-v99')`"
          " given to a `GymCollector`", ValueError, "Gymnasium cannot make 'HalfCheetah-v99'",
          unknown_gymnasium_id, None, "the environment class, the id and Gymnasium's reason"),
+    Case("MuJoCo not installed", "a `GymCollector` of `HalfCheetahVelocity` without the "
+         "`mujoco` package (or `HalfCheetahVelocity()` without `gymnasium`)", ImportError,
+         "HalfCheetahVelocity (HalfCheetah-v5) needs MuJoCo: install the rl extra: pip "
+         "install -e '.[rl]'", mujoco_not_installed, None, "the extra to install"),
     Case("simulator failing mid-rollout", "a policy whose actions make the simulator's "
          "reward NaN (or a simulator that raises)", metalearn.rl.SimulatorError,
          "the simulator gave non-finite observations or rewards mid-rollout "

@@ -11,7 +11,8 @@ learner that samples trajectories inside the compiled step.
   :class:`NaiveSurrogate`.
 * :mod:`metalearn.rl.gym`: Python environments (Gymnasium, MuJoCo):
   :class:`PythonEnvironment`, :class:`HalfCheetahVelocity`, :class:`HalfCheetahDirection`,
-  :class:`GymCollector` (Gymnasium's vector API), :func:`collect_episodes`.
+  :class:`GymCollector` (Gymnasium's vector API), :class:`GymCollection` (the batches a
+  Python environment gives the training loop), :func:`collect_episodes`.
 * :mod:`metalearn.rl.learner`: :class:`PolicyLearner`, :class:`Rollouts`,
   :class:`Collected` (trajectories collected ahead of the step, replayed).
 """
@@ -20,14 +21,14 @@ from metalearn.rl.environments import (MDP, Environment, PointNavigation, Tabula
                                        Trajectories, rollout)
 from metalearn.rl.estimators import (Batch, DiCE, LinearFeatureBaseline, NaiveSurrogate,
                                      discounted_returns, gae, magic_box)
-from metalearn.rl.gym import (GymCollector, HalfCheetahDirection, HalfCheetahVelocity,
-                              PolicySampler, PythonEnvironment, SimulatorError,
-                              collect_episodes)
+from metalearn.rl.gym import (GymCollection, GymCollector, HalfCheetahDirection,
+                              HalfCheetahVelocity, PolicySampler, PythonEnvironment,
+                              SimulatorError, collect_episodes)
 from metalearn.rl.learner import Collected, PolicyLearner, Rollouts, mean_return
 from metalearn.rl.policies import Categorical, Gaussian, LogStd, gaussian_policy
 
 __all__ = ["MDP", "Batch", "Categorical", "Collected", "DiCE", "Environment", "Gaussian",
-           "GymCollector", "HalfCheetahDirection", "HalfCheetahVelocity",
+           "GymCollection", "GymCollector", "HalfCheetahDirection", "HalfCheetahVelocity",
            "LinearFeatureBaseline", "LogStd", "NaiveSurrogate", "PointNavigation",
            "PolicyLearner", "PolicySampler", "PythonEnvironment", "Rollouts",
            "SimulatorError", "TabularMDP", "Trajectories", "collect_episodes",

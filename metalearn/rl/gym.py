@@ -10,19 +10,23 @@ to the ordinary meta-step.
   environment (``gymnasium.make_vec``), run by a policy for the horizon; it returns
   :class:`~metalearn.rl.learner.Collected` trajectories with the actions'
   log-probabilities under the collecting policy.
-* :func:`collect_episodes`: MAML-RL's data flow for such environments: every task's
-  pre-update trajectories with the current weights, the adaptation in TensorFlow on
-  them (``learner.adapt``), the post-update trajectories with the adapted weights; the
-  result is an episode whose ``support_y`` / ``query_y`` hold the collected
-  trajectories, on which the meta-step (any outer rule) recomputes the adaptation
-  in-graph and takes the DiCE meta-gradient (on collected data the surrogates weight by
-  the likelihood ratio to the collecting policy: at the collecting weights, DiCE).
+* :class:`GymCollection` (and :func:`collect_episodes`): MAML-RL's data flow for such
+  environments: every task's pre-update trajectories with the current weights, the
+  adaptation in TensorFlow on them (``learner.adapt``), the post-update trajectories
+  with the adapted weights; the result is an episode whose ``support_y`` / ``query_y``
+  hold the collected trajectories, on which the meta-step (any outer rule) recomputes
+  the adaptation in-graph and takes the DiCE meta-gradient (on collected data the
+  surrogates weight by the likelihood ratio to the collecting policy: at the
+  collecting weights, DiCE). It is what :meth:`PythonEnvironment.collection` gives the
+  training loop and :func:`metalearn.evaluate` (the hook
+  :meth:`metalearn.tasks.TaskSampler.collection`), so ``metalearn.train`` runs a
+  Python environment's config with checkpoints, exact resume and summaries.
 
 The policy's random actions use the seeds an in-graph :func:`~metalearn.rl.rollout`
 would (the step keys of ``stateless_split(seed, 2 horizon + 1)``), so a Python
 environment with the dynamics of an in-graph one gives the same trajectories
 (``tests/gym_test.py``). Gymnasium and MuJoCo are the ``rl`` extra:
-``pip install 'metalearn[rl]'``.
+``pip install -e '.[rl]'``.
 """
 
 from __future__ import annotations
@@ -37,14 +41,17 @@ import tensorflow as tf
 from metalearn.learners.learner import Learner
 from metalearn.rl.environments import Environment, Trajectories, check_goal_range
 from metalearn.rl.learner import Collected
+from metalearn.tasks.base import Collection
 from metalearn.tasks.episode import Episode
 
-EXTRA = "pip install 'metalearn[rl]' (Gymnasium with MuJoCo: gymnasium[mujoco])"
+EXTRA = ("install the rl extra: pip install -e '.[rl]' (Gymnasium with MuJoCo, "
+         "gymnasium[mujoco])")
 
 
 def require_gymnasium(what: str) -> Any:
-    """The ``gymnasium`` module; ``ImportError`` naming the extra to install if it (or
-    MuJoCo, for ``mujoco=True`` owners) is missing."""
+    """The ``gymnasium`` module; ``ImportError`` naming the ``rl`` extra to install if
+    it is missing (a missing MuJoCo is found when :class:`GymCollector` makes the
+    environment, and named the same way)."""
     try:
         import gymnasium
     except ImportError as error:
@@ -90,6 +97,13 @@ class PythonEnvironment(Environment):
             f"rollouts inside the step")
 
     reset = observe = step = _in_python
+
+    def collection(self, learner: Learner) -> "GymCollection":
+        """Trajectories collected with ``learner``'s current weights by a
+        :class:`GymCollector` of this environment (its gin bindings:
+        ``GymCollector.rollouts``): the batches the training loop and
+        :func:`metalearn.evaluate` give the meta-step (:class:`GymCollection`)."""
+        return GymCollection(learner, GymCollector(self))
 
 
 @gin.configurable
@@ -191,12 +205,12 @@ class GymCollector:
             self.env = gymnasium.make_vec(environment.env_id, num_envs=self.rollouts,
                                           vectorization_mode=vectorization_mode,
                                           **environment.make_kwargs())
+        except (ImportError, gymnasium.error.DependencyNotInstalled) as error:  # MuJoCo
+            raise ImportError(f"{type(environment).__name__} ({environment.env_id}) needs "
+                              f"MuJoCo: {EXTRA}") from error
         except gymnasium.error.Error as error:
             raise ValueError(f"{type(environment).__name__}: Gymnasium cannot make "
                              f"{environment.env_id!r}: {error}") from error
-        except ImportError as error:  # MuJoCo missing
-            raise ImportError(f"{type(environment).__name__} ({environment.env_id}) needs "
-                              f"MuJoCo: {EXTRA}") from error
         shape = self.env.single_observation_space.shape
         if tuple(shape) != (environment.observation_size,):
             raise ValueError(f"{environment.env_id} gives observations of shape "
@@ -265,38 +279,68 @@ def _stack(items):
     return tf.nest.map_structure(lambda *t: np.stack(t), *items)
 
 
+class GymCollection(Collection):
+    """MAML-RL's data flow outside the step, for batches of a
+    :class:`PythonEnvironment`'s episodes (leading task axis): for every task, the
+    support trajectories of inner step ``k`` collected with the weights after ``k``
+    steps (seeded by the support seed folded with ``k``, as
+    :class:`~metalearn.rl.Rollouts`), the adaptation recomputed in TensorFlow on them,
+    then the query trajectories with the adapted weights (the query seed). Calling it
+    returns the episodes with ``support_y`` (``[tasks, steps, n, T, ...]``) and
+    ``query_y`` (``[tasks, n, T, ...]``) the collected trajectories, for the meta-step.
+    The weights are the learner's when called; every seed comes from the episodes, so
+    the result is a function of the episodes and the weights (a resumed run collects
+    what an uninterrupted one would).
+
+    Args:
+      learner: the policy learner whose weights collect.
+      collector: the simulators.
+      sampler: the policy as a NumPy function (default: ``PolicySampler(learner)``).
+    """
+
+    def __init__(self, learner: Learner, collector: GymCollector,
+                 sampler: Optional[PolicySampler] = None):
+        self.learner, self.collector = learner, collector
+        self.sampler = sampler or PolicySampler(learner)
+        self._adapt = tf.function(lambda x, y, k: learner.adapt(x, y, steps=k),
+                                  reduce_retracing=True)
+
+    def close(self) -> None:
+        """Closes the collector's simulators."""
+        self.collector.close()
+
+    def __call__(self, episodes: Episode, steps: Optional[int] = None) -> Episode:
+        learner, collector, sampler = self.learner, self.collector, self.sampler
+        steps = learner.adapter.steps if steps is None else int(steps)
+        supports, queries = [], []
+        for i in range(episodes.num_tasks):
+            task = episodes.task(i)
+            weights, collected = learner.initial_weights(), []
+            for k in range(steps):
+                seed = tf.random.experimental.stateless_fold_in(
+                    tf.cast(task.support_y, tf.int64), tf.constant(k, tf.int64))
+                collected.append(collector.collect(sampler(weights), task.support_x, seed))
+                weights = self._adapt(task.support_x, tf.nest.map_structure(
+                    tf.constant, _stack(collected)), k + 1)
+            query = collector.collect(sampler(weights), task.query_x, task.query_y)
+            if not collected:  # no inner step: an empty step axis of the query's shapes
+                collected = tf.nest.map_structure(
+                    lambda t: np.zeros([0, *t.shape], t.dtype), query)
+            else:
+                collected = _stack(collected)
+            supports.append(collected)
+            queries.append(query)
+        to_tensors = lambda items: tf.nest.map_structure(tf.constant, _stack(items))
+        return Episode(episodes.support_x, to_tensors(supports), episodes.query_x,
+                       to_tensors(queries))
+
+
 def collect_episodes(learner: Learner, collector: GymCollector, episodes: Episode,
                      steps: Optional[int] = None, sampler: Optional[PolicySampler] = None
                      ) -> Episode:
-    """MAML-RL's data flow outside the step, for a batch of ``episodes`` of a
-    :class:`PythonEnvironment` (leading task axis): for every task, the support
-    trajectories of inner step ``k`` collected with the weights after ``k`` steps
-    (seeded by the support seed folded with ``k``, as :class:`~metalearn.rl.Rollouts`),
-    the adaptation recomputed in TensorFlow on them, then the query trajectories with
-    the adapted weights (the query seed). Returns the episodes with ``support_y``
-    (``[tasks, steps, n, T, ...]``) and ``query_y`` (``[tasks, n, T, ...]``) the
-    collected trajectories, for the meta-step."""
-    steps = learner.adapter.steps if steps is None else int(steps)
-    sampler = sampler or PolicySampler(learner)
-    adapt = tf.function(lambda x, y, k: learner.adapt(x, y, steps=k), reduce_retracing=True)
-    supports, queries = [], []
-    for i in range(episodes.num_tasks):
-        task = episodes.task(i)
-        weights, collected = learner.initial_weights(), []
-        for k in range(steps):
-            seed = tf.random.experimental.stateless_fold_in(
-                tf.cast(task.support_y, tf.int64), tf.constant(k, tf.int64))
-            collected.append(collector.collect(sampler(weights), task.support_x, seed))
-            weights = adapt(task.support_x, tf.nest.map_structure(
-                tf.constant, _stack(collected)), k + 1)
-        query = collector.collect(sampler(weights), task.query_x, task.query_y)
-        if not collected:  # no inner step: an empty step axis of the query's shapes
-            collected = tf.nest.map_structure(lambda t: np.zeros([0, *t.shape], t.dtype),
-                                              query)
-        else:
-            collected = _stack(collected)
-        supports.append(collected)
-        queries.append(query)
-    to_tensors = lambda items: tf.nest.map_structure(tf.constant, _stack(items))
-    return Episode(episodes.support_x, to_tensors(supports), episodes.query_x,
-                   to_tensors(queries))
+    """One call of a :class:`GymCollection` (MAML-RL's data flow outside the step) on
+    ``episodes``: their ``support_y`` (``[tasks, steps, n, T, ...]``) and ``query_y``
+    (``[tasks, n, T, ...]``) the trajectories collected with ``learner``'s current
+    weights, for the meta-step. A loop that collects repeatedly keeps one
+    :class:`GymCollection` (its adaptation is compiled once)."""
+    return GymCollection(learner, collector, sampler)(episodes, steps)

@@ -1,7 +1,7 @@
 """Tasks: what an episode is and how episodes are sampled."""
 
 from metalearn.tasks.augmentation import ImageAugmentation
-from metalearn.tasks.base import SPLITS, TaskSampler, split_seed
+from metalearn.tasks.base import SPLITS, Collection, TaskSampler, split_seed
 from metalearn.tasks.batches import SupervisedBatches
 from metalearn.tasks.classification import FewShotClassification, rotate
 from metalearn.tasks import datasets
@@ -12,7 +12,7 @@ from metalearn.tasks.random_tasks import RandomLinearClassification, RandomMLPFu
 from metalearn.tasks.sinusoid import Sinusoid
 from metalearn.tasks.whole_class import WholeClassBatches
 
-__all__ = ["Episode", "FewShotClassification", "GaussianProcess", "ImageAugmentation",
+__all__ = ["Collection", "Episode", "FewShotClassification", "GaussianProcess", "ImageAugmentation",
            "MaskedLabels",
            "MetaDataset", "RandomLinearClassification", "RandomMLPFunctions", "SPLITS", "Sinusoid", "SupervisedBatches", "TaskSampler",
            "WholeClassBatches", "datasets", "pad_episodes", "rotate", "split_seed"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 
@@ -20,14 +20,44 @@ def split_seed(seed: int, split: str) -> tf.Tensor:
     return tf.constant([int(seed), SPLITS.index(split)], dtype=tf.int64)
 
 
+class Collection(abc.ABC):
+    """What turns a sampled batch of episodes into the batch the meta-step takes, with
+    the learner's current weights, outside the compiled step: the hook through which
+    the training loop and :func:`metalearn.evaluate` obtain every batch of a sampler
+    whose data cannot be made inside the step (:meth:`TaskSampler.collection`; a
+    Python environment's :class:`metalearn.rl.gym.GymCollection` collects its
+    trajectories with a Gymnasium simulator). A pure function of the episodes (their
+    seeds) and the weights, so that a resumed run collects what an uninterrupted one
+    would."""
+
+    @abc.abstractmethod
+    def __call__(self, episodes: Episode, steps: Optional[int] = None) -> Episode:
+        """The batch the step takes for ``episodes`` (leading task axis) when it adapts
+        with ``steps`` inner steps (``None``: the learner's adapter's own)."""
+
+    def close(self) -> None:
+        """Releases what the collection holds (simulators, processes)."""
+
+
 class TaskSampler(abc.ABC):
     """Samples batches of episodes as a pure function of a seed.
 
     Subclasses implement :meth:`sample`; :meth:`dataset` turns it into an endless
     ``tf.data`` stream whose ``step``-th element depends only on ``(seed, split, step)``,
     so a stream resumed at step ``s`` continues exactly where an uninterrupted one would
-    be, on any machine.
+    be, on any machine. :meth:`collection` says whether a sampled batch is what the
+    meta-step takes.
     """
+
+    def collection(self, learner: Any) -> Optional[Collection]:
+        """How the meta-step's batches are made from this sampler's episodes for
+        ``learner``: ``None`` (the default) when a sampled batch is what the step takes
+        (its examples, or the seeds of rollouts sampled inside the step); otherwise a
+        :class:`Collection` that the training loop and :func:`metalearn.evaluate` call
+        on every batch before the step (a Python environment collects trajectories with
+        the learner's current weights). The caller closes it when done."""
+        del learner
+        return None
 
     @abc.abstractmethod
     def sample(self, seed: tf.Tensor, num_tasks: int, split: str = "train") -> Episode:

@@ -37,6 +37,10 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
         (``Experiment.formulation``) at the entry points; ``None``: ``Auto()``, resolved
         as the meta-step resolves it.
 
+    A sampler whose batches are made outside the step
+    (:meth:`~metalearn.tasks.TaskSampler.collection`: a Python environment) has every
+    batch collected for each number of inner steps, with the learner's weights.
+
     Returns:
       ``{"num_tasks", "split", "seed", "episodes" (a digest of the episodes), "results":
       {steps: {metric: {"mean", "ci95", "std"}}}, "per_task": {steps: {metric: [value
@@ -66,16 +70,26 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     validation.check_loss_and_metrics(learner, episodes[0].task(0))  # e.g. accuracy on MSE
     results: Dict[str, Dict[str, Dict[str, float]]] = {}
     per_episode: Dict[str, Dict[str, list]] = {}
-    for steps in inner_steps:
-        run = tf.function(lambda batch, steps=steps: learner.meta_metrics(
-            batch, steps=steps, formulation=formulation))
-        per_task: Dict[str, list] = {}
-        for batch in episodes:
-            for name, values in run(batch).items():
-                per_task.setdefault(name, []).extend(values.numpy().tolist())
-        results[str(steps)] = {name: mean_and_interval(values[:num_tasks])
-                               for name, values in per_task.items()}
-        per_episode[str(steps)] = {name: values[:num_tasks] for name, values in per_task.items()}
+    # A sampler whose batches are made outside the step (a Python environment's
+    # trajectories, collected with the weights after each number of inner steps).
+    collection = sampler.collection(learner)
+    try:
+        for steps in inner_steps:
+            run = tf.function(lambda batch, steps=steps: learner.meta_metrics(
+                batch, steps=steps, formulation=formulation))
+            per_task: Dict[str, list] = {}
+            for batch in episodes:
+                if collection is not None:
+                    batch = collection(batch, steps)
+                for name, values in run(batch).items():
+                    per_task.setdefault(name, []).extend(values.numpy().tolist())
+            results[str(steps)] = {name: mean_and_interval(values[:num_tasks])
+                                   for name, values in per_task.items()}
+            per_episode[str(steps)] = {name: values[:num_tasks]
+                                       for name, values in per_task.items()}
+    finally:
+        if collection is not None:
+            collection.close()
     # Per-episode values and a digest of the episodes, so that two runs evaluated on
     # the same episodes can be compared pair by pair (metalearn.studies.results.compare_runs).
     # (Labels, and each example's mean rounded to 5 decimals: the same on any machine.)

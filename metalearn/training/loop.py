@@ -26,6 +26,7 @@ from metalearn.training.checkpoint import (Progress, checkpoint_for,
                                            find_checkpoint, load, record_checkpoints,
                                            saved_config, saved_step)
 from metalearn.outer.guards import NON_FINITE
+from metalearn.tasks.base import Collection
 from metalearn.training.step import make_meta_step
 
 
@@ -63,6 +64,13 @@ def train(experiment: Experiment, workdir: str,
     summaries under ``train/`` and ``metrics.json`` (the final metrics); the files
     atomically, and a run killed at any moment (even mid-checkpoint) resumes from its
     latest complete checkpoint to the same result as an uninterrupted run.
+
+    A sampler whose batches are made outside the step
+    (:meth:`metalearn.tasks.TaskSampler.collection`: a Python environment's
+    trajectories, collected with the current weights, :class:`metalearn.rl.GymCollection`)
+    has every batch made just before its step, from the episodes (seeds) the task
+    stream gives that step: a resumed run collects what an uninterrupted one would. It
+    runs on one replica.
 
     Every step checks that the meta-loss and every meta-gradient are finite (inside the
     compiled step: a step that is not applies no update); ``experiment.loop.on_non_finite``
@@ -103,17 +111,39 @@ def train(experiment: Experiment, workdir: str,
     strategy = strategy or tf.distribute.get_strategy()
     chief = distribute.is_chief(strategy)
     lock = WorkdirLock(workdir).acquire() if chief else None
+    collection = None
     try:
+        collection = _collection(experiment, strategy)
         with _StopSignals() as stop:
-            return _train(experiment, workdir, strategy, chief, checkpoint_dir, stop)
+            return _train(experiment, workdir, strategy, chief, checkpoint_dir, stop,
+                          collection)
     finally:
+        if collection is not None:
+            collection.close()
         if lock is not None:
             lock.release()
 
 
+def _collection(experiment: Experiment, strategy: tf.distribute.Strategy
+                ) -> Optional[Collection]:
+    """The sampler's :class:`~metalearn.tasks.base.Collection` for the learner (``None``:
+    the sampled batches are what the step takes); it collects in this process, on the
+    whole meta-batch, so one replica only."""
+    collection = experiment.sampler.collection(experiment.learner)
+    if collection is not None and strategy.num_replicas_in_sync > 1:
+        collection.close()
+        raise ValueError(
+            f"{type(experiment.sampler).__name__} makes its batches outside the step "
+            f"(collected in this process: TaskSampler.collection), on one replica, not "
+            f"{strategy.num_replicas_in_sync}: train it without a strategy "
+            "(--strategy=default)")
+    return collection
+
+
 class TrainingInterrupted(Exception):
-    """Training stopped on a signal (``SIGTERM``, ``SIGINT``) after saving a checkpoint
-    of the step it had reached.
+    """Training stopped on a signal (``SIGTERM``, ``SIGINT``, or ``SIGXCPU``: the
+    process reached its CPU-time limit) after saving a checkpoint of the step it had
+    reached.
 
     Attributes:
       signal_number: the signal.
@@ -128,11 +158,18 @@ class TrainingInterrupted(Exception):
 
 
 class _StopSignals:
-    """While active (main thread only), ``SIGTERM`` and the first ``SIGINT`` only set
-    ``received``: the loop saves a checkpoint after the step it is in and stops. A
-    second ``SIGINT`` interrupts at once (``KeyboardInterrupt``)."""
+    """While active (main thread only), ``SIGTERM``, ``SIGXCPU`` and the first ``SIGINT``
+    only set ``received``: the loop saves a checkpoint after the step it is in and stops.
+    A second ``SIGINT`` interrupts at once (``KeyboardInterrupt``).
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    ``SIGXCPU`` is what the kernel sends a process past its soft CPU-time limit
+    (``prlimit --cpu=SOFT:HARD``, ``resource.RLIMIT_CPU``), then again every second until
+    the hard limit kills it: a budget of CPU seconds, which other jobs on the machine do
+    not shrink as they shrink a wall-clock budget (``timeout``). Leave the hard limit
+    room for one step and a checkpoint."""
+
+    SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGXCPU")
+                    if hasattr(signal, name))
 
     def __init__(self):
         self.received: Optional[int] = None
@@ -164,7 +201,8 @@ def _duration(seconds: float) -> str:
 
 
 def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strategy,
-           chief: bool, checkpoint_dir: str, stop: _StopSignals) -> Dict[str, float]:
+           chief: bool, checkpoint_dir: str, stop: _StopSignals,
+           collection: Optional[Collection]) -> Dict[str, float]:
     learner = experiment.learner
     skip = experiment.loop.on_non_finite == "skip"
     distribute.tasks_per_replica(experiment.meta_batch_size, strategy)  # fail early
@@ -217,6 +255,8 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
     # More skipped steps than this and the run fails: its numbers would not mean much.
     max_skipped = experiment.loop.max_skipped_fraction * experiment.loop.num_steps
     for batch in episodes:
+        if collection is not None:  # made outside the step with the current weights
+            batch = collection(batch)
         metrics = meta_step(batch)
         flags = metrics.pop(NON_FINITE).numpy()
         current = int(step.numpy())
