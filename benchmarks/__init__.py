@@ -1,7 +1,11 @@
 """Benchmark scripts (see benchmarks/README.md) and what they share."""
 
 import collections
+import json
+import os
 import resource
+import subprocess
+import sys
 import time
 from typing import Any, Callable, Dict, Sequence
 
@@ -12,6 +16,21 @@ def _status_mib(field: str) -> float:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def child_result(script: str, args: Sequence[str], what: str) -> Dict[str, Any]:
+    """Runs ``python script *args`` in its own process (its peak memory its own, TF's
+    logs silenced) and returns the JSON object its last line of output prints, which is
+    echoed; ``what`` names the configuration in the error when it fails."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                         env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"configuration {what} failed with status {out.returncode}:\n"
+                           f"{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    print(json.dumps(result), flush=True)
+    return result
 
 
 def rss_mib() -> float:

@@ -18,15 +18,12 @@ the adapted weights). Prints one JSON line per configuration and a summary.
 from __future__ import annotations
 
 import json
-import os
 import resource
-import subprocess
-import sys
 import time
 
 from absl import app, flags
 
-from benchmarks import rss_mib
+from benchmarks import child_result, rss_mib
 
 flags.DEFINE_string("steps", "5,10,20,50", "Inner-step counts, comma separated.")
 flags.DEFINE_string("algorithms", "imaml,maml", "Comma separated: imaml, maml, "
@@ -84,18 +81,11 @@ def main(argv) -> None:
         print(json.dumps(_child(algorithm, int(steps))))
         return
     results = []
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     algorithms = FLAGS.algorithms.split(",")
     for algorithm in algorithms:
         for steps in [int(s) for s in FLAGS.steps.split(",")]:
-            out = subprocess.run([sys.executable, __file__, f"--child={algorithm}:{steps}"],
-                                 capture_output=True, text=True, env=env)
-            if out.returncode != 0:
-                raise RuntimeError(f"configuration {algorithm}:{steps} failed with status "
-                                   f"{out.returncode}:\n{out.stderr[-3000:]}")
-            result = json.loads(out.stdout.strip().splitlines()[-1])
-            print(json.dumps(result), flush=True)
-            results.append(result)
+            results.append(child_result(__file__, [f"--child={algorithm}:{steps}"],
+                                        f"{algorithm}:{steps}"))
     summary = {}
     for algorithm in algorithms:
         rows = [r for r in results if r["algorithm"] == algorithm]

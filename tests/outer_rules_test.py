@@ -15,8 +15,8 @@ import tensorflow as tf
 
 import metalearn
 from metalearn import execution
-from metalearn.outer import (ClipDirections, EvolutionStrategies, MetaGradient, Reptile,
-                             SerialReptile, SkipNonFinite)
+from metalearn.outer import (ClipDirections, EvolutionStrategies, MetaGradient, PersistentES,
+                             Reptile, SerialReptile, SkipNonFinite, TruncatedUnroll)
 from metalearn.testing import (OuterRuleContract, evolution_estimate, task_adapted,
                                task_meta_gradient, values)
 
@@ -91,6 +91,39 @@ class TestEvolutionStrategies(OuterRuleContract):
 
     def reference_step(self, learner, episodes):
         estimate = evolution_estimate(learner, episodes, population=2, sigma=0.1, seed=3)
+        return {v.path: v.numpy() - LR * g for v, g in zip(learner.meta_variables, estimate)}
+
+
+class TestTruncatedUnroll(OuterRuleContract):
+    """The carried-trajectory rule's first segment (horizon 2 inner steps, truncation
+    1): the meta-gradient of each task's query loss after one inner step, by hand."""
+    covers = (TruncatedUnroll,)
+
+    def make_rule(self):
+        return TruncatedUnroll(keras.optimizers.SGD(LR), horizon=2, truncation=1)
+
+    def reference_step(self, learner, episodes):
+        grads = []
+        for i in range(episodes.num_tasks):
+            with tf.GradientTape() as tape:
+                loss = learner.episode_metrics(episodes.task(i), steps=1)["loss"]
+            grads.append(tape.gradient(loss, learner.meta_variables))
+        return {v.path: v.numpy() - LR * np.mean([g[k] for g in grads], axis=0)
+                for k, v in enumerate(learner.meta_variables)}
+
+
+class TestPersistentES(OuterRuleContract):
+    """PES's first segment (horizon 2, truncation 1): ``xi = eps``, so ES's estimate
+    on a loop of one inner step, computed by hand."""
+    covers = (PersistentES,)
+
+    def make_rule(self):
+        return PersistentES(keras.optimizers.SGD(LR), horizon=2, truncation=1,
+                            population=2, sigma=0.1, seed=3)
+
+    def reference_step(self, learner, episodes):
+        estimate = evolution_estimate(learner, episodes, population=2, sigma=0.1, seed=3,
+                                      inner_steps=1)
         return {v.path: v.numpy() - LR * g for v, g in zip(learner.meta_variables, estimate)}
 
 

@@ -53,6 +53,11 @@ POINT_NAV = ["include 'experiments/rl/point_nav_maml.gin'", "Loop.num_steps = 2"
              "Experiment.meta_batch_size = 2", "mlp.hidden = (8,)"]
 SINUSOID_ES = ["include 'experiments/sinusoid/maml_es.gin'", "Loop.num_steps = 2",
                "Loop.log_every = 1"]
+SINUSOID_TRUNCATED = ["include 'experiments/sinusoid/maml.gin'",
+                      "include 'experiments/learners/truncated.gin'", "INNER_STEPS = 4",
+                      "HORIZON = 4", "TRUNCATION = 2", "Loop.num_steps = 2",
+                      "Loop.log_every = 1"]
+SINUSOID_PES = SINUSOID_TRUNCATED + ["include 'experiments/learners/pes.gin'"]
 LEARNED_OPTIMIZER = ["include 'experiments/sinusoid/learned_optimizer.gin'",
                      "Loop.num_steps = 2", "Loop.log_every = 1"]
 
@@ -1427,6 +1432,24 @@ CASES: List[Case] = [
     gin_case("TRPO without a trust region", "TRPO.max_kl = 0.0", HyperparameterRangeError,
              "TRPO.max_kl must be > 0, got 0.0",
              base=POINT_NAV + ["Experiment.outer_rule = @TRPO()"]),
+    gin_case("truncation longer than the horizon", "TruncatedUnroll.truncation = 8",
+             ValueError, "TruncatedUnroll: truncation (8 steps) is longer than the horizon "
+             "(4 steps)", base=SINUSOID_TRUNCATED),
+    gin_case("truncation not dividing the horizon", "PersistentES.truncation = 3",
+             ValueError, "PersistentES: truncation (3 steps) must divide the horizon "
+             "(4 steps) into whole segments", base=SINUSOID_PES),
+    gin_case("zero noise scale of persistent ES", "PersistentES.sigma = 0.0",
+             HyperparameterRangeError, "PersistentES.sigma (the noise scale) must be > 0, "
+             "got 0.0", base=SINUSOID_PES),
+    gin_case("empty population of persistent ES", "PersistentES.population = 0",
+             HyperparameterRangeError, "PersistentES.population (antithetic pairs) must be "
+             "a whole number >= 1, got 0", base=SINUSOID_PES),
+    Case("truncated unroll of a loop without steps", "`Experiment.outer_rule = "
+         "@TruncatedUnroll()` with `Learner.adapter = @NoAdaptation()`", TypeError,
+         "TruncatedUnroll carries a GradientDescent inner loop across outer steps; the "
+         "learner's adapter is NoAdaptation",
+         lambda p: run_gin(p, SINUSOID_TRUNCATED + ["Learner.adapter = @NoAdaptation()"]),
+         None, "the rule and the adapter, before the first step"),
     Case("TRPO compiled with XLA", "`Experiment.outer_rule = @TRPO()` with "
          "`Runtime.jit_compile = True`", ValueError, "TRPO cannot be compiled with XLA",
          lambda p: run_gin(p, POINT_NAV + ["Experiment.outer_rule = @TRPO()",

@@ -10,7 +10,7 @@ The loop asks them which weights to adapt, what they need and what they learn.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import gin
 import keras
@@ -132,17 +132,43 @@ class GradientDescent(Adapter):
               steps: Optional[int] = None) -> Weights:
         return self._run(weights, support_x, support_y, loss_fn, steps, keep_all=False)[-1]
 
+    def begin(self, weights: Weights) -> Tuple[Weights, Any]:
+        """Where the loop starts: ``weights`` as every wrapper starts them
+        (:meth:`~metalearn.adapters.wrappers.StepWrapper.start`) and the update's state
+        before inner step 0 (what :meth:`run_steps` continues from)."""
+        paths = self.adapted_paths(weights)
+        weights = dict(weights)
+        for wrapper in self.wrappers:
+            weights = wrapper.start(weights)
+        return weights, self.update.init({p: weights[p] for p in paths})
+
+    def run_steps(self, weights: Weights, state: Any, support_x: Any, support_y: Any,
+                  loss_fn: LossFn, start: Any, steps: int) -> Tuple[Weights, Any]:
+        """``steps`` inner steps from ``weights`` and the update's ``state`` (as
+        :meth:`begin` gives them, or as an earlier call left them), numbered ``start,
+        start + 1, ...`` (``start`` an int or a scalar int32 tensor): the weights and
+        the state after them. A segment of the loop, for an outer rule that carries
+        the inner trajectory across outer steps (:mod:`metalearn.outer.truncated`);
+        ``begin`` then ``run_steps(..., 0, self.steps)`` is :meth:`adapt`."""
+        steps = check_range("GradientDescent", "steps", steps, STEPS)
+        return self._steps(weights, state, support_x, support_y, loss_fn, start, steps,
+                           keep_all=False, with_state=True)
+
     def _run(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
              steps: Optional[int], keep_all: bool) -> List[Weights]:
         """The weights before the first step and after each (after the last only, beside
         the first, when not ``keep_all`` and a wrapper runs the steps)."""
         steps = self.steps if steps is None else \
             check_range("GradientDescent", "steps", steps, STEPS)
+        weights, state = self.begin(weights)
+        return self._steps(weights, state, support_x, support_y, loss_fn, 0, steps,
+                           keep_all, with_state=False)
+
+    def _steps(self, weights: Weights, state: Any, support_x: Any, support_y: Any,
+               loss_fn: LossFn, start: Any, steps: int, keep_all: bool, with_state: bool):
+        """The trajectory (or, ``with_state``, the final weights and state) of ``steps``
+        steps numbered from ``start``."""
         paths = self.adapted_paths(weights)
-        weights = dict(weights)
-        for wrapper in self.wrappers:
-            weights = wrapper.start(weights)
-        state = self.update.init({p: weights[p] for p in paths})
 
         def step_fn(weights, state, step, x, y):
             with tf.GradientTape(watch_accessed_variables=False) as tape:
@@ -162,6 +188,7 @@ class GradientDescent(Adapter):
             step_fn = wrapper.wrap(step_fn)
 
         def one_step(weights, state, step):
+            step = step + start if not (isinstance(start, int) and start == 0) else step
             x, y = support_x, support_y
             for wrapper in self.wrappers:
                 x, y = wrapper.batch(x, y, step)
@@ -169,9 +196,23 @@ class GradientDescent(Adapter):
 
         for wrapper in self.wrappers:
             if wrapper.runs_steps:
-                return wrapper.iterate(one_step, weights, state, steps, keep_all)
+                if not with_state:
+                    return wrapper.iterate(one_step, weights, state, steps, keep_all)
+                # the update's state rides in the loop's weights, under keys no path has
+                leaves = tf.nest.flatten(state)
+                keys = [f"\x00state/{i}" for i in range(len(leaves))]
+
+                def packed_step(packed, _, step):
+                    inner = tf.nest.pack_sequence_as(state, [packed[k] for k in keys])
+                    after, inner = one_step({p: packed[p] for p in weights}, inner, step)
+                    return {**after, **dict(zip(keys, tf.nest.flatten(inner)))}, ()
+
+                final = wrapper.iterate(packed_step, {**weights, **dict(zip(keys, leaves))},
+                                        (), steps, keep_all=False)[-1]
+                return ({p: final[p] for p in weights},
+                        tf.nest.pack_sequence_as(state, [final[k] for k in keys]))
         trajectory = [weights]
         for step in range(steps):
             weights, state = one_step(weights, state, step)
             trajectory.append(weights)
-        return trajectory
+        return (weights, state) if with_state else trajectory

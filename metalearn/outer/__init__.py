@@ -11,7 +11,10 @@ likelihood ratio on one collected batch) are rules;
 :mod:`metalearn.outer.replicas` holds the cross-replica apply;
 :mod:`metalearn.outer.persistent` truncated backpropagation and PES on an explicit
 unroll; :mod:`metalearn.outer.learned_optimizer` a learned optimizer's inner loop as such
-an unroll, meta-trained by truncated backpropagation (``train_truncated``).
+an unroll, meta-trained by truncated backpropagation (``train_truncated``);
+:class:`TruncatedUnroll` and :class:`PersistentES` (:mod:`metalearn.outer.truncated`)
+carry a learner's inner trajectory across outer steps in segments, its state
+checkpointed with the run.
 """
 
 from metalearn.outer.clipped import ClippedRatio
@@ -20,7 +23,9 @@ from metalearn.outer.guards import NON_FINITE, ClipDirections, Guard, SkipNonFin
 from metalearn.outer.reptile import Reptile, SerialReptile
 from metalearn.outer.rule import MetaGradient, MetaOptimizer, OptimizerRule, OuterRule
 from metalearn.outer.trpo import TRPO
+from metalearn.outer.truncated import PersistentES, TruncatedUnroll
 
-__all__ = ["ClipDirections", "ClippedRatio", "EvolutionStrategies", "Guard", "MetaGradient", "MetaOptimizer",
-           "NON_FINITE", "OptimizerRule", "OuterRule", "Reptile", "SerialReptile", "SkipNonFinite",
-           "TRPO"]
+__all__ = ["ClipDirections", "ClippedRatio", "EvolutionStrategies", "Guard",
+           "MetaGradient", "MetaOptimizer", "NON_FINITE", "OptimizerRule", "OuterRule",
+           "PersistentES", "Reptile", "SerialReptile", "SkipNonFinite", "TRPO",
+           "TruncatedUnroll"]

@@ -21,9 +21,8 @@ state (and, for PES, the accumulated noise) from one segment to the next:
 The noise is ES's (:func:`metalearn.outer.evolution.noise`), under the seed ``[seed,
 segment]``: a resumed run (the carried state restored) draws the same noise.
 
-Not yet an outer rule: ``PersistentES`` on a learner (the particles' adapted weights
-carried across outer steps and checkpointed) is designed in BUILD.md ("Truncated unrolls
-and persistent ES").
+On a learner, as outer rules whose carried state is checkpointed with the run:
+:mod:`metalearn.outer.truncated` (``TruncatedUnroll``, ``PersistentES``).
 """
 
 from __future__ import annotations
@@ -39,21 +38,22 @@ State = Any
 UnrollStep = Callable[[State, List[tf.Tensor], Any], Tuple[State, tf.Tensor]]
 
 
-def check_truncation(truncation: int, horizon: int) -> Tuple[int, int]:
+def check_truncation(truncation: int, horizon: int, owner: str = "truncated unroll"
+                     ) -> Tuple[int, int]:
     """``(truncation, horizon)`` if ``truncation`` is a whole number in ``[1, horizon]``
     that divides ``horizon``.
 
     Raises:
-      ValueError: naming the value and what was expected.
+      ValueError: naming ``owner``, the value and what was expected.
     """
-    truncation = check_range("truncated unroll", "truncation", truncation, COUNT)
-    horizon = check_range("truncated unroll", "horizon", horizon, COUNT)
+    truncation = check_range(owner, "truncation", truncation, COUNT)
+    horizon = check_range(owner, "horizon", horizon, COUNT)
     if truncation > horizon:
-        raise ValueError(f"truncation ({truncation} steps) is longer than the horizon "
-                         f"({horizon} steps)")
+        raise ValueError(f"{owner}: truncation ({truncation} steps) is longer than the "
+                         f"horizon ({horizon} steps)")
     if horizon % truncation:
-        raise ValueError(f"truncation ({truncation} steps) must divide the horizon "
-                         f"({horizon} steps) into whole segments")
+        raise ValueError(f"{owner}: truncation ({truncation} steps) must divide the "
+                         f"horizon ({horizon} steps) into whole segments")
     return int(truncation), int(horizon)
 
 

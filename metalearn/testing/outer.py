@@ -70,12 +70,13 @@ def evolution_noise(seed: Sequence[int], pair: int, k: int, shape: Sequence[int]
 
 
 def evolution_estimate(learner: metalearn.Learner, episodes: Episode, population: int,
-                       sigma: float, seed: int, step: int = 0, ranks: bool = False
-                       ) -> List[np.ndarray]:
+                       sigma: float, seed: int, step: int = 0, ranks: bool = False,
+                       inner_steps: Optional[int] = None) -> List[np.ndarray]:
     """The ES estimate by hand: each task's query loss at theta +- sigma eps_j, the
     variables assigned and restored, one task at a time, eagerly; the pair weights are the
     mean over tasks of the antithetic differences (or of the centred ranks of the mean
-    losses)."""
+    losses). ``inner_steps``: the adapter's steps unless given (PES's first segment
+    is ES on a loop of ``truncation`` steps)."""
     variables = learner.meta_variables
     start = [v.numpy() for v in variables]
     eps = [[evolution_noise([seed, step], j, k, v.shape) for k, v in enumerate(variables)]
@@ -84,7 +85,7 @@ def evolution_estimate(learner: metalearn.Learner, episodes: Episode, population
     def loss_at(values):
         for variable, value in zip(variables, values):
             variable.assign(value)
-        return np.mean([learner.episode_metrics(episodes.task(i))["loss"].numpy()
+        return np.mean([learner.episode_metrics(episodes.task(i), inner_steps)["loss"].numpy()
                         for i in range(episodes.num_tasks)])
 
     plus = np.array([loss_at([w + sigma * e for w, e in zip(start, eps[j])])

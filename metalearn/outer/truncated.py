@@ -1,0 +1,368 @@
+"""Truncated unrolls and persistent evolution strategies as outer rules on a learner: the
+inner trajectory carried across outer steps in segments of ``truncation`` steps.
+
+A *horizon* is ``T`` inner steps on one meta-batch of tasks; each outer step runs one
+segment of ``K = truncation`` steps of it, continuing every task's inner loop where the
+previous outer step left it, and updates the meta-variables. After ``T / K`` outer
+steps the trajectory starts again: new episodes (the outer step's batch), weights back
+to the initial ones. What carries over is state of the rule (non-trainable variables,
+checkpointed with the run, so a resumed run continues bit-identically):
+
+* ``position``: the segment within the horizon (``0 .. T / K - 1``);
+* the horizon's episodes (read from the batch when ``position`` is 0);
+* each task's adapted weights (the paths the inner loop changes) and the inner update's
+  state (momenta, a learned optimizer's accumulators), per particle for
+  :class:`PersistentES` (``2 population`` trajectories: ``+`` and ``-``);
+* :class:`PersistentES`'s accumulated noise ``xi`` (one per antithetic pair).
+
+The segment's loss is each task's query loss after the segment's last step; the
+horizon's objective is their sum over the segments (the loss along the trajectory,
+sampled every ``K`` steps; with ``K = T``, MAML's meta-loss).
+
+* :class:`TruncatedUnroll`: truncated backpropagation. The gradient of the segment's
+  loss, the carried state a constant; in the first segment the trajectory starts at the
+  meta-variables, so with ``K = T`` it is :class:`~metalearn.outer.MetaGradient`'s
+  gradient. Biased for ``K < T``: the initial weights get no gradient after the first
+  segment, and the effect of per-step meta-variables (learned rates, a learned
+  optimizer) on later segments through the state is dropped.
+* :class:`PersistentES`: PES (Vicol et al., 2021), antithetic. Pair ``j`` draws
+  ``eps_j`` (ES's noise, :func:`metalearn.outer.evolution.noise`, under
+  ``[seed, meta_step]``), adds it to ``xi_j`` and runs the segment with every
+  meta-variable at ``theta +- sigma eps_j`` from its own ``+`` and ``-`` states; the
+  estimate ``sum_j xi_j (L+_j - L-_j) / (2 N sigma)`` summed over the horizon is
+  unbiased for the gradient of the smoothed objective. ``persistent=False`` is
+  truncated ES (``eps_j`` in place of ``xi_j``: biased as truncated backpropagation).
+
+The learner's adapter must be a :class:`~metalearn.adapters.GradientDescent` (any
+update transforms: learned rates, inner Adam, a :class:`~metalearn.adapters.LearnedRule`;
+any wrapper but :class:`~metalearn.adapters.PerStepWeights`, whose copies are not
+carried). One replica (a strategy of one replica is fine); the estimators on an explicit
+unroll are in :mod:`metalearn.outer.persistent`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import gin
+import keras
+import tensorflow as tf
+
+from metalearn import functional
+from metalearn.learners.learner import Learner, predict_on, support_objective
+from metalearn.outer.evolution import check_population, check_sigma, noise, pair_seed
+from metalearn.outer.persistent import check_truncation
+from metalearn.outer.rule import Directions, Metrics, OptimizerRule
+from metalearn.ranges import WHOLE, check_range
+
+Carried = Tuple[Dict[str, tf.Tensor], Any]
+"""One trajectory's state for a batch of tasks: adapted weights by path and the inner
+update's state, each with a leading task axis."""
+
+
+class CarriedTrajectory(OptimizerRule):
+    """The carried-state mechanism :class:`TruncatedUnroll` and :class:`PersistentES`
+    share (the module's docstring): the horizon's position, episodes and trajectories as
+    non-trainable variables of the rule, a segment of ``truncation`` inner steps for a
+    batch of tasks, and the reset every ``horizon / truncation`` outer steps.
+
+    Args:
+      optimizer: a Keras optimizer applying the directions (Adam, 1e-3 by default).
+      horizon: inner steps of a whole trajectory ``T``.
+      truncation: inner steps per outer step ``K`` (``1 <= K <= T``, dividing ``T``).
+    """
+
+    #: trajectories carried for each task (``2 population`` for PES)
+    trajectories: int = 1
+
+    def __init__(self, optimizer: Optional[keras.optimizers.Optimizer] = None,
+                 horizon: int = gin.REQUIRED, truncation: int = gin.REQUIRED):
+        super().__init__(optimizer)
+        self.truncation, self.horizon = check_truncation(truncation, horizon,
+                                                         type(self).__name__)
+        self.segments = self.horizon // self.truncation
+        self.position: Optional[tf.Variable] = None
+        self.carried: List[tf.Variable] = []
+        self._layout: Optional[Tuple[Any, Any, Any]] = None
+        self._compiled_segment: Optional[Callable] = None
+
+    def build(self, learner: Learner) -> None:
+        super().build(learner)
+        adapter = learner.adapter
+        if not callable(getattr(adapter, "run_steps", None)):
+            raise TypeError(f"{type(self).__name__} carries a GradientDescent inner loop "
+                            f"across outer steps; the learner's adapter is "
+                            f"{type(adapter).__name__}")
+        if any(callable(getattr(w, "at_step", None)) for w in
+               getattr(adapter, "wrappers", ())):
+            raise ValueError(f"{type(self).__name__} does not carry PerStepWeights' copies "
+                             "across segments: drop the PerStepWeights wrapper")
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        if replicas > 1:
+            raise ValueError(f"{type(self).__name__} carries each replica's tasks' inner "
+                             f"state; it runs on one replica, got {replicas}")
+        if self.position is None:
+            self.position = tf.Variable(tf.constant(0, tf.int64), trainable=False,
+                                        name="position")
+
+    # --- the carried state ------------------------------------------------------------
+
+    def extra_state(self, learner: Learner) -> List[tf.TensorSpec]:
+        """Specs of a subclass's own carried tensors (PES's ``xi``); none here."""
+        return []
+
+    def _ensure_carried(self, learner: Learner, episodes: Any) -> None:
+        """Creates the carried variables (once, at the first trace, outside the traced
+        function) with the shapes of this batch: the episodes, and per trajectory and
+        task the adapted weights and the update's state. A checkpoint read before they
+        exist is restored into them as they are created."""
+        if self._layout is not None:
+            return
+        one = tf.nest.map_structure(lambda t: t[0], episodes)
+        support_x, support_y, _, _ = learner.split(one)
+        begun, state = learner.adapter.begin(learner.task_initial_weights(
+            learner.initial_weights(), support_x, support_y))
+        paths = learner.adapter.adapted_paths(begun)
+        tasks = episodes.num_tasks
+        lead = ([self.trajectories] if self.trajectories > 1 else []) + [tasks]
+        spec = lambda t, lead: tf.TensorSpec(lead + t.shape.as_list(), t.dtype)
+        weights = {p: spec(begun[p], lead) for p in paths}
+        state = tf.nest.map_structure(lambda t: spec(t, lead), state)
+        stored = tf.nest.map_structure(lambda t: spec(t, []), episodes)
+        self._layout = (stored, weights, state)
+        specs = (tf.nest.flatten(stored) + tf.nest.flatten(weights) + tf.nest.flatten(state)
+                 + self.extra_state(learner))
+        with tf.init_scope():
+            for i, s in enumerate(specs):  # appended: a restore waiting on the list's
+                self.carried.append(tf.Variable(  # entries fills each as it is made
+                    tf.zeros(s.shape, s.dtype), trainable=False, name=f"carried_{i}"))
+
+    def read_carried(self) -> Tuple[Any, Dict[str, tf.Tensor], Any, List[tf.Tensor]]:
+        """``(episodes, weights, state, extra)`` as carried (tensors)."""
+        stored, weights, state = self._layout
+        values = [tf.convert_to_tensor(v) for v in self.carried]
+        sizes = [len(tf.nest.flatten(s)) for s in (stored, weights, state)]
+        parts, at = [], 0
+        for structure, size in zip((stored, weights, state), sizes):
+            parts.append(tf.nest.pack_sequence_as(structure, values[at:at + size]))
+            at += size
+        return parts[0], parts[1], parts[2], values[at:]
+
+    def store(self, values: List[tf.Tensor]) -> tf.Operation:
+        """Assigns the carried variables (in :meth:`read_carried`'s order, flattened) and
+        moves to the next segment (back to 0 after the horizon's last)."""
+        assigns = [v.assign(tf.cast(x, v.dtype)) for v, x in zip(self.carried, values)]
+        with tf.control_dependencies(assigns):
+            return self.position.assign((self.position + 1) % self.segments)
+
+    # --- one segment ---------------------------------------------------------------------
+
+    def horizon_episodes(self, episodes: Any) -> Any:
+        """The episodes of the current horizon: the batch at its first segment, the
+        stored ones after."""
+        stored = self.read_carried()[0]
+        fresh = tf.equal(self.position, 0)
+        return tf.nest.map_structure(lambda new, old: tf.where(fresh, new, old),
+                                     episodes, stored)
+
+    def segment(self, learner: Learner, episodes: Any, formulation: Any,
+                weights: Dict[str, tf.Tensor], state: Any
+                ) -> Tuple[Dict[str, tf.Tensor], Any, Metrics]:
+        """``truncation`` inner steps for every task of ``episodes`` (the horizon's)
+        from the carried ``weights`` and ``state`` (``[tasks, ...]``; at the horizon's
+        first segment from the learner's initial weights instead, read here, so that
+        gradients and perturbations reach them): the weights and state after, and the
+        per-task query figures after the segment's last step."""
+        adapter = learner.adapter
+        fresh = tf.equal(self.position, 0)
+        start = tf.cast(self.position, tf.int32) * self.truncation
+        initial = learner.initial_weights()
+        names = ["loss", *learner.metrics]
+        dtype = functional.metric_dtype(learner.model)
+
+        def one_task(args):
+            episode, carried_weights, carried_state = args
+            support_x, support_y, query_x, query_y = learner.split(episode)
+            begun, begun_state = adapter.begin(learner.task_initial_weights(
+                initial, support_x, support_y))
+            now = dict(begun)
+            for path, value in carried_weights.items():
+                now[path] = tf.where(fresh, begun[path], value)
+            now_state = tf.nest.map_structure(lambda b, c: tf.where(fresh, b, c),
+                                              begun_state, carried_state)
+            after, after_state = adapter.run_steps(now, now_state, support_x, support_y,
+                                                   support_objective(learner), start,
+                                                   self.truncation)
+            query_x, query_y = learner.query_data(after, query_x, query_y)
+            figures = learner.query_metrics(query_y,
+                                            predict_on(learner, after, query_x, query_y))
+            return ({p: after[p] for p in carried_weights}, after_state,
+                    {k: tf.cast(figures[k], dtype) for k in names})
+
+        spec = lambda t: tf.TensorSpec(t.shape[1:], t.dtype)
+        signature = (tf.nest.map_structure(spec, weights), tf.nest.map_structure(spec, state),
+                     {k: tf.TensorSpec([], dtype) for k in names})
+        resolved = formulation.resolve(learner, episodes, self.truncation)
+        return resolved.per_task(learner, one_task, (episodes, weights, state), signature)
+
+    # --- the step ------------------------------------------------------------------------
+
+    def estimate(self, learner: Learner, episodes: Any, formulation: Any
+                 ) -> Tuple[Directions, Metrics, List[tf.Tensor]]:
+        """The directions, the per-task figures and the carried state after this
+        segment (flattened, :meth:`store`'s order); nothing assigned."""
+        raise NotImplementedError
+
+    def directions(self, learner, episodes, formulation):
+        """This segment's directions and figures (the carried state not advanced:
+        :meth:`step` does that)."""
+        self._ensure_carried(learner, episodes)
+        directions, metrics, _ = self.estimate(learner, episodes, formulation)
+        return directions, metrics
+
+    def step(self, learner, episodes, formulation, apply=None, jit_compile=False):
+        """One segment: the directions, the carried state stored and the position
+        advanced, then ``apply`` (the guards' or this rule's)."""
+        self._ensure_carried(learner, episodes)
+        run = self.estimate
+        if jit_compile:
+            if self._compiled_segment is None:
+                self._compiled_segment = tf.function(self.estimate, jit_compile=True)
+            run = self._compiled_segment
+        directions, metrics, carried = run(learner, episodes, formulation)
+        with tf.control_dependencies([self.store(carried)]):
+            directions = [tf.identity(d) for d in directions]
+        return (apply or self.apply)(learner, directions, metrics)
+
+
+@gin.configurable
+class TruncatedUnroll(CarriedTrajectory):
+    """Truncated backpropagation through a carried inner trajectory (the module's
+    docstring): each outer step backpropagates through one segment of ``truncation``
+    inner steps, the state it starts from a constant, and a Keras optimizer applies the
+    gradient of the segment's mean query loss. ``truncation = horizon``:
+    :class:`~metalearn.outer.MetaGradient` with ``horizon`` inner steps.
+
+    Args:
+      optimizer: a Keras optimizer; defaults to Adam with learning rate 1e-3.
+      horizon: inner steps of a whole trajectory.
+      truncation: inner steps per outer step (dividing ``horizon``).
+    """
+
+    @classmethod
+    def configured_class(cls) -> type:
+        return TruncatedUnroll
+
+    def estimate(self, learner, episodes, formulation):
+        episodes = self.horizon_episodes(episodes)
+        _, weights, state, _ = self.read_carried()
+        variables = learner.meta_variables
+        with tf.GradientTape() as tape:
+            weights, state, metrics = self.segment(learner, episodes, formulation,
+                                                   weights, state)
+            loss = tf.reduce_mean(metrics["loss"])
+        gradients = tape.gradient(loss, variables,
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        carried = (tf.nest.flatten(episodes) + tf.nest.flatten(weights)
+                   + tf.nest.flatten(state))
+        return list(gradients), metrics, carried
+
+
+@gin.configurable
+class PersistentES(CarriedTrajectory):
+    """Persistent evolution strategies (Vicol et al., 2021) through a carried inner
+    trajectory, antithetic (the module's docstring), applied by a Keras optimizer.
+
+    Each outer step runs one segment for ``2 population`` particles (every task's inner
+    loop at ``theta + sigma eps_j`` and at ``theta - sigma eps_j``, each from its own
+    carried state; nothing assigned, no tape) and estimates
+    ``sum_j xi_j (L+_j - L-_j) / (2 population sigma)``, ``L`` the segment's mean query
+    loss. The figures reported are the per-task figures averaged over the particles.
+
+    Args:
+      optimizer: a Keras optimizer; defaults to Adam with learning rate 1e-3.
+      horizon: inner steps of a whole trajectory.
+      truncation: inner steps per outer step (dividing ``horizon``).
+      population: antithetic pairs, >= 1.
+      sigma: the noise scale, > 0.
+      persistent: ``False``: truncated ES (``eps_j`` in place of ``xi_j``; biased).
+      seed: the noise stream's seed (pair ``j``'s noise at outer step ``s`` is
+        :class:`~metalearn.outer.EvolutionStrategies`' under ``[seed, s]``).
+    """
+
+    def __init__(self, optimizer: Optional[keras.optimizers.Optimizer] = None,
+                 horizon: int = gin.REQUIRED, truncation: int = gin.REQUIRED,
+                 population: int = 8, sigma: float = 0.01, persistent: bool = True,
+                 seed: int = 0):
+        super().__init__(optimizer, horizon, truncation)
+        self.population = int(check_population(population, "PersistentES"))
+        self.sigma = float(check_sigma(sigma, "PersistentES"))
+        self.seed = int(check_range("PersistentES", "seed", seed, WHOLE))
+        self.persistent = bool(persistent)
+        self.trajectories = 2 * self.population
+
+    @classmethod
+    def configured_class(cls) -> type:
+        return PersistentES
+
+    def extra_state(self, learner):
+        return [tf.TensorSpec([self.population] + list(v.shape), v.dtype)
+                for v in learner.meta_variables]
+
+    def estimate(self, learner, episodes, formulation):
+        episodes = self.horizon_episodes(episodes)
+        _, weights, state, xi = self.read_carried()
+        fresh = tf.equal(self.position, 0)
+        variables = learner.meta_variables
+        values = [tf.convert_to_tensor(v) for v in variables]
+        seed = tf.stack([tf.constant(self.seed, tf.int64),
+                         tf.cast(learner.meta_step, tf.int64)])
+        shapes, dtypes = [v.shape for v in variables], [v.dtype for v in variables]
+        n = self.population
+        flat_weights, flat_state = tf.nest.flatten(weights), tf.nest.flatten(state)
+        particle = lambda flat, i: [tf.gather(t, i) for t in flat]
+
+        def member(values_k, i):
+            w = tf.nest.pack_sequence_as(weights, particle(flat_weights, i))
+            s = tf.nest.pack_sequence_as(state, particle(flat_state, i))
+            with keras.StatelessScope(state_mapping=list(zip(variables, values_k))):
+                w, s, metrics = self.segment(learner, episodes, formulation, w, s)
+            return tf.nest.flatten(w) + tf.nest.flatten(s), metrics
+
+        def pair(j):
+            eps = noise(pair_seed(seed, j), shapes, dtypes)
+            index = tf.cast(j, tf.int32)
+            xi_j = [tf.where(fresh, tf.zeros_like(e), tf.gather(x, index)) + e
+                    for x, e in zip(xi, eps)]
+            plus, plus_metrics = member([v + self.sigma * e for v, e in zip(values, eps)],
+                                        index)
+            minus, minus_metrics = member([v - self.sigma * e for v, e in zip(values, eps)],
+                                          index + n)
+            weight = (tf.reduce_mean(plus_metrics["loss"])
+                      - tf.reduce_mean(minus_metrics["loss"]))
+            summed = {k: plus_metrics[k] + minus_metrics[k] for k in plus_metrics}
+            return plus, minus, xi_j, eps, weight, summed
+
+        scale = 1.0 / (2.0 * n * self.sigma)
+        plus, minus, xi_0, eps_0, weight, sums = pair(tf.constant(0, tf.int64))
+        array = lambda t: tf.TensorArray(t.dtype, size=n, element_shape=t.shape)
+        arrays = [[array(t).write(0, t) for t in group] for group in (plus, minus, xi_0)]
+        direction = lambda xi_j, eps_j: xi_j if self.persistent else eps_j
+        totals = [tf.cast(weight, d.dtype) * d for d in direction(xi_0, eps_0)]
+
+        def body(j, arrays, totals, sums):
+            plus, minus, xi_j, eps_j, weight, summed = pair(j)
+            index = tf.cast(j, tf.int32)
+            arrays = [[a.write(index, t) for a, t in zip(group, values)]
+                      for group, values in zip(arrays, (plus, minus, xi_j))]
+            totals = [t + tf.cast(weight, d.dtype) * d
+                      for t, d in zip(totals, direction(xi_j, eps_j))]
+            return j + 1, arrays, totals, {k: sums[k] + summed[k] for k in sums}
+
+        _, arrays, totals, sums = tf.while_loop(
+            lambda j, *_: j < n, body, (tf.constant(1, tf.int64), arrays, totals, sums))
+        plus, minus, xi = [[a.stack() for a in group] for group in arrays]
+        carried = (tf.nest.flatten(episodes)
+                   + [tf.concat([p, m], 0) for p, m in zip(plus, minus)] + xi)
+        metrics = {k: total / tf.cast(2 * n, total.dtype) for k, total in sums.items()}
+        return [t * tf.constant(scale, t.dtype) for t in totals], metrics, carried

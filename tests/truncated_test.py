@@ -1,0 +1,201 @@
+"""TruncatedUnroll and PersistentES on a learner (metalearn.outer.truncated): truncated
+backpropagation with the truncation covering the horizon is MetaGradient (float64,
+1e-10); the carried trajectory is the inner loop's own (inner Adam's state carried, in
+a while-loop); PES's mean over particles is the full-unroll gradient of the horizon's
+objective within a stated standard-error tolerance (fixed seeds) where truncated ES's
+is not; a run stopped mid-horizon and resumed through metalearn.train ends
+bit-identical; bad input named."""
+
+import gin
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import metalearn
+from metalearn.adapters import GradientDescent, InnerAdam, WhileLoop
+from metalearn.outer import MetaGradient, PersistentES, TruncatedUnroll
+from metalearn.testing import values
+from metalearn.testing.tasks import mse, regression_episodes
+from metalearn.training import build_experiment, make_meta_step, parse_config, restore, train
+
+
+def learner(adapter, hidden=(4,)):
+    keras.utils.set_random_seed(5)
+    model = metalearn.models.mlp((2,), hidden=hidden, outputs=1, activation="tanh",
+                                 dtype="float64")
+    return metalearn.Learner(model, adapter, loss=mse)
+
+
+@pytest.mark.parametrize("formulation", ["map_fn", "batched"])
+def test_truncation_covering_the_horizon_is_the_meta_gradient(formulation):
+    """Two outer steps (each a whole horizon: the trajectory restarts) of TruncatedUnroll
+    with truncation = horizon = the adapter's 3 steps, against MetaGradient: the
+    meta-variables agree to 1e-10 in float64."""
+    episodes = [regression_episodes(tasks=3, shots=4, seed=s) for s in (0, 1)]
+    found = {}
+    for name, rule in (("truncated", TruncatedUnroll(keras.optimizers.SGD(0.3), horizon=3,
+                                                     truncation=3)),
+                       ("gradient", MetaGradient(keras.optimizers.SGD(0.3)))):
+        model = learner(GradientDescent(3, 0.2))
+        step = make_meta_step(model, rule, formulation)
+        for batch in episodes:
+            step(batch)
+        found[name] = values(model)
+    start = values(learner(GradientDescent(3, 0.2)))
+    for path, value in found["gradient"].items():
+        assert not np.allclose(value, start[path])
+        np.testing.assert_allclose(found["truncated"][path], value, rtol=1e-10, atol=1e-10)
+
+
+def no_update(learner, directions, metrics):
+    """An ``apply`` that moves nothing and hands the directions back as figures."""
+    return {**metrics, **{f"direction_{k}": d for k, d in enumerate(directions)}}
+
+
+def test_the_carried_trajectory_is_the_inner_loop():
+    """Inner Adam (its moments carried) in a while-loop, 6 steps in segments of 2: the
+    carried weights after the horizon's three segments are each task's weights after 6
+    inner steps; the next outer step starts again from the initial weights."""
+    model = learner(GradientDescent(6, update=InnerAdam(0.05), wrappers=[WhileLoop()]))
+    rule = TruncatedUnroll(keras.optimizers.SGD(0.1), horizon=6, truncation=2)
+    episodes = regression_episodes(tasks=3, shots=4)
+    other = regression_episodes(tasks=3, shots=4, seed=7)
+    step = tf.function(lambda batch: rule.step(model, batch, metalearn.execution.MapFn(),
+                                               apply=no_update))
+    rule.build(model)
+    step(episodes)
+    step(other)  # ignored: the horizon's episodes are the first batch's
+    step(other)
+    assert int(rule.position.numpy()) == 0
+    _, carried, _, _ = rule.read_carried()
+    for i in range(episodes.num_tasks):
+        task = episodes.task(i)
+        expected = model.adapt(task.support_x, task.support_y, steps=6)
+        for path, value in carried.items():
+            np.testing.assert_allclose(value[i].numpy(), expected[path].numpy(),
+                                       rtol=1e-12, atol=1e-12)
+    first = step(other)  # a new horizon, on this batch: the loss after 2 steps
+    expected = np.mean([model.episode_metrics(other.task(i), steps=2)["loss"].numpy()
+                        for i in range(other.num_tasks)])
+    np.testing.assert_allclose(np.mean(first["loss"].numpy()), expected, rtol=1e-12)
+
+
+HORIZON, TRUNCATION, TASKS = 4, 2, 2
+
+
+def horizon_gradient(model, episodes):
+    """The full-unroll gradient of the horizon's objective: the sum over segments of the
+    mean query loss after each segment's last step (steps 2 and 4), one tape around
+    the whole inner trajectory (learner.adapt_trajectory)."""
+    with tf.GradientTape() as tape:
+        total = 0.0
+        for i in range(episodes.num_tasks):
+            task = episodes.task(i)
+            trajectory = model.adapt_trajectory(task.support_x, task.support_y,
+                                                steps=HORIZON)
+            for end in range(TRUNCATION, HORIZON + 1, TRUNCATION):
+                total += model.task_loss(task.query_y,
+                                         model.predict(trajectory[end], task.query_x))
+        total = total / episodes.num_tasks
+    return np.concatenate([np.ravel(g) for g in tape.gradient(total, model.meta_variables)])
+
+
+def pes_runs(persistent, runs=16, population=64):
+    """``runs`` independent estimates (each summed over the horizon's two segments; the
+    noise differs through the step counter) of PES or truncated ES on a linear model
+    with two inner steps per segment, and the full-unroll gradient."""
+    model = learner(GradientDescent(HORIZON, 0.3), hidden=())
+    episodes = regression_episodes(tasks=TASKS, shots=4)
+    rule = PersistentES(keras.optimizers.SGD(0.1), horizon=HORIZON, truncation=TRUNCATION,
+                        population=population, sigma=1e-3, persistent=persistent, seed=1)
+    rule.build(model)
+    step = tf.function(lambda batch: rule.step(model, batch, metalearn.execution.MapFn(),
+                                               apply=no_update))
+    estimates = []
+    for _ in range(runs):
+        total = 0.0
+        for _ in range(HORIZON // TRUNCATION):
+            figures = step(episodes)
+            total = total + np.concatenate(
+                [np.ravel(figures[f"direction_{k}"].numpy())
+                 for k in range(len(model.meta_variables))])
+            model.meta_step.assign_add(1)
+        estimates.append(total)
+    return np.array(estimates), horizon_gradient(model, episodes)
+
+
+def test_pes_is_unbiased_and_truncated_es_is_not():
+    """16 runs of 64 antithetic pairs: PES's mean is within 4 standard errors of the
+    full-unroll gradient (plus 1e-3 of its norm for the O(sigma^2) smoothing) in every
+    coordinate; truncated ES's is more than 8 standard errors away in some coordinate
+    (it misses the initial weights' effect on the second segment's loss)."""
+    for persistent in (True, False):
+        runs, exact = pes_runs(persistent)
+        mean, error = runs.mean(0), runs.std(0, ddof=1) / np.sqrt(len(runs))
+        deviation = np.abs(mean - exact)
+        if persistent:
+            assert np.all(deviation <= 4 * error + 1e-3 * np.linalg.norm(exact)), \
+                (mean, exact, error)
+        else:
+            assert np.any(deviation > 8 * error), (mean, exact, error)
+
+
+FILES = ["experiments/sinusoid/maml.gin", "experiments/learners/truncated.gin"]
+SMALL = ["INNER_STEPS = 4", "HORIZON = 4",
+         "TRUNCATION = 1", "INNER_LR = 0.1", "Experiment.meta_batch_size = 2",
+         "mlp.hidden = (8,)", "Loop.log_every = 1", "Loop.checkpoint_every = 2",
+         "Experiment.formulation = @MapFn()", "keras.optimizers.Adam.learning_rate = 0.01"]
+
+
+def _run(workdir, steps, extra=()):
+    files = FILES + [f for f in extra if f.endswith(".gin")]
+    params = [p for p in extra if not p.endswith(".gin")]
+    parse_config(files, SMALL + params + [f"Loop.num_steps = {steps}"])
+    experiment = build_experiment()
+    train(experiment, workdir)
+    return experiment
+
+
+@pytest.mark.parametrize("extra", [(), ("experiments/learners/pes.gin",
+                                        "PersistentES.population = 2")],
+                         ids=["truncated", "pes"])
+def test_a_run_resumed_mid_horizon_ends_bit_identical(tmp_path, extra):
+    """metalearn.train with the gin file: stopped after 3 outer steps (mid-horizon:
+    segment 3 of 4) and resumed to 6, against 6 uninterrupted: the meta-variables and
+    the rule's carried state (position, episodes, trajectories, PES's noise sums) are
+    bit-identical."""
+    try:
+        whole = _run(str(tmp_path / "whole"), 6, extra)
+        _run(str(tmp_path / "broken"), 3, extra)
+        resumed = _run(str(tmp_path / "broken"), 6, extra)
+        rule = resumed.outer_rule
+        assert isinstance(rule, PersistentES if extra else TruncatedUnroll)
+        assert int(rule.position.numpy()) == 2 and int(resumed.learner.meta_step.numpy()) == 6
+        for path, value in values(whole.learner).items():
+            np.testing.assert_array_equal(values(resumed.learner)[path], value, err_msg=path)
+        assert len(rule.carried) == len(whole.outer_rule.carried) > 4
+        for mine, theirs in zip(rule.carried, whole.outer_rule.carried):
+            np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+        assert restore(str(tmp_path / "broken")).learner.meta_step.numpy() == 6
+    finally:
+        gin.clear_config()
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match=r"TruncatedUnroll: truncation \(10 steps\) is "
+                                         r"longer than the horizon \(8 steps\)"):
+        TruncatedUnroll(horizon=8, truncation=10)
+    with pytest.raises(ValueError, match=r"PersistentES: truncation \(3 steps\) must "
+                                         r"divide the horizon \(8 steps\)"):
+        PersistentES(horizon=8, truncation=3)
+    with pytest.raises(ValueError, match=r"PersistentES.sigma \(the noise scale\) must be "
+                                         r"> 0, got 0.0"):
+        PersistentES(horizon=8, truncation=2, sigma=0.0)
+    with pytest.raises(ValueError, match=r"PersistentES.population \(antithetic pairs\) "
+                                         r"must be a whole number >= 1, got 0"):
+        PersistentES(horizon=8, truncation=2, population=0)
+    with pytest.raises(TypeError, match="carries a GradientDescent inner loop across outer "
+                                        "steps; the learner's adapter is NoAdaptation"):
+        TruncatedUnroll(horizon=2, truncation=1).build(
+            learner(metalearn.adapters.NoAdaptation()))
