@@ -235,3 +235,30 @@ def test_python_environment_run_killed_resumes_bit_identical(tmp_path):
     metrics = _metrics(killed)
     assert metrics["step"] == 5 and np.isfinite(metrics["return"])
     assert os.listdir(os.path.join(killed, "train"))  # TensorBoard summaries
+
+
+def test_after_a_cpu_limit_stop_the_repeated_sigxcpu_cannot_kill_the_ending_process():
+    """Past the soft limit the kernel repeats SIGXCPU every second; once training has
+    stopped on it, the process ends cleanly (metrics, exit status 152) however long
+    that takes, so the repeats are ignored rather than left to their default action
+    (which killed a loaded CI run's process with -24 after its checkpoint)."""
+    import signal
+    import time
+
+    from metalearn.training import loop
+    previous = signal.getsignal(signal.SIGXCPU)
+    try:
+        with loop._StopSignals() as stops:
+            os.kill(os.getpid(), signal.SIGXCPU)
+            for _ in range(100):  # the Python handler runs between bytecodes
+                if stops.received is not None:
+                    break
+                time.sleep(0.01)
+            assert stops.received == signal.SIGXCPU
+        assert signal.getsignal(signal.SIGXCPU) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGXCPU)  # a repeat: ignored, this process lives on
+        with loop._StopSignals():  # a later stop without SIGXCPU restores what it found
+            pass
+        assert signal.getsignal(signal.SIGXCPU) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGXCPU, previous)

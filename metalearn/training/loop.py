@@ -190,6 +190,11 @@ class _StopSignals:
 
     def __exit__(self, *exc) -> None:
         for number, handler in self._previous.items():
+            if number == getattr(signal, "SIGXCPU", None) and self.received == number:
+                # past the soft CPU limit the kernel repeats SIGXCPU every second, whose
+                # default action would kill the process while it ends cleanly (metrics,
+                # exit status 152); the hard limit still bounds it
+                handler = signal.SIG_IGN
             signal.signal(number, handler)
 
 
