@@ -1,24 +1,33 @@
 r"""A learned optimizer against hand-tuned SGD and Adam on held-out sinusoid tasks.
 
     python -m benchmarks.learned_optimizer --steps=1000 --output=/tmp/lopt.json
+    python -m benchmarks.learned_optimizer --gin_file=experiments/sinusoid/learned_optimizer_truncated.gin --steps=2000 --seeds=0,1,2
 
-1. The experiment of ``experiments/sinusoid/learned_optimizer.gin`` is built: the MAML
-   paper's MLP 1-40-40-1 ReLU at one fixed random initialisation (``FixedInit``), 20
-   inner steps, the rule ``LearnedRule`` meta-trained by full backpropagation through
-   the 20 steps.
+1. The experiment of ``--gin_file`` is built (by default
+   ``experiments/sinusoid/learned_optimizer.gin``): the MAML paper's MLP 1-40-40-1 ReLU
+   at one fixed random initialisation (``FixedInit``), the rule ``LearnedRule`` as the
+   inner update over the config's horizon ``H`` (its ``GradientDescent.steps``: 20 there,
+   100 in ``learned_optimizer_truncated.gin`` and ``learned_optimizer_pes.gin``), and
+   the config's outer rule: full backpropagation through the ``H`` steps
+   (``MetaGradient``), truncated backpropagation (``TruncatedUnroll``) or PES
+   (``PersistentES``) through a trajectory carried across outer steps.
 2. The baselines start from the same weights: ``GradientStep(lr)`` (SGD) and
    ``InnerAdam(lr)`` (Keras' Adam), each rate tuned on a grid (``--sgd_grid``,
    ``--adam_grid``) on ``--tune_tasks`` *validation* tasks, separately at each horizon
-   (1x, 2x and 5x the meta-training horizon: 20, 40, 100 steps).
-3. The rule's base step is set to Adam's best rate at 20 steps, so the untrained rule
-   is tuned Adam (it starts as Adam, ``metalearn/adapters/learned_optimizer.py``); it
-   is then meta-trained for ``--steps`` meta-steps (batches of 8 training tasks).
+   (``--horizons``; by default 1x, 2x and 5x ``H``).
+3. The rule's base step is set to Adam's best rate at the first horizon, so the
+   untrained rule is tuned Adam (it starts as Adam, ``metalearn/adapters/learned_optimizer.py``); it
+   is then meta-trained for ``--steps`` outer steps of the config's rule (its meta-batch
+   of training tasks), once per meta-training seed (``--seeds``: the rule network's
+   initial weights ``LearnedRule.seed``, the task stream's seed and an ES rule's noise
+   seed; the model's fixed initialisation is the config's and the same for all).
 4. Everything is evaluated on the same ``--eval_tasks`` held-out *test* tasks (query
-   MSE after 20, 40, 100 steps: mean and 95 % interval over tasks), with the paired
-   difference rule - Adam per task (mean, interval, fraction of tasks the rule wins).
-5. Drop-in: the meta-trained rule is saved (``LearnedRule.save``), loaded into a
+   MSE after each horizon: mean and 95 % interval over tasks), with the paired
+   difference rule - Adam per task (mean, interval, fraction of tasks the rule wins);
+   over several seeds, the seeds' means with a t interval across seeds.
+5. Drop-in: each meta-trained rule is saved (``LearnedRule.save``), loaded into a
    ``LearnedRuleOptimizer`` and used in ``model.fit`` (full-batch steps on the 10
-   support points, 20 steps) on ``--keras_tasks`` new tasks with a model initialised
+   support points, ``H`` steps) on ``--keras_tasks`` new tasks with a model initialised
    from another seed, against ``keras.optimizers.Adam``/``SGD`` at the tuned rates;
    and on tasks from outside the family (lines ``y = a x + b``).
 
@@ -41,14 +50,12 @@ flags.DEFINE_integer("eval_tasks", 300, "Held-out test tasks.")
 flags.DEFINE_integer("tune_tasks", 100, "Validation tasks for tuning the baselines' rates.")
 flags.DEFINE_list("sgd_grid", ["0.003", "0.01", "0.03", "0.1", "0.3"], "SGD rates.")
 flags.DEFINE_list("adam_grid", ["0.003", "0.01", "0.03", "0.1", "0.3"], "Adam rates.")
-flags.DEFINE_list("horizons", ["20", "40", "100"], "Inner steps evaluated.")
-flags.DEFINE_integer("truncated_horizon", 0, "If set (e.g. 100): meta-train by truncated "
-                     "backpropagation through horizons of this many inner steps, in "
-                     "segments of --truncation steps, one segment per meta-step "
-                     "(metalearn.outer.learned_optimizer.train_truncated), the loss summed "
-                     "over the horizon's steps; 0: full backpropagation through the "
-                     "config's 20 steps, the query loss at the end.")
-flags.DEFINE_integer("truncation", 20, "Segment length with --truncated_horizon.")
+flags.DEFINE_list("horizons", [], "Inner steps evaluated; by default 1x, 2x and 5x the "
+                  "config's horizon.")
+flags.DEFINE_string("gin_file", "experiments/sinusoid/learned_optimizer.gin",
+                    "The learned optimizer's config (relative to the repository root or "
+                    "absolute): the rule, its horizon and the outer rule that meta-trains it.")
+flags.DEFINE_list("seeds", ["0"], "Meta-training seeds (one rule meta-trained per seed).")
 flags.DEFINE_integer("keras_tasks", 20, "Tasks of the Keras drop-in comparison.")
 flags.DEFINE_integer("log_every", 50, "Meta-steps between curve points.")
 flags.DEFINE_multi_string("gin_param", [], "Extra gin bindings.")
@@ -57,7 +64,6 @@ flags.DEFINE_string("plot", "", "Write a figure of the held-out losses here (.pn
 FLAGS = flags.FLAGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = os.path.join(ROOT, "experiments", "sinusoid", "learned_optimizer.gin")
 
 
 def _interval(values: Sequence[float]) -> Dict[str, float]:
@@ -99,10 +105,10 @@ def _tune(experiment, make, grid, horizons):
     return best, losses
 
 
-def _keras_comparison(rule_path: str, rates: Dict[str, float], tasks: int):
+def _keras_comparison(rule_path: str, rates: Dict[str, float], tasks: int, steps: int):
     """model.fit with the loaded rule against Keras' Adam and SGD at the tuned rates:
-    query MSE after 20 full-batch steps on new sinusoid tasks (a model from another
-    seed) and on lines from outside the family."""
+    query MSE after ``steps`` full-batch steps on new sinusoid tasks (a model from
+    another seed) and on lines from outside the family."""
     import keras
     from metalearn import models
     from metalearn.adapters import LearnedRule, LearnedRuleOptimizer
@@ -127,7 +133,7 @@ def _keras_comparison(rule_path: str, rates: Dict[str, float], tasks: int):
                 keras.utils.set_random_seed(1000 + task)  # not the meta-training init
                 model = models.mlp((1,), hidden=(40, 40), outputs=1, activation="relu")
                 model.compile(optimizer=make(), loss="mse")
-                model.fit(x[:10], y[:10], epochs=20, batch_size=10, verbose=0,
+                model.fit(x[:10], y[:10], epochs=steps, batch_size=10, verbose=0,
                           shuffle=False)
                 losses[name].append(float(model.evaluate(x[10:], y[10:], verbose=0)))
         diff = np.asarray(losses["learned_rule"]) - np.asarray(losses["adam"])
@@ -158,84 +164,121 @@ def _plot(path: str, horizons, table):
     fig.savefig(path, dpi=120)
 
 
-def main(argv):
-    del argv
+def _build(gin_file: str, params: List[str]):
+    """The experiment of ``gin_file`` and ``params``, and its learned rule."""
     import gin
     import metalearn
-    from metalearn.adapters import GradientStep, InnerAdam, LearnedRule
-    horizons = [int(h) for h in FLAGS.horizons]
-    metalearn.training.parse_config([CONFIG], list(FLAGS.gin_param))
+    from metalearn.adapters import LearnedRule
+    path = gin_file if os.path.isabs(gin_file) else os.path.join(ROOT, gin_file)
+    metalearn.training.parse_config([path], params)
     experiment = metalearn.training.build_experiment()
-    experiment.runtime.apply()
     gin.clear_config()
-    learner, sampler = experiment.learner, experiment.sampler
-    rule = [p for p in learner.adapter.parts() if isinstance(p, LearnedRule)][0]
+    rules = [p for p in experiment.learner.adapter.parts() if isinstance(p, LearnedRule)]
+    if not rules:
+        raise ValueError(f"{gin_file} has no LearnedRule in its inner loop")
+    return experiment, rules[0]
+
+
+def _meta_train(experiment, seed: int, steps: int):
+    """``steps`` outer steps of the config's rule on the training stream of ``seed``:
+    the curve (every ``--log_every`` steps) and the seconds after the first step (its
+    tracing excluded)."""
+    import metalearn
+    step = metalearn.training.make_meta_step(experiment.learner, experiment.outer_rule,
+                                             experiment.formulation)
+    stream = iter(experiment.sampler.dataset(experiment.meta_batch_size, seed=seed))
+    curve, start = [], None
+    for done in range(1, steps + 1):
+        loss = float(step(next(stream))["loss"].numpy())
+        if start is None:
+            start = time.perf_counter()
+        if done % FLAGS.log_every == 0 or done == 1:
+            curve.append({"step": done, "loss": loss,
+                          "seconds": round(time.perf_counter() - start, 2)})
+    return curve, time.perf_counter() - start
+
+
+def _over_seeds(per_seed: List[Dict[str, float]]) -> Dict[str, float]:
+    from metalearn.statistics import seed_interval
+    return seed_interval([s["mean"] for s in per_seed])
+
+
+def main(argv):
+    del argv
+    from metalearn.adapters import GradientStep, InnerAdam
+    seeds = [int(s) for s in FLAGS.seeds]
+    experiment, rule = _build(FLAGS.gin_file, list(FLAGS.gin_param))
+    experiment.runtime.apply()
+    horizon = int(experiment.learner.adapter.steps)
+    horizons = ([int(h) for h in FLAGS.horizons] if FLAGS.horizons
+                else [horizon, 2 * horizon, 5 * horizon])
+    sampler = experiment.sampler
 
     started = time.perf_counter()
     sgd_best, sgd_grid = _tune(experiment, GradientStep, FLAGS.sgd_grid, horizons)
     adam_best, adam_grid = _tune(experiment, InnerAdam, FLAGS.adam_grid, horizons)
     tuning_seconds = time.perf_counter() - started
-    rule.learning_rate = adam_best[horizons[0]]
+    base_step = adam_best[horizons[0]]
+    rule.learning_rate = base_step
 
     per_task = {}
     for name, best, make in (("sgd", sgd_best, GradientStep), ("adam", adam_best, InnerAdam)):
         per_task[name] = {h: _evaluate(_baseline(experiment, make(best[h])), sampler, [h],
                                        FLAGS.eval_tasks, "test")[h] for h in horizons}
-    per_task["rule_untrained"] = _evaluate(learner, sampler, horizons, FLAGS.eval_tasks,
-                                           "test")
-
-    if FLAGS.truncated_horizon:
-        from metalearn.outer.learned_optimizer import train_truncated
-        start = time.perf_counter()
-        history = train_truncated(learner, rule, sampler, experiment.outer_rule.optimizer,
-                                  FLAGS.steps, FLAGS.truncated_horizon, FLAGS.truncation,
-                                  experiment.meta_batch_size, seed=experiment.runtime.seed)
-        curve = [h for h in history if h["step"] % FLAGS.log_every == 0 or h["step"] == 1]
-        train_seconds = time.perf_counter() - start  # compilation included
-    else:
-        step = metalearn.training.make_meta_step(learner, experiment.outer_rule,
-                                                 experiment.formulation)
-        stream = iter(sampler.dataset(experiment.meta_batch_size,
-                                      seed=experiment.runtime.seed))
-        curve, start = [], None
-        for done in range(1, FLAGS.steps + 1):
-            loss = float(step(next(stream))["loss"].numpy())
-            if start is None:
-                start = time.perf_counter()
-            if done % FLAGS.log_every == 0 or done == 1:
-                curve.append({"step": done, "loss": loss,
-                              "seconds": round(time.perf_counter() - start, 2)})
-        train_seconds = time.perf_counter() - start
-    per_task["rule_trained"] = _evaluate(learner, sampler, horizons, FLAGS.eval_tasks, "test")
-
+    per_task["rule_untrained"] = _evaluate(experiment.learner, sampler, horizons,
+                                           FLAGS.eval_tasks, "test")
     table = {name: {str(h): _interval(v[h]) for h in horizons} for name, v in per_task.items()}
-    paired = {}
-    for h in horizons:
-        diff = per_task["rule_trained"][h] - per_task["adam"][h]
-        paired[str(h)] = {**_interval(diff), "rule_wins": float(np.mean(diff < 0))}
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "rule.npz")
-        rule.save(path)
-        keras_result = _keras_comparison(path, {"adam": adam_best[horizons[0]],
-                                                "sgd": sgd_best[horizons[0]]},
-                                         FLAGS.keras_tasks)
+
+    runs = []
+    for seed in seeds:
+        # the same fixed model initialisation (the config's Runtime.seed); the rule's
+        # network, the task stream and an ES rule's noise from the meta-training seed
+        trained, rule = _build(FLAGS.gin_file, list(FLAGS.gin_param)
+                               + [f"LearnedRule.seed = {seed}"])
+        trained.runtime.apply()
+        if hasattr(trained.outer_rule, "seed"):
+            trained.outer_rule.seed = seed
+        rule.learning_rate = base_step
+        curve, train_seconds = _meta_train(trained, seed, FLAGS.steps)
+        losses = _evaluate(trained.learner, sampler, horizons, FLAGS.eval_tasks, "test")
+        paired = {}
+        for h in horizons:
+            diff = losses[h] - per_task["adam"][h]
+            paired[str(h)] = {**_interval(diff), "rule_wins": float(np.mean(diff < 0))}
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "rule.npz")
+            rule.save(path)
+            keras_result = _keras_comparison(path, {"adam": adam_best[horizons[0]],
+                                                    "sgd": sgd_best[horizons[0]]},
+                                             FLAGS.keras_tasks, horizons[0])
+        runs.append({"seed": seed, "train_seconds": round(train_seconds, 1),
+                     "held_out_test_mse": {str(h): _interval(losses[h]) for h in horizons},
+                     "rule_minus_adam": paired, "keras_drop_in": keras_result,
+                     "curve": curve})
+    # one seed: its interval over tasks; several: the seeds' means, a t interval
+    table["rule_trained"] = (runs[0]["held_out_test_mse"] if len(runs) == 1 else
+                             {str(h): _over_seeds([r["held_out_test_mse"][str(h)]
+                                                   for r in runs]) for h in horizons})
     result = {
         "command": "python -m benchmarks.learned_optimizer " + " ".join(
-            [f"--{k}={v}" for k, v in (("steps", FLAGS.steps), ("eval_tasks", FLAGS.eval_tasks),
-                                       ("tune_tasks", FLAGS.tune_tasks),
-                                       ("truncated_horizon", FLAGS.truncated_horizon),
-                                       ("truncation", FLAGS.truncation))]
+            [f"--{k}={v}" for k, v in (("gin_file", FLAGS.gin_file), ("steps", FLAGS.steps),
+                                       ("seeds", ",".join(FLAGS.seeds)),
+                                       ("eval_tasks", FLAGS.eval_tasks),
+                                       ("tune_tasks", FLAGS.tune_tasks))]
             + [f"--gin_param='{p}'" for p in FLAGS.gin_param]),
+        "horizon": horizon, "horizons": horizons,
+        "outer_rule": type(experiment.outer_rule).__name__,
         "tuned_rates": {"sgd": {str(h): r for h, r in sgd_best.items()},
                         "adam": {str(h): r for h, r in adam_best.items()}},
         "grids": {"sgd": {r: {str(h): v for h, v in d.items()} for r, d in sgd_grid.items()},
                   "adam": {r: {str(h): v for h, v in d.items()} for r, d in adam_grid.items()}},
-        "rule_base_step": rule.learning_rate,
+        "rule_base_step": base_step,
         "held_out_test_mse": table,
-        "rule_minus_adam": paired,
-        "keras_drop_in": keras_result,
-        "meta_steps": FLAGS.steps, "train_seconds": round(train_seconds, 1),
-        "tuning_seconds": round(tuning_seconds, 1), "curve": curve,
+        "rule_minus_adam_over_seeds": {
+            str(h): _over_seeds([r["rule_minus_adam"][str(h)] for r in runs])
+            for h in horizons},
+        "seeds": runs,
+        "meta_steps": FLAGS.steps, "tuning_seconds": round(tuning_seconds, 1),
         "gin_params": list(FLAGS.gin_param),
     }
     text = json.dumps(result)

@@ -249,48 +249,41 @@ class TestLearnedRuleFromAFixedInit(LearnerContract):
 # --- meta-training over a longer horizon: truncated backpropagation ------------------
 
 
-def test_the_unroll_is_the_learners_inner_loop_and_its_full_truncation_is_exact():
-    from metalearn.outer.learned_optimizer import rule_theta, rule_unroll
-    from metalearn.outer.persistent import truncated_gradient, unroll
+def test_a_truncated_segments_gradient_is_finite_differences_from_the_carried_state():
+    """TruncatedUnroll on a learned rule in a while-loop, horizon 4 in segments of 2:
+    the second segment's direction (the carried weights and accumulators after the
+    first segment held constant) equals float64 central differences of that segment's
+    mean query loss from the same carried state, in every network weight."""
+    from metalearn.execution import MapFn
+    from metalearn.outer import TruncatedUnroll
     rule = LearnedRule(0.1, hidden=(3,), betas=(0.5, 0.9), timescales=(1.0, 10.0))
-    learner = _learner(rule, steps=3, task_init=[FixedInit()])
-    _perturbed(rule)
-    episodes = regression_episodes(tasks=2)
-    step, state = rule_unroll(learner, rule, episodes)
-    theta = [tf.convert_to_tensor(v) for v in rule_theta(rule)]
-    trajectories = [learner.adapt_trajectory(episodes.task(i).support_x,
-                                             episodes.task(i).support_y) for i in range(2)]
-    for t in range(3):
-        state, loss = step(state, theta, t)
-        expected = np.mean([mse(episodes.task(i).query_y, learner.predict(
-            trajectories[i][t + 1], episodes.task(i).query_x)) for i in range(2)])
-        np.testing.assert_allclose(float(loss), expected, rtol=1e-12)
-        for i in range(2):
-            for path, value in state[i][0].items():
-                np.testing.assert_allclose(value, trajectories[i][t + 1][path], rtol=1e-12)
-    step, state = rule_unroll(learner, rule, episodes)
-    grads, _, _ = truncated_gradient(step, state, theta, 0, 3)
-    numeric = finite_difference_variables(
-        lambda: unroll(step, state, [tf.convert_to_tensor(v) for v in rule_theta(rule)],
-                       0, 3)[1], rule_theta(rule))
-    analytic = {v.path: g.numpy() for v, g in zip(rule_theta(rule), grads)}
+    learner = _learner(rule, steps=4, wrappers=[WhileLoop()], task_init=[FixedInit()])
+    _perturbed(rule, seed=3)  # built now: moved off its Adam start
+    outer = TruncatedUnroll(keras.optimizers.SGD(0.1), horizon=4, truncation=2)
+    episodes = regression_episodes(tasks=2, shots=4)
+    outer.build(learner)
+
+    def hand_back(learner, directions, metrics):
+        return {f"direction_{k}": d for k, d in enumerate(directions)}
+
+    step = tf.function(lambda batch: outer.step(learner, batch, MapFn(), apply=hand_back))
+    step(episodes)  # the first segment: the state to carry
+    saved = [v.numpy() for v in outer.carried]
+    assert int(outer.position.numpy()) == 1
+    figures = step(episodes)  # the second segment's direction
+    analytic = {v.path: figures[f"direction_{k}"].numpy()
+                for k, v in enumerate(learner.meta_variables)}
+    assert set(analytic) == {v.path for v in rule.network.values()}
+
+    def second_segment_loss():
+        for variable, value in zip(outer.carried, saved):
+            variable.assign(value)
+        outer.position.assign(1)
+        _, weights, state, _ = outer.read_carried()
+        _, _, metrics = outer.segment(learner, outer.horizon_episodes(episodes), MapFn(),
+                                      weights, state)
+        return tf.reduce_mean(metrics["loss"])
+
+    numeric = finite_difference_variables(second_segment_loss, learner.meta_variables)
+    assert max(np.abs(g).max() for g in numeric.values()) > 1e-3
     assert relative_error(analytic, numeric) < 1e-6
-
-
-def test_truncated_meta_training_runs_through_the_horizon_in_segments():
-    from metalearn.outer.learned_optimizer import train_truncated
-    rule = LearnedRule(0.05, hidden=(3,))
-    keras.utils.set_random_seed(0)
-    learner = metalearn.Learner(models.mlp((1,), hidden=(3,), outputs=1, dtype="float64"),
-                                GradientDescent(2, update=rule), loss="mse",
-                                task_init=[FixedInit()])
-    before = rule.values()
-    sampler = metalearn.tasks.Sinusoid(shots=4, dtype="float64")
-    history = train_truncated(learner, rule, sampler, keras.optimizers.Adam(1e-2),
-                              meta_steps=4, horizon=4, truncation=2, meta_batch_size=2)
-    assert [h["start"] for h in history] == [0, 2, 0, 2]
-    assert all(np.isfinite(h["loss"]) for h in history)
-    assert max(np.abs(rule.values()[k] - before[k]).max() for k in before) > 1e-4
-    with pytest.raises(ValueError, match=r"truncation \(8 steps\) is longer than the "
-                                         r"horizon \(4 steps\)"):
-        train_truncated(learner, rule, sampler, keras.optimizers.Adam(1e-2), 1, 4, 8, 2)

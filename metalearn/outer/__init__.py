@@ -10,11 +10,10 @@ likelihood ratio on one collected batch) are rules;
 :class:`ClipDirections` and :class:`SkipNonFinite` are guards that wrap any rule;
 :mod:`metalearn.outer.replicas` holds the cross-replica apply;
 :mod:`metalearn.outer.persistent` truncated backpropagation and PES on an explicit
-unroll; :mod:`metalearn.outer.learned_optimizer` a learned optimizer's inner loop as such
-an unroll, meta-trained by truncated backpropagation (``train_truncated``);
-:class:`TruncatedUnroll` and :class:`PersistentES` (:mod:`metalearn.outer.truncated`)
-carry a learner's inner trajectory across outer steps in segments, its state
-checkpointed with the run.
+unroll; :class:`TruncatedUnroll` and :class:`PersistentES`
+(:mod:`metalearn.outer.truncated`) carry a learner's inner trajectory (a learned
+optimizer's included) across outer steps in segments, its state checkpointed with the
+run.
 """
 
 from metalearn.outer.clipped import ClippedRatio
