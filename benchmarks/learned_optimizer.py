@@ -43,7 +43,7 @@ import time
 from typing import Dict, List, Sequence
 
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 flags.DEFINE_integer("steps", 1000, "Meta-training steps of the rule.")
 flags.DEFINE_integer("eval_tasks", 300, "Held-out test tasks.")
@@ -195,6 +195,7 @@ def _meta_train(experiment, seed: int, steps: int):
         if done % FLAGS.log_every == 0 or done == 1:
             curve.append({"step": done, "loss": loss,
                           "seconds": round(time.perf_counter() - start, 2)})
+            logging.info("seed %d: meta-step %d/%d, loss %.4f", seed, done, steps, loss)
     return curve, time.perf_counter() - start
 
 
@@ -218,6 +219,7 @@ def main(argv):
     sgd_best, sgd_grid = _tune(experiment, GradientStep, FLAGS.sgd_grid, horizons)
     adam_best, adam_grid = _tune(experiment, InnerAdam, FLAGS.adam_grid, horizons)
     tuning_seconds = time.perf_counter() - started
+    logging.info("tuned in %.0f s: SGD %s, Adam %s", tuning_seconds, sgd_best, adam_best)
     base_step = adam_best[horizons[0]]
     rule.learning_rate = base_step
 

@@ -17,7 +17,8 @@ from metalearn.adapters import GradientDescent, InnerAdam, WhileLoop
 from metalearn.outer import MetaGradient, PersistentES, TruncatedUnroll
 from metalearn.testing import values
 from metalearn.testing.tasks import mse, regression_episodes
-from metalearn.training import build_experiment, make_meta_step, parse_config, restore, train
+from metalearn.training import (build_experiment, distribute, make_meta_step, parse_config,
+                                restore, train)
 
 
 def learner(adapter, hidden=(4,)):
@@ -79,6 +80,44 @@ def test_the_carried_trajectory_is_the_inner_loop():
     expected = np.mean([model.episode_metrics(other.task(i), steps=2)["loss"].numpy()
                         for i in range(other.num_tasks)])
     np.testing.assert_allclose(np.mean(first["loss"].numpy()), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind, jit_compile", [("truncated", False), ("pes", False),
+                                               ("truncated", True)],
+                         ids=["truncated", "pes", "truncated-xla"])
+def test_two_replicas_each_carry_their_own_tasks(kind, jit_compile):
+    """Two replicas with two tasks each against one replica with the four, inner Adam
+    in a while-loop over a horizon of 4 steps in segments of 2, three outer steps (the
+    third starts a new horizon): every replica carries its own tasks' weights and
+    moments, so the losses and the meta-variables agree to 1e-12 in float64."""
+    def rule():
+        if kind == "truncated":
+            return TruncatedUnroll(keras.optimizers.SGD(0.3), horizon=4, truncation=2)
+        return PersistentES(keras.optimizers.SGD(0.3), horizon=4, truncation=2,
+                            population=2, sigma=0.1, seed=3)
+
+    found = {}
+    for replicas in (1, 2):
+        strategy = mirrored(replicas) if replicas > 1 else tf.distribute.get_strategy()
+        with strategy.scope():
+            model = learner(GradientDescent(4, update=InnerAdam(0.05), wrappers=[WhileLoop()]))
+        outer = rule()
+        step = make_meta_step(model, outer, "map_fn", jit_compile=jit_compile,
+                              strategy=strategy)
+        losses = []
+        for seed in range(3):
+            batch = regression_episodes(tasks=4, shots=4, seed=seed)
+            if replicas > 1:
+                batch = distribute.split_episodes(strategy, batch)
+            losses.append(float(step(batch)["loss"].numpy()))
+        found[replicas] = (losses, values(model), outer)
+    np.testing.assert_allclose(found[2][0], found[1][0], rtol=1e-12)
+    for path, value in found[1][1].items():
+        np.testing.assert_allclose(found[2][1][path], value, rtol=1e-12, atol=1e-14)
+    assert [v.shape[0] for v in found[2][2].carried] == [2] * len(found[2][2].carried)
+    with pytest.raises(ValueError, match=r"was built on 2 replica\(s\) and carries their "
+                                         r"tasks' state; it cannot run on 1"):
+        found[2][2].build(model)  # outside the strategy: one replica
 
 
 HORIZON, TRUNCATION, TASKS = 4, 2, 2
@@ -148,33 +187,43 @@ SMALL = ["INNER_STEPS = 4", "HORIZON = 4",
          "Experiment.formulation = @MapFn()", "keras.optimizers.Adam.learning_rate = 0.01"]
 
 
-def _run(workdir, steps, extra=()):
+def mirrored(replicas=2):
+    """Logical CPUs (tests/conftest.py), reduced on one device: TensorFlow's collectives
+    cannot be reused across the strategies of one test process (tests/distribute_test.py)."""
+    return distribute.make_strategy("mirrored", [f"/cpu:{i}" for i in range(replicas)],
+                                    cross_device_ops="reduce_to_one_device")
+
+
+def _run(workdir, steps, extra=(), replicas=1):
     files = FILES + [f for f in extra if f.endswith(".gin")]
     params = [p for p in extra if not p.endswith(".gin")]
     parse_config(files, SMALL + params + [f"Loop.num_steps = {steps}"])
-    experiment = build_experiment()
-    train(experiment, workdir)
+    strategy = mirrored(replicas) if replicas > 1 else None
+    experiment = build_experiment(strategy)
+    train(experiment, workdir, strategy=strategy)
     return experiment
 
 
-@pytest.mark.parametrize("extra", [(), ("experiments/learners/pes.gin",
-                                        "PersistentES.population = 2")],
-                         ids=["truncated", "pes"])
-def test_a_run_resumed_mid_horizon_ends_bit_identical(tmp_path, extra):
+@pytest.mark.parametrize("extra, replicas", [
+    ((), 1), (("experiments/learners/pes.gin", "PersistentES.population = 2"), 1),
+    (("experiments/learners/pes.gin", "PersistentES.population = 2"), 2)],
+    ids=["truncated", "pes", "pes-2-replicas"])
+def test_a_run_resumed_mid_horizon_ends_bit_identical(tmp_path, extra, replicas):
     """metalearn.train with the gin file: stopped after 3 outer steps (mid-horizon:
     segment 3 of 4) and resumed to 6, against 6 uninterrupted: the meta-variables and
-    the rule's carried state (position, episodes, trajectories, PES's noise sums) are
-    bit-identical."""
+    the rule's carried state (position, episodes, trajectories, PES's noise sums; on two
+    replicas each replica's slice) are bit-identical."""
     try:
-        whole = _run(str(tmp_path / "whole"), 6, extra)
-        _run(str(tmp_path / "broken"), 3, extra)
-        resumed = _run(str(tmp_path / "broken"), 6, extra)
+        whole = _run(str(tmp_path / "whole"), 6, extra, replicas)
+        _run(str(tmp_path / "broken"), 3, extra, replicas)
+        resumed = _run(str(tmp_path / "broken"), 6, extra, replicas)
         rule = resumed.outer_rule
         assert isinstance(rule, PersistentES if extra else TruncatedUnroll)
         assert int(rule.position.numpy()) == 2 and int(resumed.learner.meta_step.numpy()) == 6
         for path, value in values(whole.learner).items():
             np.testing.assert_array_equal(values(resumed.learner)[path], value, err_msg=path)
         assert len(rule.carried) == len(whole.outer_rule.carried) > 4
+        assert all(v.shape[0] == 2 for v in rule.carried) or replicas == 1
         for mine, theirs in zip(rule.carried, whole.outer_rule.carried):
             np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
         assert restore(str(tmp_path / "broken")).learner.meta_step.numpy() == 6

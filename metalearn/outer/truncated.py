@@ -36,8 +36,13 @@ sampled every ``K`` steps; with ``K = T``, MAML's meta-loss).
 The learner's adapter must be a :class:`~metalearn.adapters.GradientDescent` (any
 update transforms: learned rates, inner Adam, a :class:`~metalearn.adapters.LearnedRule`;
 any wrapper but :class:`~metalearn.adapters.PerStepWeights`, whose copies are not
-carried). One replica (a strategy of one replica is fine); the estimators on an explicit
-unroll are in :mod:`metalearn.outer.persistent`.
+carried). Under a strategy of several replicas each replica carries its own tasks'
+trajectories: every carried variable has a leading replica axis, a replica reads its
+slice and the slices are gathered (the strategy's ``gather``, in the cross-replica
+context) before they are assigned, so a checkpoint holds every replica's state; the
+directions are averaged over the replicas as any rule's are. A rule built on ``R``
+replicas runs on ``R``. The estimators on an explicit unroll are in
+:mod:`metalearn.outer.persistent`.
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ from metalearn.outer.evolution import check_population, check_sigma, noise, pair
 from metalearn.outer.persistent import check_truncation
 from metalearn.outer.rule import Directions, Metrics, OptimizerRule
 from metalearn.ranges import WHOLE, check_range
+
+FIRST_REPLICA = tf.VariableAggregation.ONLY_FIRST_REPLICA
+"""The carried variables' aggregation: assigned in the cross-replica context (the
+replicas' slices gathered), or on one replica; never a sum of replicas' values."""
 
 Carried = Tuple[Dict[str, tf.Tensor], Any]
 """One trajectory's state for a batch of tasks: adapted weights by path and the inner
@@ -82,6 +91,7 @@ class CarriedTrajectory(OptimizerRule):
                                                          type(self).__name__)
         self.segments = self.horizon // self.truncation
         self.position: Optional[tf.Variable] = None
+        self.replicas = 1
         self.carried: List[tf.Variable] = []
         self._layout: Optional[Tuple[Any, Any, Any]] = None
         self._compiled_segment: Optional[Callable] = None
@@ -98,12 +108,14 @@ class CarriedTrajectory(OptimizerRule):
             raise ValueError(f"{type(self).__name__} does not carry PerStepWeights' copies "
                              "across segments: drop the PerStepWeights wrapper")
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        if replicas > 1:
-            raise ValueError(f"{type(self).__name__} carries each replica's tasks' inner "
-                             f"state; it runs on one replica, got {replicas}")
         if self.position is None:
+            self.replicas = replicas
             self.position = tf.Variable(tf.constant(0, tf.int64), trainable=False,
-                                        name="position")
+                                        name="position", aggregation=FIRST_REPLICA)
+        elif replicas != self.replicas:
+            raise ValueError(f"{type(self).__name__} was built on {self.replicas} "
+                             f"replica(s) and carries their tasks' state; it cannot run on "
+                             f"{replicas}")
 
     # --- the carried state ------------------------------------------------------------
 
@@ -132,15 +144,20 @@ class CarriedTrajectory(OptimizerRule):
         self._layout = (stored, weights, state)
         specs = (tf.nest.flatten(stored) + tf.nest.flatten(weights) + tf.nest.flatten(state)
                  + self.extra_state(learner))
+        lead = [self.replicas] if self.replicas > 1 else []  # one slice per replica
         with tf.init_scope():
             for i, s in enumerate(specs):  # appended: a restore waiting on the list's
                 self.carried.append(tf.Variable(  # entries fills each as it is made
-                    tf.zeros(s.shape, s.dtype), trainable=False, name=f"carried_{i}"))
+                    tf.zeros(lead + s.shape.as_list(), s.dtype), trainable=False,
+                    name=f"carried_{i}", aggregation=FIRST_REPLICA))
 
     def read_carried(self) -> Tuple[Any, Dict[str, tf.Tensor], Any, List[tf.Tensor]]:
         """``(episodes, weights, state, extra)`` as carried (tensors)."""
         stored, weights, state = self._layout
         values = [tf.convert_to_tensor(v) for v in self.carried]
+        if self.replicas > 1:  # this replica's slice
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            values = [tf.gather(v, replica) for v in values]
         sizes = [len(tf.nest.flatten(s)) for s in (stored, weights, state)]
         parts, at = [], 0
         for structure, size in zip((stored, weights, state), sizes):
@@ -148,10 +165,23 @@ class CarriedTrajectory(OptimizerRule):
             at += size
         return parts[0], parts[1], parts[2], values[at:]
 
-    def store(self, values: List[tf.Tensor]) -> tf.Operation:
+    def store(self, values: List[tf.Tensor]) -> tf.Tensor:
         """Assigns the carried variables (in :meth:`read_carried`'s order, flattened) and
-        moves to the next segment (back to 0 after the horizon's last)."""
-        assigns = [v.assign(tf.cast(x, v.dtype)) for v, x in zip(self.carried, values)]
+        moves to the next segment (back to 0 after the horizon's last). On several
+        replicas each gives its slice, gathered in the cross-replica context (the
+        strategy's own gather, no collective of ours)."""
+        values = [tf.cast(x, v.dtype) for v, x in zip(self.carried, values)]
+        if self.replicas > 1:
+            return tf.distribute.get_replica_context().merge_call(
+                self._store_gathered, args=([x[None] for x in values],))
+        return self._assign(values)
+
+    def _store_gathered(self, strategy: tf.distribute.Strategy,
+                        slices: List[Any]) -> tf.Tensor:
+        return self._assign([strategy.gather(x, axis=0) for x in slices])
+
+    def _assign(self, values: List[tf.Tensor]) -> tf.Tensor:
+        assigns = [v.assign(x) for v, x in zip(self.carried, values)]
         with tf.control_dependencies(assigns):
             return self.position.assign((self.position + 1) % self.segments)
 
