@@ -37,10 +37,12 @@ The learner's adapter must be a :class:`~metalearn.adapters.GradientDescent` (an
 update transforms: learned rates, inner Adam, a :class:`~metalearn.adapters.LearnedRule`;
 any wrapper but :class:`~metalearn.adapters.PerStepWeights`, whose copies are not
 carried). Under a strategy of several replicas each replica carries its own tasks'
-trajectories: every carried variable has a leading replica axis, a replica reads its
-slice and the slices are gathered (the strategy's ``gather``, in the cross-replica
-context) before they are assigned, so a checkpoint holds every replica's state; the
-directions are averaged over the replicas as any rule's are. A rule built on ``R``
+trajectories: the carried variables hold every replica's tasks along their task axis
+(replica-major, so their shapes do not depend on the number of replicas), a replica
+reads its tasks' slice, and the slices are gathered by the strategy (in the
+cross-replica context) before they are assigned; the directions are averaged over the
+replicas as any rule's are. A checkpoint restores on any number of replicas dividing
+the meta-batch (each then carries the tasks dealt to it); a rule object built on ``R``
 replicas runs on ``R``. The estimators on an explicit unroll are in
 :mod:`metalearn.outer.persistent`.
 """
@@ -94,6 +96,7 @@ class CarriedTrajectory(OptimizerRule):
         self.replicas = 1
         self.carried: List[tf.Variable] = []
         self._layout: Optional[Tuple[Any, Any, Any]] = None
+        self._task_axes: List[Optional[int]] = []
         self._compiled_segment: Optional[Callable] = None
 
     def build(self, learner: Learner) -> None:
@@ -115,7 +118,8 @@ class CarriedTrajectory(OptimizerRule):
         elif replicas != self.replicas:
             raise ValueError(f"{type(self).__name__} was built on {self.replicas} "
                              f"replica(s) and carries their tasks' state; it cannot run on "
-                             f"{replicas}")
+                             f"{replicas} (build a new rule: a checkpoint's carried state "
+                             f"restores on any count)")
 
     # --- the carried state ------------------------------------------------------------
 
@@ -135,29 +139,37 @@ class CarriedTrajectory(OptimizerRule):
         begun, state = learner.adapter.begin(learner.task_initial_weights(
             learner.initial_weights(), support_x, support_y))
         paths = learner.adapter.adapted_paths(begun)
-        tasks = episodes.num_tasks
+        tasks = episodes.num_tasks  # this replica's
         lead = ([self.trajectories] if self.trajectories > 1 else []) + [tasks]
         spec = lambda t, lead: tf.TensorSpec(lead + t.shape.as_list(), t.dtype)
         weights = {p: spec(begun[p], lead) for p in paths}
         state = tf.nest.map_structure(lambda t: spec(t, lead), state)
         stored = tf.nest.map_structure(lambda t: spec(t, []), episodes)
         self._layout = (stored, weights, state)
-        specs = (tf.nest.flatten(stored) + tf.nest.flatten(weights) + tf.nest.flatten(state)
-                 + self.extra_state(learner))
-        lead = [self.replicas] if self.replicas > 1 else []  # one slice per replica
+        per_task = tf.nest.flatten(stored) + tf.nest.flatten(weights) + tf.nest.flatten(state)
+        extra = self.extra_state(learner)
+        # the task axis of each (None: the same on every replica, PES's noise sums)
+        self._task_axes = ([0] * len(tf.nest.flatten(stored))
+                           + [len(lead) - 1] * (len(per_task) - len(tf.nest.flatten(stored)))
+                           + [None] * len(extra))
         with tf.init_scope():
-            for i, s in enumerate(specs):  # appended: a restore waiting on the list's
-                self.carried.append(tf.Variable(  # entries fills each as it is made
-                    tf.zeros(lead + s.shape.as_list(), s.dtype), trainable=False,
-                    name=f"carried_{i}", aggregation=FIRST_REPLICA))
+            for i, (s, axis) in enumerate(zip(per_task + extra, self._task_axes)):
+                shape = s.shape.as_list()
+                if axis is not None:  # every replica's tasks, replica-major: the
+                    shape[axis] *= self.replicas  # shape does not depend on replicas
+                self.carried.append(tf.Variable(  # appended: a restore waiting on the
+                    tf.zeros(shape, s.dtype), trainable=False,  # list's entries fills
+                    name=f"carried_{i}", aggregation=FIRST_REPLICA))  # each as made
 
     def read_carried(self) -> Tuple[Any, Dict[str, tf.Tensor], Any, List[tf.Tensor]]:
-        """``(episodes, weights, state, extra)`` as carried (tensors)."""
+        """``(episodes, weights, state, extra)`` as carried (tensors; this replica's
+        tasks)."""
         stored, weights, state = self._layout
         values = [tf.convert_to_tensor(v) for v in self.carried]
-        if self.replicas > 1:  # this replica's slice
+        if self.replicas > 1:  # this replica's tasks
             replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-            values = [tf.gather(v, replica) for v in values]
+            values = [v if axis is None else self._replica_slice(v, axis, replica)
+                      for v, axis in zip(values, self._task_axes)]
         sizes = [len(tf.nest.flatten(s)) for s in (stored, weights, state)]
         parts, at = [], 0
         for structure, size in zip((stored, weights, state), sizes):
@@ -165,20 +177,30 @@ class CarriedTrajectory(OptimizerRule):
             at += size
         return parts[0], parts[1], parts[2], values[at:]
 
+    def _replica_slice(self, value: tf.Tensor, axis: int, replica: tf.Tensor) -> tf.Tensor:
+        share = value.shape[axis] // self.replicas
+        begin = [0] * value.shape.rank
+        begin[axis] = replica * share
+        size = [-1] * value.shape.rank
+        size[axis] = share
+        return tf.slice(value, tf.stack(begin), size)
+
     def store(self, values: List[tf.Tensor]) -> tf.Tensor:
         """Assigns the carried variables (in :meth:`read_carried`'s order, flattened) and
         moves to the next segment (back to 0 after the horizon's last). On several
-        replicas each gives its slice, gathered in the cross-replica context (the
-        strategy's own gather, no collective of ours)."""
+        replicas each gives its tasks' values, gathered along the task axis in the
+        cross-replica context by the strategy (its ``cross_device_ops``)."""
         values = [tf.cast(x, v.dtype) for v, x in zip(self.carried, values)]
         if self.replicas > 1:
             return tf.distribute.get_replica_context().merge_call(
-                self._store_gathered, args=([x[None] for x in values],))
+                self._store_gathered, args=(values,))
         return self._assign(values)
 
     def _store_gathered(self, strategy: tf.distribute.Strategy,
-                        slices: List[Any]) -> tf.Tensor:
-        return self._assign([strategy.gather(x, axis=0) for x in slices])
+                        values: List[Any]) -> tf.Tensor:
+        return self._assign([strategy.experimental_local_results(x)[0] if axis is None
+                             else strategy.gather(x, axis=axis)
+                             for x, axis in zip(values, self._task_axes)])
 
     def _assign(self, values: List[tf.Tensor]) -> tf.Tensor:
         assigns = [v.assign(x) for v, x in zip(self.carried, values)]
