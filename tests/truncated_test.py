@@ -145,14 +145,15 @@ def horizon_gradient(model, episodes):
     return np.concatenate([np.ravel(g) for g in tape.gradient(total, model.meta_variables)])
 
 
-def pes_runs(persistent, runs=16, population=64):
+def pes_runs(persistent, runs=16, population=64, noise_reuse=False):
     """``runs`` independent estimates (each summed over the horizon's two segments; the
-    noise differs through the step counter) of PES or truncated ES on a linear model
-    with two inner steps per segment, and the full-unroll gradient."""
+    noise differs through the step counter) of PES, noise-reuse ES or truncated ES on a
+    linear model with two inner steps per segment, and the full-unroll gradient."""
     model = learner(GradientDescent(HORIZON, 0.3), hidden=())
     episodes = regression_episodes(tasks=TASKS, shots=4)
     rule = PersistentES(keras.optimizers.SGD(0.1), horizon=HORIZON, truncation=TRUNCATION,
-                        population=population, sigma=1e-3, persistent=persistent, seed=1)
+                        population=population, sigma=1e-3, persistent=persistent, seed=1,
+                        noise_reuse=noise_reuse)
     rule.build(model)
     step = tf.function(lambda batch: rule.step(model, batch, metalearn.execution.MapFn(),
                                                apply=no_update))
@@ -169,20 +170,46 @@ def pes_runs(persistent, runs=16, population=64):
     return np.array(estimates), horizon_gradient(model, episodes)
 
 
-def test_pes_is_unbiased_and_truncated_es_is_not():
-    """16 runs of 64 antithetic pairs: PES's mean is within 4 standard errors of the
-    full-unroll gradient (plus 1e-3 of its norm for the O(sigma^2) smoothing) in every
-    coordinate; truncated ES's is more than 8 standard errors away in some coordinate
-    (it misses the initial weights' effect on the second segment's loss)."""
-    for persistent in (True, False):
-        runs, exact = pes_runs(persistent)
-        mean, error = runs.mean(0), runs.std(0, ddof=1) / np.sqrt(len(runs))
-        deviation = np.abs(mean - exact)
-        if persistent:
-            assert np.all(deviation <= 4 * error + 1e-3 * np.linalg.norm(exact)), \
-                (mean, exact, error)
-        else:
-            assert np.any(deviation > 8 * error), (mean, exact, error)
+@pytest.mark.parametrize("rule", ["pes", "noise_reuse", "truncated_es"])
+def test_pes_and_noise_reuse_are_unbiased_and_truncated_es_is_not(rule):
+    """16 runs of 64 antithetic pairs: the mean of PES's and of noise-reuse ES's
+    estimates is within 4 standard errors of the full-unroll gradient (plus 1e-3 of its
+    norm for the O(sigma^2) smoothing) in every coordinate; truncated ES's is more than
+    8 standard errors away in some coordinate (it misses the initial weights' effect on
+    the second segment's loss)."""
+    runs, exact = pes_runs(rule != "truncated_es", noise_reuse=rule == "noise_reuse")
+    mean, error = runs.mean(0), runs.std(0, ddof=1) / np.sqrt(len(runs))
+    deviation = np.abs(mean - exact)
+    if rule != "truncated_es":
+        assert np.all(deviation <= 4 * error + 1e-3 * np.linalg.norm(exact)), \
+            (mean, exact, error)
+    else:
+        assert np.any(deviation > 8 * error), (mean, exact, error)
+
+
+def test_noise_reuse_keeps_a_pairs_noise_for_the_horizon():
+    """Noise-reuse ES's two segments of a horizon estimate with the same noise: on a
+    linear model whose segments' losses differ, the two directions are parallel per
+    pair (one pair), and the next horizon draws new noise."""
+    model = learner(GradientDescent(HORIZON, 0.3), hidden=())
+    episodes = regression_episodes(tasks=TASKS, shots=4)
+    rule = PersistentES(keras.optimizers.SGD(0.1), horizon=HORIZON, truncation=TRUNCATION,
+                        population=1, sigma=1e-3, seed=1, noise_reuse=True)
+    rule.build(model)
+    step = tf.function(lambda batch: rule.step(model, batch, metalearn.execution.MapFn(),
+                                               apply=no_update))
+    directions = []
+    for _ in range(3):
+        figures = step(episodes)
+        directions.append(np.concatenate([np.ravel(figures[f"direction_{k}"].numpy())
+                                          for k in range(len(model.meta_variables))]))
+        model.meta_step.assign_add(1)
+    cosine = lambda a, b: abs(a @ b) / np.linalg.norm(a) / np.linalg.norm(b)
+    assert cosine(directions[0], directions[1]) > 1 - 1e-9
+    assert cosine(directions[1], directions[2]) < 0.9
+    with pytest.raises(ValueError, match="noise_reuse=True keeps each pair's noise for the "
+                                         "whole horizon and needs persistent=True"):
+        PersistentES(horizon=4, truncation=2, persistent=False, noise_reuse=True)
 
 
 FILES = ["experiments/sinusoid/maml.gin", "experiments/learners/truncated.gin"]

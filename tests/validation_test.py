@@ -1441,6 +1441,10 @@ CASES: List[Case] = [
     gin_case("zero noise scale of persistent ES", "PersistentES.sigma = 0.0",
              HyperparameterRangeError, "PersistentES.sigma (the noise scale) must be > 0, "
              "got 0.0", base=SINUSOID_PES),
+    gin_case("noise reuse without persistence", "PersistentES.noise_reuse = True",
+             ValueError, "PersistentES: noise_reuse=True keeps each pair's noise for the "
+             "whole horizon and needs persistent=True; got persistent=False",
+             base=SINUSOID_PES + ["PersistentES.persistent = False"]),
     gin_case("empty population of persistent ES", "PersistentES.population = 0",
              HyperparameterRangeError, "PersistentES.population (antithetic pairs) must be "
              "a whole number >= 1, got 0", base=SINUSOID_PES),

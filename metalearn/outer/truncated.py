@@ -31,7 +31,9 @@ sampled every ``K`` steps; with ``K = T``, MAML's meta-loss).
   meta-variable at ``theta +- sigma eps_j`` from its own ``+`` and ``-`` states; the
   estimate ``sum_j xi_j (L+_j - L-_j) / (2 N sigma)`` summed over the horizon is
   unbiased for the gradient of the smoothed objective. ``persistent=False`` is
-  truncated ES (``eps_j`` in place of ``xi_j``: biased as truncated backpropagation).
+  truncated ES (``eps_j`` in place of ``xi_j``: biased as truncated backpropagation);
+  ``noise_reuse=True`` is noise-reuse ES (Li et al., 2023: one ``eps_j`` per pair for
+  the whole horizon, in place of ``xi_j``; unbiased as PES).
 
 The learner's adapter must be a :class:`~metalearn.adapters.GradientDescent` (any
 update transforms: learned rates, inner Adam, a :class:`~metalearn.adapters.LearnedRule`;
@@ -340,17 +342,28 @@ class PersistentES(CarriedTrajectory):
       persistent: ``False``: truncated ES (``eps_j`` in place of ``xi_j``; biased).
       seed: the noise stream's seed (pair ``j``'s noise at outer step ``s`` is
         :class:`~metalearn.outer.EvolutionStrategies`' under ``[seed, s]``).
+      noise_reuse: noise-reuse ES (Li et al., 2023): pair ``j`` draws its noise once per
+        horizon (under ``[seed, s0]``, ``s0`` the outer step the horizon started at) and
+        every segment's estimate is ``eps_j (L+_j - L-_j) / (2 sigma)`` averaged over the
+        pairs; the particles stay at ``theta +- sigma eps_j`` for the whole horizon, so
+        the estimate is unbiased like PES's without accumulating ``xi``. Needs
+        ``persistent=True``.
     """
 
     def __init__(self, optimizer: Optional[keras.optimizers.Optimizer] = None,
                  horizon: int = gin.REQUIRED, truncation: int = gin.REQUIRED,
                  population: int = 8, sigma: float = 0.01, persistent: bool = True,
-                 seed: int = 0):
+                 seed: int = 0, noise_reuse: bool = False):
         super().__init__(optimizer, horizon, truncation)
         self.population = int(check_population(population, "PersistentES"))
         self.sigma = float(check_sigma(sigma, "PersistentES"))
         self.seed = int(check_range("PersistentES", "seed", seed, WHOLE))
         self.persistent = bool(persistent)
+        self.noise_reuse = bool(noise_reuse)
+        if self.noise_reuse and not self.persistent:
+            raise ValueError("PersistentES: noise_reuse=True keeps each pair's noise for "
+                             "the whole horizon and needs persistent=True; got "
+                             "persistent=False (truncated ES draws new noise every segment)")
         self.trajectories = 2 * self.population
 
     @classmethod
@@ -367,8 +380,10 @@ class PersistentES(CarriedTrajectory):
         fresh = tf.equal(self.position, 0)
         variables = learner.meta_variables
         values = [tf.convert_to_tensor(v) for v in variables]
-        seed = tf.stack([tf.constant(self.seed, tf.int64),
-                         tf.cast(learner.meta_step, tf.int64)])
+        step = tf.cast(learner.meta_step, tf.int64)
+        if self.noise_reuse:  # one draw per horizon: the step it started at
+            step = step - tf.convert_to_tensor(self.position)
+        seed = tf.stack([tf.constant(self.seed, tf.int64), step])
         shapes, dtypes = [v.shape for v in variables], [v.dtype for v in variables]
         n = self.population
         flat_weights, flat_state = tf.nest.flatten(weights), tf.nest.flatten(state)
@@ -399,7 +414,8 @@ class PersistentES(CarriedTrajectory):
         plus, minus, xi_0, eps_0, weight, sums = pair(tf.constant(0, tf.int64))
         array = lambda t: tf.TensorArray(t.dtype, size=n, element_shape=t.shape)
         arrays = [[array(t).write(0, t) for t in group] for group in (plus, minus, xi_0)]
-        direction = lambda xi_j, eps_j: xi_j if self.persistent else eps_j
+        direction = lambda xi_j, eps_j: (eps_j if self.noise_reuse or not self.persistent
+                                         else xi_j)
         totals = [tf.cast(weight, d.dtype) * d for d in direction(xi_0, eps_0)]
 
         def body(j, arrays, totals, sums):
