@@ -148,14 +148,15 @@ class CarriedTrajectory(OptimizerRule):
         state = tf.nest.map_structure(lambda t: spec(t, lead), state)
         stored = tf.nest.map_structure(lambda t: spec(t, []), episodes)
         self._layout = (stored, weights, state)
-        per_task = tf.nest.flatten(stored) + tf.nest.flatten(weights) + tf.nest.flatten(state)
+        stored_flat = tf.nest.flatten(stored)
+        trajectory = tf.nest.flatten(weights) + tf.nest.flatten(state)
         extra = self.extra_state(learner)
         # the task axis of each (None: the same on every replica, PES's noise sums)
-        self._task_axes = ([0] * len(tf.nest.flatten(stored))
-                           + [len(lead) - 1] * (len(per_task) - len(tf.nest.flatten(stored)))
+        self._task_axes = ([0] * len(stored_flat) + [len(lead) - 1] * len(trajectory)
                            + [None] * len(extra))
         with tf.init_scope():
-            for i, (s, axis) in enumerate(zip(per_task + extra, self._task_axes)):
+            for i, (s, axis) in enumerate(zip(stored_flat + trajectory + extra,
+                                              self._task_axes)):
                 shape = s.shape.as_list()
                 if axis is not None:  # every replica's tasks, replica-major: the
                     shape[axis] *= self.replicas  # shape does not depend on replicas
