@@ -13,9 +13,11 @@ import pytest
 import tensorflow as tf
 
 import metalearn
-from metalearn.adapters import GradientDescent, InnerAdam, WhileLoop
+from metalearn.adapters import GradientDescent, InnerAdam, PerStepWeights, WhileLoop
+from metalearn.execution import MapFn
 from metalearn.outer import MetaGradient, PersistentES, TruncatedUnroll
-from metalearn.testing import values
+from metalearn.outer.evolution import noise, pair_seed
+from metalearn.testing import finite_difference_variables, relative_error, values
 from metalearn.testing.tasks import mse, regression_episodes
 from metalearn.training import (build_experiment, distribute, make_meta_step, parse_config,
                                 restore, train)
@@ -260,6 +262,110 @@ def test_a_run_resumed_mid_horizon_ends_bit_identical(tmp_path, extra, replicas)
         assert restore(str(tmp_path / "broken")).learner.meta_step.numpy() == 6
     finally:
         gin.clear_config()
+
+
+def per_step_learner():
+    """Inner Adam in a while-loop, 4 steps, the first layer's bias a per-step copy
+    (PerStepWeights), each copy moved off the model's value so every step's differs."""
+    model = learner(GradientDescent(4, update=InnerAdam(0.05),
+                                    wrappers=[PerStepWeights(("hidden0/bias",)), WhileLoop()]),
+                    hidden=(3,))
+    copies = [v for v in model.meta_variables if "per_step" in v.path]
+    assert len(copies) == 1 and copies[0].shape == (5, 3)
+    rng = np.random.default_rng(2)
+    copies[0].assign(copies[0].numpy() + 0.5 * rng.standard_normal((5, 3)))
+    return model, copies[0]
+
+
+@pytest.mark.parametrize("kind", ["truncated", "pes"])
+def test_per_step_weights_are_set_for_each_segment_from_the_meta_variables(kind):
+    """Horizon 4 in segments of 2 with per-step copies: the second segment starts from
+    copy 2 (not the carried trajectory's copy 0), so its reported loss is each task's
+    query loss after the whole 4-step inner loop (PES: its particles' mean, sigma 1e-7,
+    equal to O(sigma^2)); the carried weights are the inner loop's."""
+    model, _ = per_step_learner()
+    rule = (TruncatedUnroll(keras.optimizers.SGD(0.1), horizon=4, truncation=2)
+            if kind == "truncated" else
+            PersistentES(keras.optimizers.SGD(0.1), horizon=4, truncation=2, population=2,
+                         sigma=1e-7))
+    episodes = regression_episodes(tasks=3, shots=4)
+    step = tf.function(lambda batch: rule.step(model, batch, MapFn(), apply=no_update))
+    rule.build(model)
+    step(episodes)
+    second = step(episodes)
+    expected = [model.episode_metrics(episodes.task(i), steps=4)["loss"].numpy()
+                for i in range(episodes.num_tasks)]
+    np.testing.assert_allclose(second["loss"].numpy(), expected, rtol=1e-9)
+    if kind == "truncated":
+        _, carried, _, _ = rule.read_carried()
+        assert "hidden0/bias" not in carried
+        for i in range(episodes.num_tasks):
+            task = episodes.task(i)
+            adapted = model.adapt(task.support_x, task.support_y, steps=4)
+            for path, value in carried.items():
+                np.testing.assert_allclose(value[i].numpy(), adapted[path].numpy(),
+                                           rtol=1e-12, atol=1e-12)
+
+
+def test_a_segments_gradient_reaches_the_per_step_copies_it_uses():
+    """The second segment's truncated gradient (the carried state held constant) is
+    float64 central differences of that segment's mean query loss in every
+    meta-variable, the per-step copies included: copies 2-4 get one, copies 0-1 (the
+    first segment's) none."""
+    model, copies = per_step_learner()
+    rule = TruncatedUnroll(keras.optimizers.SGD(0.1), horizon=4, truncation=2)
+    episodes = regression_episodes(tasks=2, shots=4)
+    rule.build(model)
+    step = tf.function(lambda batch: rule.step(model, batch, MapFn(), apply=no_update))
+    step(episodes)
+    saved = [v.numpy() for v in rule.carried]
+    figures = step(episodes)
+    analytic = {v.path: figures[f"direction_{k}"].numpy()
+                for k, v in enumerate(model.meta_variables)}
+
+    def second_segment_loss():
+        for variable, value in zip(rule.carried, saved):
+            variable.assign(value)
+        rule.position.assign(1)
+        _, weights, state, _ = rule.read_carried()
+        _, _, metrics = rule.segment(model, rule.horizon_episodes(episodes), MapFn(),
+                                     weights, state)
+        return tf.reduce_mean(metrics["loss"])
+
+    numeric = finite_difference_variables(second_segment_loss, model.meta_variables)
+    assert relative_error(analytic, numeric) < 1e-6
+    per_step = analytic[copies.path]
+    assert np.all(per_step[:2] == 0) and np.all(np.abs(per_step[2:]).max(axis=1) > 1e-4)
+
+
+def test_es_perturbations_reach_the_per_step_copies():
+    """Truncated ES with one pair, sigma 1e-5, at the horizon's first segment: its
+    estimate is ``eps (g . eps)`` to O(sigma^2), ``g`` TruncatedUnroll's gradient there
+    and ``eps`` the pair's noise, in every meta-variable, the per-step copies
+    included."""
+    episodes = regression_episodes(tasks=2, shots=4)
+    found = {}
+    for name, rule in (("es", PersistentES(keras.optimizers.SGD(0.1), horizon=4,
+                                           truncation=2, population=1, sigma=1e-5,
+                                           persistent=False, seed=3)),
+                       ("gradient", TruncatedUnroll(keras.optimizers.SGD(0.1), horizon=4,
+                                                    truncation=2))):
+        model, copies = per_step_learner()
+        rule.build(model)
+        figures = tf.function(lambda b: rule.step(model, b, MapFn(), apply=no_update))(
+            episodes)
+        found[name] = [figures[f"direction_{k}"].numpy()
+                       for k in range(len(model.meta_variables))]
+    variables = model.meta_variables
+    eps = [e.numpy() for e in noise(pair_seed(tf.constant([3, 0], tf.int64),
+                                              tf.constant(0, tf.int64)),
+                                    [v.shape for v in variables],
+                                    [v.dtype for v in variables])]
+    projection = sum(np.sum(g * e) for g, e in zip(found["gradient"], eps))
+    expected = {v.path: e * projection for v, e in zip(variables, eps)}
+    estimate = {v.path: d for v, d in zip(variables, found["es"])}
+    assert relative_error(estimate, expected) < 1e-6
+    assert np.abs(estimate[copies.path]).max() > 1e-4
 
 
 def test_bad_input_is_named():

@@ -142,10 +142,21 @@ class GradientDescent(Adapter):
             weights = wrapper.start(weights)
         return weights, self.update.init({p: weights[p] for p in paths})
 
+    def resume(self, weights: Weights, step: Any) -> Weights:
+        """``weights`` as every wrapper continues them before inner step ``step``
+        (:meth:`~metalearn.adapters.wrappers.StepWrapper.resume`; ``PerStepWeights``:
+        copy ``step``): a carried trajectory's adapted weights made whole again for a
+        segment numbered from ``step``."""
+        weights = dict(weights)
+        for wrapper in self.wrappers:
+            weights = wrapper.resume(weights, step)
+        return weights
+
     def run_steps(self, weights: Weights, state: Any, support_x: Any, support_y: Any,
                   loss_fn: LossFn, start: Any, steps: int) -> Tuple[Weights, Any]:
         """``steps`` inner steps from ``weights`` and the update's ``state`` (as
-        :meth:`begin` gives them, or as an earlier call left them), numbered ``start,
+        :meth:`begin` gives them, as an earlier call left them, or carried and made
+        whole by :meth:`resume`), numbered ``start,
         start + 1, ...`` (``start`` an int or a scalar int32 tensor): the weights and
         the state after them. A segment of the loop, for an outer rule that carries
         the inner trajectory across outer steps (:mod:`metalearn.outer.truncated`);

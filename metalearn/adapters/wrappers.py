@@ -4,7 +4,8 @@ mini-batches, steps in a ``tf.while_loop``.
 A step of :class:`~metalearn.adapters.GradientDescent` is a function
 ``step_fn(weights, state, step, x, y) -> (weights, state)``. A wrapper may
 
-* change the weights the loop starts from (:meth:`StepWrapper.start`),
+* change the weights the loop starts from (:meth:`StepWrapper.start`), or continues
+  from at a later step (:meth:`StepWrapper.resume`: a carried trajectory's segment),
 * choose the support examples a step sees (:meth:`StepWrapper.batch`; from the current
   weights: :class:`SupportFromWeights`),
 * wrap the step function itself (:meth:`StepWrapper.wrap`),
@@ -45,6 +46,15 @@ class StepWrapper(Piece):
 
     def start(self, weights: Weights) -> Weights:
         """The weights the loop starts from."""
+        return weights
+
+    def resume(self, weights: Weights, step: Any) -> Weights:
+        """The weights the loop continues from before inner step ``step`` (an int or a
+        scalar int32 tensor), given the carried weights of the paths it adapts: what an
+        outer rule carrying the trajectory across outer steps starts a segment from
+        (:meth:`~metalearn.adapters.GradientDescent.resume`). Weights this wrapper sets
+        per step are set here from its meta-variables, so that a segment's gradient and
+        perturbations reach them."""
         return weights
 
     def batch(self, x: Any, y: Any, step: int) -> Tuple[Any, Any]:
@@ -117,6 +127,9 @@ class PerStepWeights(StepWrapper):
 
     def start(self, weights):
         return self.at_step(weights, 0)
+
+    def resume(self, weights, step):
+        return self.at_step(weights, step)
 
     def wrap(self, step_fn):
         def with_copies(weights, state, step, x, y):

@@ -37,8 +37,9 @@ sampled every ``K`` steps; with ``K = T``, MAML's meta-loss).
 
 The learner's adapter must be a :class:`~metalearn.adapters.GradientDescent` (any
 update transforms: learned rates, inner Adam, a :class:`~metalearn.adapters.LearnedRule`;
-any wrapper but :class:`~metalearn.adapters.PerStepWeights`, whose copies are not
-carried). Under a strategy of several replicas each replica carries its own tasks'
+any wrappers). Weights a wrapper sets per step (:class:`~metalearn.adapters.PerStepWeights`'
+copies) are not carried: each segment sets them from the meta-variables for its first
+step (``GradientDescent.resume``), so its gradient and perturbations reach them. Under a strategy of several replicas each replica carries its own tasks'
 trajectories: the carried variables hold every replica's tasks along their task axis
 (replica-major, so their shapes do not depend on the number of replicas), a replica
 reads its tasks' slice, and the slices are gathered by the strategy (in the
@@ -104,14 +105,10 @@ class CarriedTrajectory(OptimizerRule):
     def build(self, learner: Learner) -> None:
         super().build(learner)
         adapter = learner.adapter
-        if not callable(getattr(adapter, "run_steps", None)):
+        if not all(callable(getattr(adapter, m, None)) for m in ("run_steps", "resume")):
             raise TypeError(f"{type(self).__name__} carries a GradientDescent inner loop "
                             f"across outer steps; the learner's adapter is "
                             f"{type(adapter).__name__}")
-        if any(callable(getattr(w, "at_step", None)) for w in
-               getattr(adapter, "wrappers", ())):
-            raise ValueError(f"{type(self).__name__} does not carry PerStepWeights' copies "
-                             "across segments: drop the PerStepWeights wrapper")
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         if self.position is None:
             self.replicas = replicas
@@ -243,6 +240,7 @@ class CarriedTrajectory(OptimizerRule):
             now = dict(begun)
             for path, value in carried_weights.items():
                 now[path] = tf.where(fresh, begun[path], value)
+            now = adapter.resume(now, start)  # what wrappers set per step: from theta
             now_state = tf.nest.map_structure(lambda b, c: tf.where(fresh, b, c),
                                               begun_state, carried_state)
             after, after_state = adapter.run_steps(now, now_state, support_x, support_y,
