@@ -3,8 +3,6 @@
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -64,32 +62,9 @@ def test_replicas_get_disjoint_reproducible_streams():
 
 # --- MultiWorkerMirroredStrategy: worker processes on loopback ports ------------------
 
-def _launch_workers(args, workers=2):
-    """Starts one process per worker with its TF_CONFIG, as TensorFlow's guide does."""
-    cluster = {"worker": [f"localhost:{port}" for port in distributed_case.free_ports(workers)]}
-    processes = []
-    for index in range(workers):
-        env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2",
-                   TF_CONFIG=json.dumps({"cluster": cluster,
-                                         "task": {"type": "worker", "index": index}}))
-        processes.append(subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
-    return processes
-
-
-def _wait(processes, timeout=240):
-    outputs = []
-    for process in processes:
-        out, _ = process.communicate(timeout=timeout)
-        outputs.append(out.decode(errors="replace"))
-    for process, out in zip(processes, outputs):
-        assert process.returncode == 0, out[-3000:]
-
-
 def test_multi_worker_equals_single_device(tmp_path):
     out = str(tmp_path / "chief.npz")
-    _wait(_launch_workers(["-m", "tests.distributed_worker", out]))
+    distributed_case.wait_for(distributed_case.launch_workers(["-m", "tests.distributed_worker", out]))
     saved = np.load(out)
     arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
     gradients, weights = distributed_case.run(tf.distribute.get_strategy())
@@ -109,9 +84,9 @@ def test_multi_worker_job_killed_and_restarted_resumes(tmp_path):
     from metalearn.training import restore
     steps = 120
     whole, broken = str(tmp_path / "whole"), str(tmp_path / "broken")
-    _wait(_launch_workers(_train_args(whole, steps)))
+    distributed_case.wait_for(distributed_case.launch_workers(_train_args(whole, steps)))
 
-    processes = _launch_workers(_train_args(broken, steps))
+    processes = distributed_case.launch_workers(_train_args(broken, steps))
     deadline = time.time() + 240
     while not tf.train.latest_checkpoint(os.path.join(broken, "checkpoints")):
         assert time.time() < deadline and all(p.poll() is None for p in processes)
@@ -121,7 +96,7 @@ def test_multi_worker_job_killed_and_restarted_resumes(tmp_path):
         process.wait()
     killed_at = tf.train.latest_checkpoint(os.path.join(broken, "checkpoints"))
     assert not os.path.exists(os.path.join(broken, "metrics.json")), "finished too soon"
-    _wait(_launch_workers(_train_args(broken, steps)))  # restarted: resumes
+    distributed_case.wait_for(distributed_case.launch_workers(_train_args(broken, steps)))  # restarted: resumes
 
     with open(os.path.join(broken, "metrics.json")) as f:
         assert json.load(f)["step"] == steps, killed_at

@@ -1,8 +1,12 @@
 """A fixed meta-learning problem run under any tf.distribute strategy (shared by the
 distribution tests and their worker processes)."""
 
+import json
+import os
 import socket
-from typing import List, Tuple
+import subprocess
+import sys
+from typing import List, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -17,6 +21,7 @@ from metalearn.training import distribute
 from metalearn.training import step as step_builder
 
 META_BATCH = 4
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def free_ports(count: int) -> List[int]:
@@ -28,6 +33,31 @@ def free_ports(count: int) -> List[int]:
     for s in sockets:
         s.close()
     return ports
+
+
+def launch_workers(args: Sequence[str], workers: int = 2) -> List[subprocess.Popen]:
+    """Starts one ``python ARGS`` process per worker of a loopback cluster, each with its
+    TF_CONFIG, as TensorFlow's guide does."""
+    cluster = {"worker": [f"localhost:{port}" for port in free_ports(workers)]}
+    processes = []
+    for index in range(workers):
+        env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2",
+                   TF_CONFIG=json.dumps({"cluster": cluster,
+                                         "task": {"type": "worker", "index": index}}))
+        processes.append(subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+    return processes
+
+
+def wait_for(processes: Sequence[subprocess.Popen], timeout: float = 240) -> None:
+    """Waits for every worker; asserts each exited 0 (its output's tail otherwise)."""
+    outputs = []
+    for process in processes:
+        out, _ = process.communicate(timeout=timeout)
+        outputs.append(out.decode(errors="replace"))
+    for process, out in zip(processes, outputs):
+        assert process.returncode == 0, out[-3000:]
 
 
 def episodes() -> Episode:

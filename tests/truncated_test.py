@@ -6,6 +6,8 @@ objective within a stated standard-error tolerance (fixed seeds) where truncated
 is not; a run stopped mid-horizon and resumed through metalearn.train ends
 bit-identical; bad input named."""
 
+import os
+
 import gin
 import keras
 import numpy as np
@@ -366,6 +368,40 @@ def test_es_perturbations_reach_the_per_step_copies():
     estimate = {v.path: d for v, d in zip(variables, found["es"])}
     assert relative_error(estimate, expected) < 1e-6
     assert np.abs(estimate[copies.path]).max() > 1e-4
+
+
+def test_two_workers_carry_their_tasks_as_two_replicas_do(tmp_path):
+    """PES through metalearn.train on a MultiWorkerMirroredStrategy of two worker
+    processes (loopback, one replica each), 6 outer steps over horizons of 4: the
+    chief's checkpoint holds the meta-variables, position and carried state (both
+    workers' tasks: episodes, particles' trajectories, noise sums) of the same run on
+    two mirrored replicas in one process (each replica's tasks are its stream's, the
+    same in both), to 1e-6."""
+    from tests import distributed_case
+    extra = ("experiments/learners/pes.gin", "PersistentES.population = 2")
+    workdir = str(tmp_path / "workers")
+    args = ["-m", "metalearn.train", "--strategy=multi_worker", f"--workdir={workdir}"]
+    args += [f"--gin_file={f}" for f in FILES + [extra[0]]]
+    args += [f"--gin_param={p}" for p in SMALL + [extra[1], "Loop.num_steps = 6"]]
+    distributed_case.wait_for(distributed_case.launch_workers(args), timeout=400)
+    try:
+        mirrored_run = _run(str(tmp_path / "mirrored"), 6, extra, replicas=2)
+    finally:
+        gin.clear_config()
+    workers = restore(workdir)
+    assert int(workers.learner.meta_step.numpy()) == 6
+    assert int(workers.outer_rule.position.numpy()) == 2
+    moved = values(mirrored_run.learner)
+    for path, value in values(workers.learner).items():
+        np.testing.assert_allclose(value, moved[path], rtol=1e-6, atol=1e-9, err_msg=path)
+    readers = [tf.train.load_checkpoint(os.path.join(d, "checkpoints"))
+               for d in (workdir, str(tmp_path / "mirrored"))]
+    carried = [k for k in readers[1].get_variable_to_shape_map() if "outer_rule/carried/" in k]
+    assert len(carried) == len(mirrored_run.outer_rule.carried) > 4
+    for key in carried:
+        mine, theirs = (r.get_tensor(key) for r in readers)
+        assert np.abs(theirs).max() > 0, key
+        np.testing.assert_allclose(mine, theirs, rtol=1e-6, atol=1e-9, err_msg=key)
 
 
 def test_bad_input_is_named():
