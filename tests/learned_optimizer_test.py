@@ -23,6 +23,7 @@ from metalearn.learners import FixedInit
 from metalearn.pieces import HyperparameterRangeError
 from metalearn.testing import (LearnerContract, analytic_meta_gradient,
                                assert_meta_gradient_matches_finite_differences,
+                               carried_segment_gradients,
                                classification_learner, finite_difference_variables,
                                keras_optimizer_trajectory, mse,
                                regression_episodes, relative_error)
@@ -254,36 +255,13 @@ def test_a_truncated_segments_gradient_is_finite_differences_from_the_carried_st
     the second segment's direction (the carried weights and accumulators after the
     first segment held constant) equals float64 central differences of that segment's
     mean query loss from the same carried state, in every network weight."""
-    from metalearn.execution import MapFn
     from metalearn.outer import TruncatedUnroll
     rule = LearnedRule(0.1, hidden=(3,), betas=(0.5, 0.9), timescales=(1.0, 10.0))
     learner = _learner(rule, steps=4, wrappers=[WhileLoop()], task_init=[FixedInit()])
     _perturbed(rule, seed=3)  # built now: moved off its Adam start
-    outer = TruncatedUnroll(keras.optimizers.SGD(0.1), horizon=4, truncation=2)
-    episodes = regression_episodes(tasks=2, shots=4)
-    outer.build(learner)
-
-    def hand_back(learner, directions, metrics):
-        return {f"direction_{k}": d for k, d in enumerate(directions)}
-
-    step = tf.function(lambda batch: outer.step(learner, batch, MapFn(), apply=hand_back))
-    step(episodes)  # the first segment: the state to carry
-    saved = [v.numpy() for v in outer.carried]
-    assert int(outer.position.numpy()) == 1
-    figures = step(episodes)  # the second segment's direction
-    analytic = {v.path: figures[f"direction_{k}"].numpy()
-                for k, v in enumerate(learner.meta_variables)}
+    analytic, numeric = carried_segment_gradients(
+        TruncatedUnroll(keras.optimizers.SGD(0.1), horizon=4, truncation=2), learner,
+        regression_episodes(tasks=2, shots=4))
     assert set(analytic) == {v.path for v in rule.network.values()}
-
-    def second_segment_loss():
-        for variable, value in zip(outer.carried, saved):
-            variable.assign(value)
-        outer.position.assign(1)
-        _, weights, state, _ = outer.read_carried()
-        _, _, metrics = outer.segment(learner, outer.horizon_episodes(episodes), MapFn(),
-                                      weights, state)
-        return tf.reduce_mean(metrics["loss"])
-
-    numeric = finite_difference_variables(second_segment_loss, learner.meta_variables)
     assert max(np.abs(g).max() for g in numeric.values()) > 1e-3
     assert relative_error(analytic, numeric) < 1e-6

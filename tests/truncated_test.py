@@ -18,8 +18,8 @@ import metalearn
 from metalearn.adapters import GradientDescent, InnerAdam, PerStepWeights, WhileLoop
 from metalearn.execution import MapFn
 from metalearn.outer import MetaGradient, PersistentES, TruncatedUnroll
-from metalearn.outer.evolution import noise, pair_seed
-from metalearn.testing import finite_difference_variables, relative_error, values
+from metalearn.testing import (carried_segment_gradients, evolution_noise, relative_error,
+                               values)
 from metalearn.testing.tasks import mse, regression_episodes
 from metalearn.training import (build_experiment, distribute, make_meta_step, parse_config,
                                 restore, train)
@@ -58,6 +58,19 @@ def no_update(learner, directions, metrics):
     return {**metrics, **{f"direction_{k}": d for k, d in enumerate(directions)}}
 
 
+def assert_carried_is_the_inner_loop(rule, model, episodes, steps):
+    """The rule's carried weights are each task's weights after ``steps`` inner steps
+    (float64, 1e-12); returns them."""
+    _, carried, _, _ = rule.read_carried()
+    for i in range(episodes.num_tasks):
+        task = episodes.task(i)
+        adapted = model.adapt(task.support_x, task.support_y, steps=steps)
+        for path, value in carried.items():
+            np.testing.assert_allclose(value[i].numpy(), adapted[path].numpy(),
+                                       rtol=1e-12, atol=1e-12)
+    return carried
+
+
 def test_the_carried_trajectory_is_the_inner_loop():
     """Inner Adam (its moments carried) in a while-loop, 6 steps in segments of 2: the
     carried weights after the horizon's three segments are each task's weights after 6
@@ -73,13 +86,7 @@ def test_the_carried_trajectory_is_the_inner_loop():
     step(other)  # ignored: the horizon's episodes are the first batch's
     step(other)
     assert int(rule.position.numpy()) == 0
-    _, carried, _, _ = rule.read_carried()
-    for i in range(episodes.num_tasks):
-        task = episodes.task(i)
-        expected = model.adapt(task.support_x, task.support_y, steps=6)
-        for path, value in carried.items():
-            np.testing.assert_allclose(value[i].numpy(), expected[path].numpy(),
-                                       rtol=1e-12, atol=1e-12)
+    assert_carried_is_the_inner_loop(rule, model, episodes, steps=6)
     first = step(other)  # a new horizon, on this batch: the loss after 2 steps
     expected = np.mean([model.episode_metrics(other.task(i), steps=2)["loss"].numpy()
                         for i in range(other.num_tasks)])
@@ -299,14 +306,8 @@ def test_per_step_weights_are_set_for_each_segment_from_the_meta_variables(kind)
                 for i in range(episodes.num_tasks)]
     np.testing.assert_allclose(second["loss"].numpy(), expected, rtol=1e-9)
     if kind == "truncated":
-        _, carried, _, _ = rule.read_carried()
+        carried = assert_carried_is_the_inner_loop(rule, model, episodes, steps=4)
         assert "hidden0/bias" not in carried
-        for i in range(episodes.num_tasks):
-            task = episodes.task(i)
-            adapted = model.adapt(task.support_x, task.support_y, steps=4)
-            for path, value in carried.items():
-                np.testing.assert_allclose(value[i].numpy(), adapted[path].numpy(),
-                                           rtol=1e-12, atol=1e-12)
 
 
 def test_a_segments_gradient_reaches_the_per_step_copies_it_uses():
@@ -315,26 +316,9 @@ def test_a_segments_gradient_reaches_the_per_step_copies_it_uses():
     meta-variable, the per-step copies included: copies 2-4 get one, copies 0-1 (the
     first segment's) none."""
     model, copies = per_step_learner()
-    rule = TruncatedUnroll(keras.optimizers.SGD(0.1), horizon=4, truncation=2)
-    episodes = regression_episodes(tasks=2, shots=4)
-    rule.build(model)
-    step = tf.function(lambda batch: rule.step(model, batch, MapFn(), apply=no_update))
-    step(episodes)
-    saved = [v.numpy() for v in rule.carried]
-    figures = step(episodes)
-    analytic = {v.path: figures[f"direction_{k}"].numpy()
-                for k, v in enumerate(model.meta_variables)}
-
-    def second_segment_loss():
-        for variable, value in zip(rule.carried, saved):
-            variable.assign(value)
-        rule.position.assign(1)
-        _, weights, state, _ = rule.read_carried()
-        _, _, metrics = rule.segment(model, rule.horizon_episodes(episodes), MapFn(),
-                                     weights, state)
-        return tf.reduce_mean(metrics["loss"])
-
-    numeric = finite_difference_variables(second_segment_loss, model.meta_variables)
+    analytic, numeric = carried_segment_gradients(
+        TruncatedUnroll(keras.optimizers.SGD(0.1), horizon=4, truncation=2), model,
+        regression_episodes(tasks=2, shots=4))
     assert relative_error(analytic, numeric) < 1e-6
     per_step = analytic[copies.path]
     assert np.all(per_step[:2] == 0) and np.all(np.abs(per_step[2:]).max(axis=1) > 1e-4)
@@ -359,10 +343,7 @@ def test_es_perturbations_reach_the_per_step_copies():
         found[name] = [figures[f"direction_{k}"].numpy()
                        for k in range(len(model.meta_variables))]
     variables = model.meta_variables
-    eps = [e.numpy() for e in noise(pair_seed(tf.constant([3, 0], tf.int64),
-                                              tf.constant(0, tf.int64)),
-                                    [v.shape for v in variables],
-                                    [v.dtype for v in variables])]
+    eps = [evolution_noise([3, 0], 0, k, v.shape) for k, v in enumerate(variables)]
     projection = sum(np.sum(g * e) for g, e in zip(found["gradient"], eps))
     expected = {v.path: e * projection for v, e in zip(variables, eps)}
     estimate = {v.path: d for v, d in zip(variables, found["es"])}

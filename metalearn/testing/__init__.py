@@ -20,7 +20,9 @@ models too large for that along random directions with
 step with :func:`keras_optimizer_trajectory`. An outer rule gets its contract the same way
 (:class:`OuterRuleContract`: one step under every formulation, one device and a
 strategy, XLA or not, equal to the rule's per-task reference in float64; a stochastic
-rule with its seed fixed: :func:`evolution_estimate` is evolution strategies' reference).
+rule with its seed fixed: :func:`evolution_estimate` is evolution strategies' reference;
+a piece under a carried trajectory: :func:`carried_segment_gradients`, a truncated
+segment's gradient against finite differences from the carried state).
 Nothing here imports pytest.
 """
 
@@ -29,8 +31,9 @@ from metalearn.testing.contract import (DIM, QUERIES, SHOTS, WAYS, LearnerContra
                                         contract_model, regression_learner,
                                         softmax_cross_entropy, synthetic_classification,
                                         synthetic_regression, uninformative_support)
-from metalearn.testing.outer import (OuterRuleContract, evolution_estimate, evolution_noise,
-                                     task_adapted, task_meta_gradient, values)
+from metalearn.testing.outer import (OuterRuleContract, carried_segment_gradients,
+                                     evolution_estimate, evolution_noise, task_adapted,
+                                     task_meta_gradient, values)
 from metalearn.testing.reference import (analytic_meta_gradient,
                                          assert_meta_gradient_matches_finite_differences,
                                          compiled_meta_gradient,
@@ -42,7 +45,7 @@ from metalearn.testing.tasks import (assert_sampler_is_seeded_and_stateless, ima
                                      mse, regression_episodes, small_learner, softmax_xent)
 
 __all__ = ["DIM", "LearnerContract", "RegressionContract", "OuterRuleContract",
-           "evolution_estimate", "evolution_noise", "task_adapted",
+           "carried_segment_gradients", "evolution_estimate", "evolution_noise", "task_adapted",
            "task_meta_gradient", "values", "QUERIES", "SHOTS", "WAYS", "analytic_meta_gradient",
            "assert_meta_gradient_matches_finite_differences",
            "assert_sampler_is_seeded_and_stateless", "classification_learner",

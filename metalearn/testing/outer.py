@@ -19,7 +19,7 @@ Nothing here imports pytest.
 from __future__ import annotations
 
 import abc
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -29,6 +29,7 @@ import metalearn
 from metalearn import execution
 from metalearn.adapters import GradientDescent
 from metalearn.tasks.episode import Episode
+from metalearn.testing.reference import finite_difference_variables
 from metalearn.testing.tasks import mse, regression_episodes
 
 FORMULATIONS = ("map_fn", "unrolled", "batched", "accumulate", "auto")
@@ -101,6 +102,43 @@ def evolution_estimate(learner: metalearn.Learner, episodes: Episode, population
         plus, minus = centred[:population], centred[population:]
     return [sum((plus[j] - minus[j]) * eps[j][k] for j in range(population))
             / (2 * population * sigma) for k in range(len(variables))]
+
+
+def carried_segment_gradients(rule: "metalearn.outer.TruncatedUnroll",
+                              learner: metalearn.Learner, episodes: Episode,
+                              segment: int = 1,
+                              formulation: Optional[execution.Formulation] = None,
+                              eps: float = 1e-5
+                              ) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
+    """A :class:`~metalearn.outer.TruncatedUnroll`'s direction at segment ``segment`` of
+    a horizon, and its reference: float64 central differences of that segment's mean
+    query loss in every meta-variable, from the carried state the earlier segments
+    (run here on ``episodes``) left, held constant. Returns ``(analytic, numeric)`` by
+    meta-variable path, for :func:`relative_error`. ``rule``: a new rule, built here;
+    nothing is applied to the meta-variables."""
+    formulation = formulation or execution.MapFn()
+    rule.build(learner)
+    hand_back = lambda learner, directions, metrics: {f"direction_{k}": d
+                                                      for k, d in enumerate(directions)}
+    step = tf.function(lambda batch: rule.step(learner, batch, formulation,
+                                               apply=hand_back))
+    for _ in range(segment):
+        step(episodes)
+    saved = [v.numpy() for v in rule.carried]
+    figures = step(episodes)
+    analytic = {v.path: figures[f"direction_{k}"].numpy()
+                for k, v in enumerate(learner.meta_variables)}
+
+    def segment_loss():
+        for variable, value in zip(rule.carried, saved):
+            variable.assign(value)
+        rule.position.assign(segment)
+        _, weights, state, _ = rule.read_carried()
+        _, _, metrics = rule.segment(learner, rule.horizon_episodes(episodes), formulation,
+                                     weights, state)
+        return tf.reduce_mean(metrics["loss"])
+
+    return analytic, finite_difference_variables(segment_loss, learner.meta_variables, eps)
 
 
 class OuterRuleContract(abc.ABC):
