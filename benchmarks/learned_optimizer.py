@@ -13,7 +13,8 @@ r"""A learned optimizer against hand-tuned SGD and Adam on held-out sinusoid tas
    (``PersistentES``) through a trajectory carried across outer steps.
 2. The baselines start from the same weights: ``GradientStep(lr)`` (SGD) and
    ``InnerAdam(lr)`` (Keras' Adam), each rate tuned on a grid (``--sgd_grid``,
-   ``--adam_grid``) on ``--tune_tasks`` *validation* tasks, separately at each horizon
+   ``--adam_grid``) on ``--tune_tasks`` *validation* tasks (``--tune_split=train`` for a
+   sampler without validation classes), separately at each horizon
    (``--horizons``; by default 1x, 2x and 5x ``H``).
 3. The rule's base step is set to Adam's best rate at the first horizon, so the
    untrained rule is tuned Adam (it starts as Adam, ``metalearn/adapters/learned_optimizer.py``); it
@@ -21,15 +22,21 @@ r"""A learned optimizer against hand-tuned SGD and Adam on held-out sinusoid tas
    of training tasks), once per meta-training seed (``--seeds``: the rule network's
    initial weights ``LearnedRule.seed``, the task stream's seed and an ES rule's noise
    seed; the model's fixed initialisation is the config's and the same for all).
-4. Everything is evaluated on the same ``--eval_tasks`` held-out *test* tasks (query
-   MSE after each horizon: mean and 95 % interval over tasks), with the paired
+4. Everything is evaluated on the same ``--eval_tasks`` held-out *test* tasks (the
+   config's query loss after each horizon, MSE on sinusoids: mean and 95 % interval over
+   tasks; the learner's other metrics, such as accuracy, beside it), with the paired
    difference rule - Adam per task (mean, interval, fraction of tasks the rule wins);
    over several seeds, the seeds' means with a t interval across seeds.
 5. Drop-in: each meta-trained rule is saved (``LearnedRule.save``), loaded into a
    ``LearnedRuleOptimizer`` and used in ``model.fit`` (full-batch steps on the 10
    support points, ``H`` steps) on ``--keras_tasks`` new tasks with a model initialised
    from another seed, against ``keras.optimizers.Adam``/``SGD`` at the tuned rates;
-   and on tasks from outside the family (lines ``y = a x + b``).
+   and on tasks from outside the family (lines ``y = a x + b``); ``--keras_tasks=0``
+   leaves this out (another task family than sinusoids).
+6. ``--include``: the seeds of earlier outputs of the same setting (gin file, bindings,
+   meta-steps, task counts; checked, with the tuned rates) join this run's before the
+   table and the intervals across seeds are computed, so more seeds can be added to a
+   result without meta-training the first ones again (every run is deterministic).
 
 Prints one JSON object (also written to ``--output``); ``--plot`` writes a figure.
 """
@@ -40,7 +47,7 @@ import json
 import os
 import tempfile
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 from absl import app, flags, logging
@@ -56,9 +63,15 @@ flags.DEFINE_string("gin_file", "experiments/sinusoid/learned_optimizer.gin",
                     "The learned optimizer's config (relative to the repository root or "
                     "absolute): the rule, its horizon and the outer rule that meta-trains it.")
 flags.DEFINE_list("seeds", ["0"], "Meta-training seeds (one rule meta-trained per seed).")
-flags.DEFINE_integer("keras_tasks", 20, "Tasks of the Keras drop-in comparison.")
+flags.DEFINE_integer("keras_tasks", 20, "Tasks of the Keras drop-in comparison (sinusoids "
+                     "and lines; 0 leaves it out, e.g. for another task family).")
+flags.DEFINE_enum("tune_split", "validation", ["train", "validation"], "The split whose "
+                  "tasks tune the baselines' rates (train: for a sampler without "
+                  "validation classes; the test tasks are never used).")
 flags.DEFINE_integer("log_every", 50, "Meta-steps between curve points.")
 flags.DEFINE_multi_string("gin_param", [], "Extra gin bindings.")
+flags.DEFINE_list("include", [], "Outputs (--output) of earlier runs of the same setting "
+                  "whose seeds join this run's.")
 flags.DEFINE_string("output", "", "Also write the JSON here.")
 flags.DEFINE_string("plot", "", "Write a figure of the held-out losses here (.png).")
 FLAGS = flags.FLAGS
@@ -72,11 +85,18 @@ def _interval(values: Sequence[float]) -> Dict[str, float]:
             "ci95": float(1.96 * values.std(ddof=1) / np.sqrt(len(values)))}
 
 
-def _evaluate(learner, sampler, horizons: List[int], tasks: int, split: str):
+def _evaluate(learner, sampler, horizons: List[int], tasks: int, split: str,
+              figures: Optional[Dict[str, Dict[str, Dict[str, float]]]] = None):
+    """The per-task query losses after each horizon; with ``figures``, the intervals of
+    the learner's other metrics (accuracy) are added to it by metric and horizon."""
     import metalearn
     report = metalearn.training.evaluate(learner, sampler, num_tasks=tasks,
                                          inner_steps=horizons, split=split, seed=0,
                                          formulation=metalearn.execution.Batched())
+    for h in horizons:
+        for metric, per_task in report["per_task"][str(h)].items():
+            if figures is not None and metric != "loss":
+                figures.setdefault(metric, {})[str(h)] = _interval(per_task)
     return {h: np.asarray(report["per_task"][str(h)]["loss"], np.float64) for h in horizons}
 
 
@@ -95,7 +115,7 @@ def _tune(experiment, make, grid, horizons):
     losses = {}
     for rate in grid:
         per = _evaluate(_baseline(experiment, make(float(rate))), experiment.sampler,
-                        horizons, FLAGS.tune_tasks, "validation")
+                        horizons, FLAGS.tune_tasks, FLAGS.tune_split)
         losses[rate] = {h: float(np.mean(v)) for h, v in per.items()}
     best = {}
     for h in horizons:
@@ -169,7 +189,7 @@ def _plot(path: str, horizons, table, seeds: int = 1, title: str = ""):
         ax.set_title(title, fontsize=9)
     ax.set_xticks(np.arange(len(horizons)) + 0.4 - width / 2)
     ax.set_xticklabels([f"{h} steps" for h in horizons])
-    ax.set_ylabel("held-out query MSE")
+    ax.set_ylabel("held-out query loss")
     ax.set_yscale("log")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
     fig.tight_layout()
@@ -184,6 +204,9 @@ def _build(gin_file: str, params: List[str]):
     path = gin_file if os.path.isabs(gin_file) else os.path.join(ROOT, gin_file)
     metalearn.training.parse_config([path], params)
     experiment = metalearn.training.build_experiment()
+    # a sampler given its loader by reference (@load_omniglot) loads when first used:
+    # while the bindings hold
+    experiment.sampler.dataset(experiment.meta_batch_size, seed=0)
     gin.clear_config()
     rules = [p for p in experiment.learner.adapter.parts() if isinstance(p, LearnedRule)]
     if not rules:
@@ -216,6 +239,32 @@ def _over_seeds(per_seed: List[Dict[str, float]]) -> Dict[str, float]:
     return seed_interval([s["mean"] for s in per_seed])
 
 
+SAME = {"gin_file": None, "meta_steps": None, "eval_tasks": None, "tune_tasks": None,
+        "tune_split": "validation", "gin_params": None, "horizons": None,
+        "tuned_rates": None, "rule_base_step": None}
+"""What an included output must share with this run (the value an output written before
+the key existed had)."""
+
+
+def _included(paths: Sequence[str], setting: Dict, seeds: Sequence[int]) -> List[Dict]:
+    """The seeds' runs of the earlier outputs ``paths``, checked against ``setting``."""
+    runs: List[Dict] = []
+    for path in paths:
+        with open(path) as f:
+            earlier = json.load(f)
+        for key in SAME:
+            if earlier.get(key, SAME[key]) != setting[key]:
+                raise ValueError(f"--include={path}: its {key} is {earlier.get(key)!r}, "
+                                 f"this run's {setting[key]!r}; expected the same setting")
+        runs.extend(earlier["seeds"])
+    taken = [r["seed"] for r in runs] + list(seeds)
+    repeated = sorted({s for s in taken if taken.count(s) > 1})
+    if repeated:
+        raise ValueError(f"--include: seed(s) {repeated} appear more than once; expected "
+                         f"each meta-training seed once across the runs")
+    return runs
+
+
 def main(argv):
     del argv
     from metalearn.adapters import GradientStep, InnerAdam
@@ -235,15 +284,23 @@ def main(argv):
     base_step = adam_best[horizons[0]]
     rule.learning_rate = base_step
 
-    per_task = {}
+    per_task, figures = {}, {}  # figures: the other metrics' intervals (accuracy)
     for name, best, make in (("sgd", sgd_best, GradientStep), ("adam", adam_best, InnerAdam)):
         per_task[name] = {h: _evaluate(_baseline(experiment, make(best[h])), sampler, [h],
-                                       FLAGS.eval_tasks, "test")[h] for h in horizons}
+                                       FLAGS.eval_tasks, "test",
+                                       figures.setdefault(name, {}))[h] for h in horizons}
     per_task["rule_untrained"] = _evaluate(experiment.learner, sampler, horizons,
-                                           FLAGS.eval_tasks, "test")
+                                           FLAGS.eval_tasks, "test",
+                                           figures.setdefault("rule_untrained", {}))
     table = {name: {str(h): _interval(v[h]) for h in horizons} for name, v in per_task.items()}
 
-    runs = []
+    json_keys = lambda d: {str(h): r for h, r in d.items()}
+    setting = {"gin_file": FLAGS.gin_file, "meta_steps": FLAGS.steps,
+               "eval_tasks": FLAGS.eval_tasks, "tune_tasks": FLAGS.tune_tasks,
+               "tune_split": FLAGS.tune_split, "gin_params": list(FLAGS.gin_param), "horizons": horizons,
+               "tuned_rates": {"sgd": json_keys(sgd_best), "adam": json_keys(adam_best)},
+               "rule_base_step": base_step}
+    runs = _included(FLAGS.include, setting, seeds)
     for seed in seeds:
         # the same fixed model initialisation (the config's Runtime.seed); the rule's
         # network, the task stream and an ES rule's noise from the meta-training seed
@@ -254,25 +311,35 @@ def main(argv):
             trained.outer_rule.seed = seed
         rule.learning_rate = base_step
         curve, train_seconds = _meta_train(trained, seed, FLAGS.steps)
-        losses = _evaluate(trained.learner, sampler, horizons, FLAGS.eval_tasks, "test")
+        seed_figures: Dict[str, Dict[str, Dict[str, float]]] = {}
+        losses = _evaluate(trained.learner, sampler, horizons, FLAGS.eval_tasks, "test",
+                           seed_figures)
         paired = {}
         for h in horizons:
             diff = losses[h] - per_task["adam"][h]
             paired[str(h)] = {**_interval(diff), "rule_wins": float(np.mean(diff < 0))}
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "rule.npz")
-            rule.save(path)
-            keras_result = _keras_comparison(path, {"adam": adam_best[horizons[0]],
-                                                    "sgd": sgd_best[horizons[0]]},
-                                             FLAGS.keras_tasks, horizons[0])
+        keras_result = None
+        if FLAGS.keras_tasks > 0:
+            with tempfile.TemporaryDirectory() as folder:
+                path = os.path.join(folder, "rule.npz")
+                rule.save(path)
+                keras_result = _keras_comparison(path, {"adam": adam_best[horizons[0]],
+                                                        "sgd": sgd_best[horizons[0]]},
+                                                 FLAGS.keras_tasks, horizons[0])
         runs.append({"seed": seed, "train_seconds": round(train_seconds, 1),
                      "held_out_test_mse": {str(h): _interval(losses[h]) for h in horizons},
+                     "other_metrics": seed_figures,
                      "rule_minus_adam": paired, "keras_drop_in": keras_result,
                      "curve": curve})
     # one seed: its interval over tasks; several: the seeds' means, a t interval
     table["rule_trained"] = (runs[0]["held_out_test_mse"] if len(runs) == 1 else
                              {str(h): _over_seeds([r["held_out_test_mse"][str(h)]
                                                    for r in runs]) for h in horizons})
+    figures["rule_trained"] = {
+        metric: (runs[0]["other_metrics"][metric] if len(runs) == 1 else
+                 {str(h): _over_seeds([r["other_metrics"][metric][str(h)] for r in runs])
+                  for h in horizons})
+        for metric in runs[0].get("other_metrics", {})}
     result = {
         "command": "python -m benchmarks.learned_optimizer " + " ".join(
             [f"--{k}={v}" for k, v in (("gin_file", FLAGS.gin_file), ("steps", FLAGS.steps),
@@ -280,20 +347,18 @@ def main(argv):
                                        ("eval_tasks", FLAGS.eval_tasks),
                                        ("tune_tasks", FLAGS.tune_tasks))]
             + [f"--gin_param='{p}'" for p in FLAGS.gin_param]),
-        "horizon": horizon, "horizons": horizons,
+        **setting, "horizon": horizon,
         "outer_rule": type(experiment.outer_rule).__name__,
-        "tuned_rates": {"sgd": {str(h): r for h, r in sgd_best.items()},
-                        "adam": {str(h): r for h, r in adam_best.items()}},
+        "included": list(FLAGS.include),
         "grids": {"sgd": {r: {str(h): v for h, v in d.items()} for r, d in sgd_grid.items()},
                   "adam": {r: {str(h): v for h, v in d.items()} for r, d in adam_grid.items()}},
-        "rule_base_step": base_step,
-        "held_out_test_mse": table,
+        "held_out_test_mse": table,  # the config's query loss (MSE on sinusoids)
+        "other_metrics": figures,
         "rule_minus_adam_over_seeds": {
             str(h): _over_seeds([r["rule_minus_adam"][str(h)] for r in runs])
             for h in horizons},
         "seeds": runs,
-        "meta_steps": FLAGS.steps, "tuning_seconds": round(tuning_seconds, 1),
-        "gin_params": list(FLAGS.gin_param),
+        "tuning_seconds": round(tuning_seconds, 1),
     }
     text = json.dumps(result)
     print(text)
