@@ -62,7 +62,9 @@ flags.DEFINE_list("horizons", [], "Inner steps evaluated; by default 1x, 2x and 
 flags.DEFINE_string("gin_file", "experiments/sinusoid/learned_optimizer.gin",
                     "The learned optimizer's config (relative to the repository root or "
                     "absolute): the rule, its horizon and the outer rule that meta-trains it.")
-flags.DEFINE_list("seeds", ["0"], "Meta-training seeds (one rule meta-trained per seed).")
+flags.DEFINE_list("seeds", ["0"], "Meta-training seeds (one rule meta-trained per seed; "
+                  "none, with --include: the baselines evaluated again beside earlier "
+                  "seeds).")
 flags.DEFINE_integer("keras_tasks", 20, "Tasks of the Keras drop-in comparison (sinusoids "
                      "and lines; 0 leaves it out, e.g. for another task family).")
 flags.DEFINE_enum("tune_split", "validation", ["train", "validation"], "The split whose "
@@ -107,7 +109,8 @@ def _baseline(experiment, update):
     learner = experiment.learner
     return metalearn.Learner(learner.model, GradientDescent(20, update=update,
                                                             wrappers=[WhileLoop()]),
-                             loss=learner.loss, task_init=[FixedInit()])
+                             loss=learner.loss, metrics=learner.metrics,
+                             task_init=[FixedInit()])
 
 
 def _tune(experiment, make, grid, horizons):
