@@ -300,7 +300,8 @@ def main(argv):
     json_keys = lambda d: {str(h): r for h, r in d.items()}
     setting = {"gin_file": FLAGS.gin_file, "meta_steps": FLAGS.steps,
                "eval_tasks": FLAGS.eval_tasks, "tune_tasks": FLAGS.tune_tasks,
-               "tune_split": FLAGS.tune_split, "gin_params": list(FLAGS.gin_param), "horizons": horizons,
+               "tune_split": FLAGS.tune_split, "gin_params": list(FLAGS.gin_param),
+               "horizons": horizons,
                "tuned_rates": {"sgd": json_keys(sgd_best), "adam": json_keys(adam_best)},
                "rule_base_step": base_step}
     runs = _included(FLAGS.include, setting, seeds)

@@ -37,12 +37,13 @@ sampled every ``K`` steps; with ``K = T``, MAML's meta-loss).
 
 The learner's adapter must be a :class:`~metalearn.adapters.GradientDescent` (any
 update transforms: learned rates, inner Adam, a :class:`~metalearn.adapters.LearnedRule`;
-any wrappers). Weights a wrapper sets per step (:class:`~metalearn.adapters.PerStepWeights`'
-copies) are not carried: each segment sets them from the meta-variables for its first
-step (``GradientDescent.resume``), so its gradient and perturbations reach them. Under a strategy of several replicas each replica carries its own tasks'
-trajectories: the carried variables hold every replica's tasks along their task axis
-(replica-major, so their shapes do not depend on the number of replicas), a replica
-reads its tasks' slice, and the slices are gathered by the strategy (in the
+any wrappers). Weights a wrapper sets per step
+(:class:`~metalearn.adapters.PerStepWeights`' copies) are not carried: each segment sets
+them from the meta-variables for its first step (``GradientDescent.resume``), so its
+gradient and perturbations reach them. Under a strategy of several replicas each replica
+carries its own tasks' trajectories: the carried variables hold every replica's tasks
+along their task axis (replica-major, so their shapes do not depend on the number of
+replicas), a replica reads its tasks' slice, and the slices are gathered by the strategy (in the
 cross-replica context) before they are assigned; the directions are averaged over the
 replicas as any rule's are. A checkpoint restores on any number of replicas dividing
 the meta-batch (each then carries the tasks dealt to it); a rule object built on ``R``
