@@ -322,7 +322,7 @@ def plot_regression_adaptation(plt, workdir: str, path: str, steps=(1, 10),
     as_tensor = lambda a: tf.constant(a, sampler.dtype)
     figure, axis = plt.subplots(figsize=(5, 3.5))
     axis.plot(grid, truth, "k-", label="ground truth")
-    if getattr(learner.adapter, "steps", None) == 0:  # model-based: reads the support set
+    if learner.adapter.inner_steps == 0:  # model-based: reads the support set
         steps = (0,)
     else:
         initial = learner.predict(learner.initial_weights(), as_tensor(grid))

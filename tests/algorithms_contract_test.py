@@ -266,7 +266,7 @@ def test_hypernetwork_then_every_adapter(then):
     for batching in ("map_fn", "unrolled"):
         learner = _hypernetwork(THEN[then]())
         assert all(p.meta_step is learner.meta_step for p in learner.adapter.parts())
-        per_task = set(learner.task_paths())
+        per_task = set(learner.pieces.task_paths(learner.initial_weights()))
         assert per_task and not per_task & {v.path for v in learner.meta_variables}
         grads = compiled_meta_gradient(  # raises on a None gradient
             learner, episodes, formulation=metalearn.execution.formulation(batching))

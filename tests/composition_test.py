@@ -76,7 +76,7 @@ def test_per_step_weights_inside_a_hypernetwork_leave_the_meta_variables():
     learner = _hypernetwork_learner(then)
     paths = [v.path for v in learner.meta_variables]
     assert "mlp/hidden0/bias" not in paths
-    assert "mlp/hidden0/bias" in learner.task_paths()
+    assert "mlp/hidden0/bias" in learner.pieces.task_paths(learner.initial_weights())
     assert any("per_step" in p for p in paths)  # the copies are meta-learned instead
     analytic = assert_meta_gradient_matches_finite_differences(learner, _episodes(),
                                                                formulation=MAP_FN)

@@ -127,7 +127,7 @@ def test_figures_are_the_population_mean():
     for j in range(2):
         eps = rule.perturbations(learner, seed, j)
         for sign in (1.0, -1.0):
-            members.append(learner.objective(
+            members.append(metalearn.learners.objective(learner, 
                 [v + sign * 0.5 * e for v, e in zip(learner.meta_variables, eps)],
                 episodes)["loss"].numpy())
     np.testing.assert_allclose(metrics["loss"].numpy(), np.mean(members, axis=0), rtol=1e-12)

@@ -79,9 +79,8 @@ def test_every_formulation_gives_the_same_metrics_and_meta_gradient(name):
 class ExtraFigure(metalearn.Learner):
     """Reports a figure it does not declare in metric_names."""
 
-    def episode_metrics(self, episode, steps=None, weights=None):
-        results = super().episode_metrics(episode, steps, weights)
-        return {**results, "query_norm": tf.norm(episode.query_x)}
+    def objective_of(self, run):
+        return {**run.metrics, "query_norm": tf.norm(run.query_x)}
 
 
 class DeclaredFigure(ExtraFigure):
@@ -95,7 +94,7 @@ def test_an_undeclared_figure_is_the_same_clear_error_in_every_formulation(name)
     """0.2: accumulate silently dropped it, map_fn raised TensorFlow's raw nest error."""
     learner = _learner(ExtraFigure)
     episodes = regression_episodes(tasks=2)
-    message = (r"ExtraFigure.episode_metrics gives per-task figures \['loss', 'query_norm'\]"
+    message = (r"ExtraFigure.objective_of gives per-task figures \['loss', 'query_norm'\]"
                r", but the learner declares \['loss'\] \(metric_names\): not declared "
                r"\['query_norm'\]; override ExtraFigure.metric_names")
     with pytest.raises(ValueError, match=message):
@@ -116,10 +115,23 @@ def test_an_error_inside_the_compiled_loop_leaves_no_state_behind():
         tf.Variable(1.0)
 
 
-def test_batched_refuses_an_overridden_episode_metrics():
-    with pytest.raises(ValueError, match="overrides episode_metrics"):
+def test_batched_refuses_an_overridden_objective_of():
+    with pytest.raises(ValueError, match=r"overrides objective_of\(\)"):
         _learner(ExtraFigure).meta_metrics(regression_episodes(tasks=2),
                                            formulation=execution.Batched())
+
+
+def test_a_subclass_that_still_overrides_episode_metrics_is_refused_naming_objective_of():
+    """episode_metrics is no longer an override point (the one task run does not call
+    it): a subclass defining it would be silently ignored, so it is refused."""
+    class Old(metalearn.Learner):
+        def episode_metrics(self, episode, steps=None, weights=None):
+            return {}
+
+    with pytest.raises(TypeError, match="Old defines episode_metrics.*objective_of"):
+        _learner(Old)
+    with pytest.raises(AttributeError, match=r"run_task\(episode, steps, weights\)"):
+        _learner(metalearn.Learner).episode_metrics
 
 
 @pytest.mark.parametrize("name", ["map_fn", "accumulate"])
@@ -147,7 +159,7 @@ def test_objective_at_given_values_of_every_meta_variable():
     values = [tf.constant(m) for m in moved]
     with tf.GradientTape() as tape:
         tape.watch(values)
-        loss = tf.reduce_mean(learner.objective(values, episodes)["loss"])
+        loss = tf.reduce_mean(metalearn.learners.objective(learner, values, episodes)["loss"])
     grads = tape.gradient(loss, values)
     for variable, old in zip(variables, before):
         np.testing.assert_array_equal(variable.numpy(), old)
@@ -163,13 +175,13 @@ def test_objective_checks_its_values():
     learner = _learner()
     episodes = regression_episodes(tasks=2)
     with pytest.raises(ValueError, match="one value per meta-variable"):
-        learner.objective([], episodes)
+        metalearn.learners.objective(learner, [], episodes)
     values = [tf.zeros([3], tf.float64) for _ in learner.meta_variables]
     with pytest.raises(ValueError, match="has shape \\[3\\], the variable"):
-        learner.objective(values, episodes)
+        metalearn.learners.objective(learner, values, episodes)
     values = [tf.zeros(v.shape, tf.float32) for v in learner.meta_variables]
     with pytest.raises(ValueError, match="is float32, the variable"):
-        learner.objective(values, episodes)
+        metalearn.learners.objective(learner, values, episodes)
 
 
 # --- names and options ----------------------------------------------------------------

@@ -18,6 +18,7 @@ from metalearn.adapters import (GradientDescent, GradientStep, Mask, MetaSGD,
                                 PerStepLearningRates, PerStepWeights, Recompute)
 from metalearn.tasks import Episode
 from metalearn.testing import finite_difference_variables
+from metalearn.testing.tasks import mse, regression_episodes
 
 from tests.formulation_fixtures import metrics_and_meta_gradient as _metrics_and_meta_gradient
 
@@ -174,7 +175,7 @@ def test_batched_refuses_what_it_cannot_run():
     with pytest.raises(ValueError, match="ImplicitGradientDescent cannot run on a task axis"):
         metalearn.training.make_meta_step(implicit, metalearn.MetaGradient(),
                                           execution.Batched())
-    with pytest.raises(ValueError, match="overrides episode_metrics"):
+    with pytest.raises(ValueError, match="records every inner step's weights"):
         refuse(metalearn.MultiStepLossLearner(model, GradientDescent(2, 0.1), loss="mse"))
     class Subclassed(keras.Model):
         def __init__(self):
@@ -251,3 +252,32 @@ def test_recomputed_inner_steps_equal_stored_ones():
             for got, want in zip(result[1], reference[1]):
                 np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-13,
                                            err_msg=formulation)
+
+
+@pytest.mark.parametrize("name", ["map_fn", "unrolled", "batched", "accumulate", "auto"])
+@pytest.mark.parametrize("kind", ["maml", "meta_sgd"])
+def test_task_gradients_are_each_tasks_own_meta_gradient(name, kind):
+    """Formulation.task_gradients: entry i of every variable's [tasks, ...] gradient is
+    task i's meta-gradient taken alone with one tape (float64, 1e-10), under every
+    formulation (Batched: one copy of the weights per task; with Meta-SGD's learned
+    rates, piece variables, task by task); their mean is gradients'."""
+    keras.utils.set_random_seed(5)
+    model = metalearn.models.mlp((2,), hidden=(4,), outputs=1, activation="tanh",
+                                 dtype="float64")
+    adapter = (GradientDescent(2, 0.1) if kind == "maml" else
+               GradientDescent(2, update=metalearn.adapters.LearnedRates("element", 0.1)))
+    learner = metalearn.Learner(model, adapter, loss=mse)
+    episodes = regression_episodes(tasks=3, shots=4)
+    formulation = execution.formulation(name)
+    variables = learner.meta_variables
+    per_task, metrics = tf.function(lambda e: formulation.task_gradients(
+        learner, e, variables))(episodes)
+    for i in range(episodes.num_tasks):
+        alone = metalearn.testing.task_meta_gradient(learner, episodes.task(i))
+        for g, want in zip(per_task, alone):
+            np.testing.assert_allclose(g[i].numpy(), want, rtol=1e-10, atol=1e-12)
+    mean, _ = formulation.gradients(learner, episodes, variables)
+    for g, m in zip(per_task, mean):
+        np.testing.assert_allclose(np.mean(g.numpy(), axis=0), m.numpy(), rtol=1e-10,
+                                   atol=1e-12)
+    assert metrics["loss"].shape == (3,)

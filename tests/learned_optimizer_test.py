@@ -57,8 +57,8 @@ def test_the_rule_starts_as_adam_step_by_step():
     task = regression_episodes(tasks=1, shots=6).task(0)
     ours = _learner(LearnedRule(0.05, epsilon=1e-14), steps=4)
     adam = _learner(InnerAdam(0.05, 0.9, 0.999, 1e-14), steps=4)
-    a = ours.adapt_trajectory(task.support_x, task.support_y)
-    b = adam.adapt_trajectory(task.support_x, task.support_y)
+    a = metalearn.learners.adapt_trajectory(ours, task.support_x, task.support_y)
+    b = metalearn.learners.adapt_trajectory(adam, task.support_x, task.support_y)
     for step in range(1, 5):
         for path in a[step]:
             np.testing.assert_allclose(a[step][path], b[step][path], rtol=1e-9, atol=1e-11)
@@ -97,7 +97,7 @@ def test_first_order_meta_gradient_matches_finite_differences_with_the_gradients
     _perturbed(rule)
     episodes = regression_episodes(tasks=1)
     task = episodes.task(0)
-    trajectory = learner.adapt_trajectory(task.support_x, task.support_y)
+    trajectory = metalearn.learners.adapt_trajectory(learner, task.support_x, task.support_y)
     recorded = []
     for weights in trajectory[:-1]:
         with tf.GradientTape() as tape:
@@ -145,7 +145,7 @@ def _keras_pair(rule, steps, optimizer):
     ``optimizer(rule)`` applied to variables starting at the same weights."""
     learner = _learner(rule, steps=steps)
     task = regression_episodes(tasks=1, shots=6).task(0)
-    trajectory = learner.adapt_trajectory(task.support_x, task.support_y)
+    trajectory = metalearn.learners.adapt_trajectory(learner, task.support_x, task.support_y)
     reference = keras_optimizer_trajectory(learner, task.support_x, task.support_y,
                                            optimizer(rule), steps)
     for step, weights in enumerate(reference):

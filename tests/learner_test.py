@@ -122,11 +122,10 @@ def test_bad_arguments_are_named():
 SURFACE = {
     "held": ["adapter", "loss", "meta_step", "metrics", "model", "query_training",
              "task_init"],
-    "does": ["adapt", "adapt_and_measure", "adapt_trajectory", "episode_metrics",
-             "forward", "initial_weights", "meta_loss", "meta_metrics", "meta_variables",
-             "metric_names", "objective", "pieces", "predict", "query_data",
-             "query_metrics", "split", "support_loss", "task_initial_weights",
-             "task_loss", "task_paths"],
+    "does": ["adapt", "adapt_and_measure", "forward", "initial_weights", "meta_loss",
+             "meta_metrics", "meta_variables", "metric_names", "objective_of", "pieces",
+             "predict", "query_data", "query_metrics", "records_trajectory", "run_task",
+             "run_tasks", "split", "support_loss", "task_initial_weights", "task_loss"],
 }
 
 
@@ -167,9 +166,10 @@ def test_pieces_answer_for_the_whole_learner():
         models.mlp(hidden=(4,), outputs=3), head=head, ways=2,
         task_init=[metalearn.learners.ZeroInit(("head",))])
     pieces = learner.pieces
-    assert list(pieces) == [learner.adapter, *learner.task_init, head]
+    assert list(pieces) == [learner.adapter, *learner.task_init,
+                            learner._task_axis_rules, head]
     assert pieces.capabilities.custom_gradient == head.capabilities.custom_gradient
-    assert set(pieces.task_paths(learner.initial_weights())) == set(learner.task_paths())
+    assert set(pieces.task_paths(learner.initial_weights())) == set(learner.pieces.task_paths(learner.initial_weights()))
     assert [id(v) for v in pieces.meta_variables] == [id(v) for v in head.meta_variables]
 
 

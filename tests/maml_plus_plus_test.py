@@ -107,7 +107,7 @@ def test_per_step_batchnorm_weights():
     adapter = GradientDescent(steps=2, learning_rate=0.3, wrappers=[PerStepWeights(("bn0",))])
     learner = metalearn.Learner(_bn_mlp(), adapter, loss=mse)
     bn_paths = ["bn_mlp/bn0/gamma", "bn_mlp/bn0/beta"]
-    assert sorted(learner.task_paths()) == sorted(bn_paths)
+    assert sorted(learner.pieces.task_paths(learner.initial_weights())) == sorted(bn_paths)
     meta_paths = [v.path for v in learner.meta_variables]
     assert not set(bn_paths) & set(meta_paths)  # the model's own BN weights are unused
     copies = dict(zip(bn_paths, adapter.meta_variables))
@@ -115,12 +115,12 @@ def test_per_step_batchnorm_weights():
     for path, copy in copies.items():
         copy.assign(np.random.default_rng(0).normal(size=(3, 3)))
     task = regression_episodes().task(0)
-    trajectory = learner.adapt_trajectory(task.support_x, task.support_y)
+    trajectory = metalearn.learners.adapt_trajectory(learner, task.support_x, task.support_y)
     for k, weights in enumerate(trajectory):
         for path, copy in copies.items():
             np.testing.assert_array_equal(weights[path], copy.numpy()[k])
     # Test time with more steps reuses the last copy.
-    longer = learner.adapt_trajectory(task.support_x, task.support_y, steps=4)
+    longer = metalearn.learners.adapt_trajectory(learner, task.support_x, task.support_y, steps=4)
     np.testing.assert_array_equal(longer[4]["bn_mlp/bn0/gamma"], copies[bn_paths[0]][2])
 
 
@@ -152,9 +152,9 @@ def test_multi_step_loss_weights_and_value():
         by_hand.append(float(learner.task_loss(task.query_y, learner.predict(fast,
                                                                               task.query_x))))
     expected = np.dot([0.125, 0.125, 0.125, 0.625], by_hand)
-    np.testing.assert_allclose(learner.episode_metrics(task)["loss"], expected, rtol=1e-12)
+    np.testing.assert_allclose(learner.run_task(task).metrics["loss"], expected, rtol=1e-12)
     # Evaluation (steps given) reports the last step's plain query loss.
-    np.testing.assert_allclose(learner.episode_metrics(task, steps=4)["loss"], by_hand[-1])
+    np.testing.assert_allclose(learner.run_task(task, steps=4).metrics["loss"], by_hand[-1])
 
 
 def test_multi_step_loss_needs_a_trajectory():

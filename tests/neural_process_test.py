@@ -279,7 +279,7 @@ def test_learner_loss_is_the_mean_nll_of_its_prediction():
     mean, scale, y = (t.numpy().astype(np.float64) for t in (*prediction, task.query_y))
     expected = np.mean(np.log(scale) + (y - mean) ** 2 / (2 * scale ** 2)
                        + 0.5 * np.log(2 * np.pi))
-    np.testing.assert_allclose(learner.episode_metrics(task)["loss"], expected, rtol=1e-5)
+    np.testing.assert_allclose(learner.run_task(task).metrics["loss"], expected, rtol=1e-5)
 
 
 # --- bad input -------------------------------------------------------------------------
@@ -480,7 +480,7 @@ def test_elbo_matches_a_monte_carlo_reference():
 
     (mq, sq), (mp, sp) = posterior, prior
     kl = np.sum(np.log(sp / sq) + (sq ** 2 + (mq - mp) ** 2) / (2 * sp ** 2) - 0.5)
-    metrics = tf.function(lambda e: learner.episode_metrics(e))
+    metrics = tf.function(lambda e: learner.run_task(e).metrics)
     losses = []
     for step in range(400):  # each meta-step draws its own noise
         learner.meta_step.assign(step)
@@ -514,7 +514,7 @@ def test_latent_prediction_reads_the_prior_mean():
     adapted = learner.adapt(task.support_x, task.support_y)
     prior = learner.adapter.latent(task.support_x, task.support_y)
     np.testing.assert_allclose(adapted[CONTEXT + "latent"], prior.mean)
-    metrics = learner.episode_metrics(task)
+    metrics = learner.run_task(task).metrics
     assert sorted(metrics) == sorted(learner.metric_names) == ["kl", "loss", "mse", "nll"]
     assert float(metrics["kl"]) >= 0
 

@@ -47,7 +47,7 @@ def test_each_inner_optimizer_equals_its_keras_counterpart_step_by_step(name):
     model = _model()
     task = regression_episodes(tasks=1, shots=6).task(0)
     learner = metalearn.Learner(model, GradientDescent(STEPS, update=ours()), loss=mse)
-    trajectory = learner.adapt_trajectory(task.support_x, task.support_y)
+    trajectory = metalearn.learners.adapt_trajectory(learner, task.support_x, task.support_y)
     start = learner.initial_weights()
     reference = keras_optimizer_trajectory(learner, task.support_x, task.support_y,
                                            theirs(), STEPS)

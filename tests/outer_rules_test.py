@@ -15,8 +15,9 @@ import tensorflow as tf
 
 import metalearn
 from metalearn import execution
-from metalearn.outer import (ClipDirections, EvolutionStrategies, MetaGradient, PersistentES,
-                             Reptile, SerialReptile, SkipNonFinite, TruncatedUnroll)
+from metalearn.outer import (ClipDirections, EvolutionStrategies, MetaGradient, PCGrad,
+                             PersistentES, Reptile, SerialReptile, SkipNonFinite,
+                             TruncatedUnroll)
 from metalearn.testing import (OuterRuleContract, evolution_estimate, task_adapted,
                                task_meta_gradient, values)
 
@@ -106,7 +107,7 @@ class TestTruncatedUnroll(OuterRuleContract):
         grads = []
         for i in range(episodes.num_tasks):
             with tf.GradientTape() as tape:
-                loss = learner.episode_metrics(episodes.task(i), steps=1)["loss"]
+                loss = learner.run_task(episodes.task(i), steps=1).metrics["loss"]
             grads.append(tape.gradient(loss, learner.meta_variables))
         return {v.path: v.numpy() - LR * np.mean([g[k] for g in grads], axis=0)
                 for k, v in enumerate(learner.meta_variables)}
@@ -150,6 +151,74 @@ class TestTutorialLookahead(OuterRuleContract):
         grads = _mean_meta_gradient(learner, episodes)
         return {v.path: v.numpy() - 0.5 * LR * g
                 for v, g in zip(learner.meta_variables, grads)}
+
+
+def pcgrad_by_hand(grads):
+    """PCGrad's projection in NumPy, written from the paper (fixed order)."""
+    flat = [np.concatenate([g.ravel() for g in task]) for task in grads]
+    projected = []
+    for i, g in enumerate(flat):
+        g = g.copy()
+        for j, other in enumerate(flat):
+            if j != i and g @ other < 0:
+                g -= (g @ other) / (other @ other) * other
+        projected.append(g)
+    mean, at, out = np.mean(projected, axis=0), 0, []
+    for g in grads[0]:
+        out.append(mean[at:at + g.size].reshape(g.shape))
+        at += g.size
+    return out
+
+
+class TestPCGrad(OuterRuleContract):
+    """Gradient surgery on each task's meta-gradient; on two replicas every replica
+    gathers every task's gradient, so the update is the whole batch's."""
+    covers = (PCGrad,)
+
+    def make_rule(self):
+        return PCGrad(keras.optimizers.SGD(LR))
+
+    def reference_step(self, learner, episodes):
+        grads = [task_meta_gradient(learner, episodes.task(i))
+                 for i in range(episodes.num_tasks)]
+        flat = [np.concatenate([g.ravel() for g in task]) for task in grads]
+        assert min(a @ b for a in flat for b in flat) < 0, "no conflict to project"
+        return {v.path: v.numpy() - LR * d
+                for v, d in zip(learner.meta_variables, pcgrad_by_hand(grads))}
+
+
+class PerReplicaNormalised(MetaGradient):
+    """A planted rule that is silently per-replica: the meta-gradient normalised to
+    unit norm over the tasks it sees (its replica's), where the whole batch's was meant."""
+
+    def directions(self, learner, episodes, formulation):
+        gradients, metrics = formulation.gradients(learner, episodes, learner.meta_variables)
+        norm = tf.linalg.global_norm(gradients)
+        return [g / norm for g in gradients], metrics
+
+
+class PlantedPerReplica(OuterRuleContract):
+    formulations = ("map_fn",)
+
+    def make_rule(self):
+        return PerReplicaNormalised(keras.optimizers.SGD(LR))
+
+    def reference_step(self, learner, episodes):
+        grads = _mean_meta_gradient(learner, episodes)
+        norm = np.sqrt(sum(np.sum(g ** 2) for g in grads))
+        return {v.path: v.numpy() - LR * g / norm
+                for v, g in zip(learner.meta_variables, grads)}
+
+
+def test_the_strategy_case_fails_a_rule_that_sees_only_its_replicas_tasks():
+    """The contract's strategy case runs on two replicas (two logical CPUs): a rule whose
+    update depends on the split of tasks across replicas passes on one device and fails
+    there (on one replica, as it ran before, it passed)."""
+    case = PlantedPerReplica()
+    case.test_every_formulation()
+    with pytest.raises(AssertionError, match="PerReplicaNormalised under map_fn"):
+        case.test_every_formulation_under_a_strategy()
+    case._check(jit_compile=False, strategy=tf.distribute.MirroredStrategy(["/cpu:0"]))
 
 
 # --- guards -----------------------------------------------------------------------

@@ -119,7 +119,7 @@ def reference(kind, first_order):
         own.update({id(v): learner.model.get_layer("head").trainable_variables[i]
                     for i, v in enumerate(variables[-2:])} if kind == "maml" else {})
         with tf.GradientTape() as tape:
-            values = learner.episode_metrics(tf.nest.map_structure(tf.constant, episode))
+            values = learner.run_task(tf.nest.map_structure(tf.constant, episode)).metrics
         grads = tape.gradient(values["loss"], [own[id(v)] for v in variables])
         for i, (variable, grad) in enumerate(zip(variables, grads)):
             grad = grad.numpy()

@@ -57,7 +57,7 @@ def _proto_maml(steps, seed=0, dtype="float64"):
 
 def test_proto_maml_head_is_generated_and_equals_protonets_without_steps():
     learner = _proto_maml(steps=0)
-    assert {"net/head/kernel", "net/head/bias"} == set(learner.task_paths())
+    assert {"net/head/kernel", "net/head/bias"} == set(learner.pieces.task_paths(learner.initial_weights()))
     assert not {"net/head/kernel", "net/head/bias"} & {v.path for v in learner.meta_variables}
     # With no inner step, Proto-MAML's logits differ from ProtoNets' by -||f(x)||^2 per
     # example: the same softmax, so the same loss and accuracy.

@@ -224,7 +224,7 @@ def test_a_support_label_outside_the_task_classes_is_an_error(name, compiled):
     learner = _embedding_learner(HEADS[name])
     episode = synthetic_classification(0, tasks=1)
     bad = tf.tensor_scatter_nd_update(episode.support_y[0], [[1]], [7])
-    adapt = tf.function(learner.adapt) if compiled else learner.adapt
+    adapt = tf.function(lambda x, y: learner.adapt(x, y)) if compiled else learner.adapt
     with pytest.raises((ValueError, tf.errors.InvalidArgumentError)) as info:
         adapt(episode.support_x[0], bad)
     message = str(info.value)

@@ -53,6 +53,67 @@ def test_truncation_covering_the_horizon_is_the_meta_gradient(formulation):
         np.testing.assert_allclose(found["truncated"][path], value, rtol=1e-10, atol=1e-10)
 
 
+class ShiftedObjective(metalearn.Learner):
+    """A research subclass that changes what is minimised (objective_of): the query loss
+    plus a tenth of the squared query mean of the predictions."""
+
+    def objective_of(self, run):
+        extra = 0.1 * tf.square(tf.reduce_mean(run.predictions))
+        return {**run.metrics, "loss": run.metrics["loss"] + tf.cast(extra, tf.float64)}
+
+
+def objective_learner(kind):
+    """A learner whose objective is not the last step's query loss: MAML++'s
+    multi-step loss (uniform step weights at these meta-steps) or a subclass's."""
+    keras.utils.set_random_seed(5)
+    model = metalearn.models.mlp((2,), hidden=(4,), outputs=1, activation="tanh",
+                                 dtype="float64")
+    if kind == "maml++":
+        return metalearn.MultiStepLossLearner(model, GradientDescent(3, 0.2), loss=mse,
+                                              anneal_steps=10 ** 6)
+    return ShiftedObjective(model, GradientDescent(3, 0.2), loss=mse)
+
+
+@pytest.mark.parametrize("formulation", ["map_fn", "accumulate"])
+@pytest.mark.parametrize("kind", ["maml++", "subclass"])
+def test_an_objective_changing_learner_covering_the_horizon_is_the_meta_gradient(
+        kind, formulation):
+    """0.3: the segment measured the last step's query loss, not the learner's
+    objective (MAML++'s update 3.8e-2 away from MetaGradient's on SGD(0.3)). The segment
+    is the learner's own task run, so with K = T the two agree to 1e-10 in float64."""
+    episodes = [regression_episodes(tasks=3, shots=4, seed=s) for s in (0, 1)]
+    found = {}
+    for name, rule in (("truncated", TruncatedUnroll(keras.optimizers.SGD(0.3), horizon=3,
+                                                     truncation=3)),
+                       ("gradient", MetaGradient(keras.optimizers.SGD(0.3)))):
+        model = objective_learner(kind)
+        step = make_meta_step(model, rule, formulation)
+        for batch in episodes:
+            step(batch)
+        found[name] = values(model)
+    plain = learner(GradientDescent(3, 0.2))
+    step = make_meta_step(plain, MetaGradient(keras.optimizers.SGD(0.3)), formulation)
+    for batch in episodes:
+        step(batch)
+    for path, value in found["gradient"].items():
+        assert not np.allclose(value, values(plain)[path])  # the objective matters
+        np.testing.assert_allclose(found["truncated"][path], value, rtol=1e-10, atol=1e-10)
+
+
+def test_maml_plus_plus_segments_sum_to_its_objective():
+    """K = 1 of T = 3: each segment's objective is MAML++'s weighted query loss of its
+    one step, weighted as in the whole horizon; the three segments' figures sum to the
+    multi-step loss of the whole trajectory (1e-12), at unchanged meta-variables."""
+    model = objective_learner("maml++")
+    episodes = regression_episodes(tasks=3, shots=4)
+    rule = TruncatedUnroll(keras.optimizers.SGD(0.3), horizon=3, truncation=1)
+    rule.build(model)
+    segments = [rule.step(model, episodes, MapFn(), apply=no_update)["loss"].numpy()
+                for _ in range(3)]
+    whole = model.meta_metrics(episodes, formulation=MapFn())["loss"].numpy()
+    np.testing.assert_allclose(np.sum(segments, axis=0), whole, rtol=1e-12, atol=1e-12)
+
+
 def no_update(learner, directions, metrics):
     """An ``apply`` that moves nothing and hands the directions back as figures."""
     return {**metrics, **{f"direction_{k}": d for k, d in enumerate(directions)}}
@@ -88,7 +149,7 @@ def test_the_carried_trajectory_is_the_inner_loop():
     assert int(rule.position.numpy()) == 0
     assert_carried_is_the_inner_loop(rule, model, episodes, steps=6)
     first = step(other)  # a new horizon, on this batch: the loss after 2 steps
-    expected = np.mean([model.episode_metrics(other.task(i), steps=2)["loss"].numpy()
+    expected = np.mean([model.run_task(other.task(i), steps=2).metrics["loss"].numpy()
                         for i in range(other.num_tasks)])
     np.testing.assert_allclose(np.mean(first["loss"].numpy()), expected, rtol=1e-12)
 
@@ -147,7 +208,7 @@ def horizon_gradient(model, episodes):
         total = 0.0
         for i in range(episodes.num_tasks):
             task = episodes.task(i)
-            trajectory = model.adapt_trajectory(task.support_x, task.support_y,
+            trajectory = metalearn.learners.adapt_trajectory(model, task.support_x, task.support_y,
                                                 steps=HORIZON)
             for end in range(TRUNCATION, HORIZON + 1, TRUNCATION):
                 total += model.task_loss(task.query_y,
@@ -302,7 +363,7 @@ def test_per_step_weights_are_set_for_each_segment_from_the_meta_variables(kind)
     rule.build(model)
     step(episodes)
     second = step(episodes)
-    expected = [model.episode_metrics(episodes.task(i), steps=4)["loss"].numpy()
+    expected = [model.run_task(episodes.task(i), steps=4).metrics["loss"].numpy()
                 for i in range(episodes.num_tasks)]
     np.testing.assert_allclose(second["loss"].numpy(), expected, rtol=1e-9)
     if kind == "truncated":

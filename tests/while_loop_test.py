@@ -99,8 +99,9 @@ def test_multi_step_loss_sees_every_step():
     _assert_close(_metrics_and_meta_gradient(make([WhileLoop()]), _episodes(), "accumulate"),
                   reference, "multi-step loss")
     task = _episodes().task(0)
-    want = make([]).adapt_trajectory(task.support_x, task.support_y)
-    got = make([WhileLoop()]).adapt_trajectory(task.support_x, task.support_y)
+    want = metalearn.learners.adapt_trajectory(make([]), task.support_x, task.support_y)
+    got = metalearn.learners.adapt_trajectory(make([WhileLoop()]), task.support_x,
+                                              task.support_y)
     assert len(got) == len(want) == 4
     for a, b in zip(got, want):
         for path in b:

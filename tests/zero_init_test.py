@@ -45,7 +45,7 @@ def _relabel(episodes, permutation):
 
 def test_head_starts_every_task_at_zero_and_is_not_meta_learned():
     learner = _learner(_mlp())
-    assert tuple(learner.task_paths()) == HEAD
+    assert tuple(learner.pieces.task_paths(learner.initial_weights())) == HEAD
     assert not set(HEAD) & {v.path for v in learner.meta_variables}
     task = synthetic_classification(0, tasks=1, dtype=tf.float64).task(0)
     weights = learner.task_initial_weights(learner.initial_weights(), task.support_x,

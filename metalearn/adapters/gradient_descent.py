@@ -105,6 +105,9 @@ class GradientDescent(Adapter):
     def own_capabilities(self) -> Capabilities:
         return Capabilities()  # elementwise steps; the parts say the rest
 
+    def own_inner_steps(self) -> int:
+        return self.steps
+
     # --- which weights ----------------------------------------------------------
 
     def adapted_paths(self, weights: Weights) -> List[str]:
@@ -153,17 +156,31 @@ class GradientDescent(Adapter):
         return weights
 
     def run_steps(self, weights: Weights, state: Any, support_x: Any, support_y: Any,
-                  loss_fn: LossFn, start: Any, steps: int) -> Tuple[Weights, Any]:
+                  loss_fn: LossFn, start: Any, steps: int, trajectory: bool = False
+                  ) -> Tuple[Union[Weights, List[Weights]], Any]:
         """``steps`` inner steps from ``weights`` and the update's ``state`` (as
         :meth:`begin` gives them, as an earlier call left them, or carried and made
         whole by :meth:`resume`), numbered ``start,
         start + 1, ...`` (``start`` an int or a scalar int32 tensor): the weights and
         the state after them. A segment of the loop, for an outer rule that carries
         the inner trajectory across outer steps (:mod:`metalearn.outer.truncated`);
-        ``begin`` then ``run_steps(..., 0, self.steps)`` is :meth:`adapt`."""
+        ``begin`` then ``run_steps(..., 0, self.steps)`` is :meth:`adapt`.
+
+        With ``trajectory=True`` the first result is the list of weights before the
+        segment and after each of its steps (as :meth:`adapt_trajectory`'s), for a
+        learner whose objective weighs every step; not with a wrapper that runs the
+        steps in one loop (``WhileLoop``), which keeps only the last.
+        """
         steps = check_range("GradientDescent", "steps", steps, STEPS)
+        if trajectory:
+            loops = [type(w).__name__ for w in self.wrappers if w.runs_steps]
+            if loops:
+                raise ValueError(f"GradientDescent.run_steps(trajectory=True) keeps every "
+                                 f"step's weights, which {loops[0]} (the steps in one loop) "
+                                 "does not: drop it for a learner that records its "
+                                 "trajectory (MAML++'s multi-step loss)")
         return self._steps(weights, state, support_x, support_y, loss_fn, start, steps,
-                           keep_all=False, with_state=True)
+                           keep_all=trajectory, with_state=True)
 
     def _run(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
              steps: Optional[int], keep_all: bool) -> List[Weights]:
@@ -226,4 +243,6 @@ class GradientDescent(Adapter):
         for step in range(steps):
             weights, state = one_step(weights, state, step)
             trajectory.append(weights)
-        return (weights, state) if with_state else trajectory
+        if with_state:
+            return (trajectory if keep_all else weights), state
+        return trajectory

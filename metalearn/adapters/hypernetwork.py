@@ -157,7 +157,7 @@ class Hypernetwork(Adapter):
     @property
     def steps(self) -> int:
         """Gradient steps of ``then`` (0 without it)."""
-        return int(getattr(self.then, "steps", 0)) if self.then is not None else 0
+        return self.then.inner_steps if self.then is not None else 0
 
     def _layout(self) -> str:
         return ", ".join(f"{p!r} shape {s} = {int(np.prod(s))}"

@@ -185,6 +185,9 @@ class FirstOrder(Update):
     """First-order MAML: the incoming gradients are constants for the meta-gradient
     (same values; the second-order terms through them are dropped)."""
 
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(first_order=True)
+
     def update(self, grads, state, weights, info):
         return {p: tf.stop_gradient(g) for p, g in grads.items()}, state
 

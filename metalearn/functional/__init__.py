@@ -31,7 +31,7 @@ from metalearn.functional.moments import batch_moments, exact_moments, example_m
 Weights = Dict[str, tf.Tensor]
 """A model's weights by variable path, e.g. ``{"dense/kernel": <tf.Tensor [1, 40]>, ...}``."""
 
-__all__ = ["Weights", "layer", "metric_dtype", "variables", "weights", "call",
+__all__ = ["Weights", "layer", "metric_dtype", "full_precision", "variables", "weights", "call",
            "call_and_update", "check_built", "exact_moments", "batch_moments", "example_mask",
            "softmax_cross_entropy", "Gaussian", "gaussian_nll", "predictive_mse"]
 
@@ -79,6 +79,15 @@ def metric_dtype(model: keras.Model) -> tf.DType:
     check_built(model)
     dtype = tf.as_dtype(model.trainable_variables[0].dtype)
     return tf.float64 if dtype == tf.float64 else tf.float32
+
+
+def full_precision(outputs: Any, dtype: tf.DType) -> Any:
+    """Outputs of a mixed-precision model (float16/bfloat16) cast to ``dtype`` (the
+    learner's metric dtype, :func:`metric_dtype`), so losses, metrics and meta-gradients
+    are float32."""
+    low = (tf.float16, tf.bfloat16)
+    return tf.nest.map_structure(lambda t: tf.cast(t, dtype) if t.dtype in low else t,
+                                 outputs)
 
 
 def weights(model: keras.Model) -> Weights:

@@ -2,8 +2,10 @@
 
 from metalearn.learners.baseline import ClassifierBaseline
 from metalearn.learners.embedding import EmbeddingLearner, Solution
-from metalearn.learners.learner import (Learner, MetricFn, accuracy, predict_on,
+from metalearn.learners.learner import (BATCHED_METHODS, Learner, MetricFn,
+                                        accuracy, adapt_trajectory, objective, predict_on,
                                         support_objective)
+from metalearn.learners.task import Resume, TaskRun, Trajectory
 from metalearn.learners.multi_step import MultiStepLossLearner
 from metalearn.learners.neural_process import LatentNeuralProcessLearner
 from metalearn.learners.prototypical import PrototypicalNetworks, ProtoMAML
@@ -12,4 +14,6 @@ from metalearn.learners.task_init import FixedInit, PrototypeInit, TaskInit, Zer
 __all__ = ["ClassifierBaseline", "EmbeddingLearner", "LatentNeuralProcessLearner", "Learner",
            "MetricFn", "MultiStepLossLearner",
            "PrototypeInit", "PrototypicalNetworks", "ProtoMAML", "Solution", "TaskInit",
-           "FixedInit", "ZeroInit", "accuracy", "predict_on", "support_objective"]
+           "FixedInit", "ZeroInit", "accuracy", "predict_on", "support_objective",
+           "BATCHED_METHODS", "Resume", "TaskRun", "Trajectory",
+           "adapt_trajectory", "objective"]

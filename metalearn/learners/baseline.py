@@ -20,15 +20,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from metalearn import execution, functional
+from metalearn import functional
 from metalearn.pieces import POSITIVE, Piece, Pieces, check_range
 from metalearn.functional import Weights
 from metalearn.heads.base import Head
 from metalearn.heads.linear import check_classifier, classifier_logits
 from metalearn.heads.prototypes import PrototypeHead, flat
 from metalearn.learners.embedding import EmbeddingLearner, Solution
-from metalearn.learners.learner import Learner, MetricFn
-from metalearn.tasks.episode import Episode
+from metalearn.learners.learner import MetricFn
 
 
 def is_whole_class(support_x: Any) -> bool:
@@ -170,28 +169,26 @@ class ClassifierBaseline(EmbeddingLearner):
         """``[n, classes]`` logits of the whole-class classifier (``update``: assign
         the moving statistics the training-mode call computes)."""
         call = functional.call_and_update if update else functional.call
-        embeddings = flat(execution.full_precision(
+        embeddings = flat(functional.full_precision(
             call(self.model, weights, x, training=training), self._metric_dtype))
         return self.classifier.logits(embeddings)
 
-    def episode_metrics(self, episode: Episode, steps: Optional[int] = None,
-                        weights: Optional[Weights] = None):
-        support_x, _, query_x, query_y = self.split(episode)
-        if not is_whole_class(support_x):
-            return super().episode_metrics(episode, steps, weights)
-        weights = self.initial_weights() if weights is None else weights
-        logits = self.whole_class_logits(weights, query_x, training=True,
-                                         update=self.update_batch_norm)
-        return self.query_metrics(query_y, logits)
-
     def adapt_and_measure(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
                           weights: Optional[Weights] = None):
+        """On an episode, the head fitted on the support embeddings; on a whole-class
+        batch (an empty support set) the weights as they are, no adaptation, and no head
+        (``Solution(weights, None)``: :meth:`predict` then uses the whole-class
+        classifier)."""
         if not is_whole_class(support_x):
             return super().adapt_and_measure(support_x, support_y, steps, weights)
-        adapted, figures = Learner.adapt_and_measure(self, support_x, support_y, steps, weights)
-        return Solution(adapted, None), figures  # None: the whole-class classifier
+        weights = self.initial_weights() if weights is None else weights
+        return Solution(weights, None), {}
 
     def predict(self, solution: Solution, x: Any) -> tf.Tensor:
+        """The head's logits; for a whole-class ``Solution`` (no head) the whole-class
+        classifier's, in training mode, the moving statistics updated when
+        ``update_batch_norm`` (a whole-class batch is a supervised training step)."""
         if isinstance(solution, Solution) and solution.head is None:
-            return self.whole_class_logits(solution.weights, x, training=self.query_training)
+            return self.whole_class_logits(solution.weights, x, training=True,
+                                           update=self.update_batch_norm)
         return super().predict(solution, x)

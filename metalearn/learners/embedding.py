@@ -131,10 +131,6 @@ class EmbeddingLearner(Learner):
             embeddings = self.embed(adapted, support_x, training=self.support_training)
         return Solution(adapted, self.fit_head(embeddings, support_y)), figures
 
-    def adapt_trajectory(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
-                         weights: Optional[Weights] = None) -> List[Solution]:
-        return [self.adapt(support_x, support_y, steps, weights)]
-
     def predict(self, solution: Solution, x: Any) -> tf.Tensor:
         if not isinstance(solution, Solution):
             raise TypeError(f"{type(self).__name__}.predict needs the Solution that adapt() "

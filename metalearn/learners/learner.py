@@ -11,9 +11,10 @@ import tensorflow as tf
 from metalearn import _compat, configurables, execution, functional
 from metalearn.adapters.base import Adapter
 from metalearn.adapters.gradient_descent import GradientDescent
-from metalearn.functional import Weights
+from metalearn.functional import Weights, batched
+from metalearn.learners.task import Resume, TaskRun, Trajectory
 from metalearn.learners.task_init import TaskInit
-from metalearn.pieces import LossFn, Piece, Pieces, SplitLoss
+from metalearn.pieces import Capabilities, LossFn, Piece, Pieces, SplitLoss
 from metalearn.tasks.episode import Episode, example_mask, restrict_to_classes, unmask
 
 MetricFn = Callable[[Any, Any], tf.Tensor]
@@ -45,6 +46,15 @@ _MOVED_MEMBERS = {
                        "support_loss for another inner objective)",
     "query_metric_names": "['loss', *learner.metrics] (learner.metric_names adds the "
                           "adapter's)",
+    "episode_metrics": "learner.run_task(episode, steps, weights).metrics (the one task "
+                       "run); to change what is minimised or measured override "
+                       "objective_of(run) (or query_metrics)",
+    "task_paths": "learner.pieces.task_paths(learner.initial_weights())",
+    "adapt_trajectory": "metalearn.learners.adapt_trajectory(learner, support_x, "
+                        "support_y, steps, weights), or run_task(...).trajectory where "
+                        "the learner records it (records_trajectory)",
+    "objective": "metalearn.learners.objective(learner, values, episodes, steps, "
+                 "formulation)",
 }
 
 
@@ -195,6 +205,49 @@ def check_loss_shapes(what: str, y_true: Any, y_pred: Any, values: Any = None) -
             "averaged into a wrong loss")
 
 
+def check_metrics(learner: "Learner", metrics: Dict[str, Any], where: str
+                  ) -> Dict[str, Any]:
+    """``metrics`` (one task's figures, or a batch's) checked against the names the
+    learner declares (:attr:`Learner.metric_names`): :meth:`Learner.run_task` and
+    :meth:`Learner.run_tasks` run it on what they give, so an undeclared or missing
+    figure is the same clear error whichever formulation runs (never dropped, never a
+    raw nest error).
+
+    Raises:
+      ValueError: naming the figures not declared and those declared but not given.
+    """
+    declared = list(learner.metric_names)
+    given = list(metrics)
+    if sorted(given) != sorted(declared):
+        extra = [k for k in given if k not in declared]
+        missing = [k for k in declared if k not in given]
+        raise ValueError(
+            f"{type(learner).__name__}.{where} gives per-task figures {given}, but the "
+            f"learner declares {declared} (metric_names): "
+            + (f"not declared {extra}; " if extra else "")
+            + (f"declared but not given {missing}; " if missing else "")
+            + f"override {type(learner).__name__}.metric_names to declare what "
+              "objective_of returns")
+    return metrics
+
+
+BATCHED_METHODS = ("forward", "predict", "task_initial_weights", "query_data",
+                   "adapt_and_measure", "objective_of")
+"""The learner's per-task methods that :meth:`Learner.run_tasks` (every task at once
+through the model's layers) runs as ``Learner`` defines them: a class that overrides one
+runs its tasks one by one (``MapFn``, ``Accumulate``)."""
+
+
+def check_resumable(learner: "Learner", who: str) -> None:
+    """Raises ``TypeError`` naming ``who`` unless the learner's adapter is a loop that a
+    carried trajectory can continue (``begin``, ``resume``, ``run_steps``: a
+    ``GradientDescent``)."""
+    adapter = learner.adapter
+    if not all(callable(getattr(adapter, m, None)) for m in ("begin", "resume", "run_steps")):
+        raise TypeError(f"{who} carries a GradientDescent inner loop across outer steps; "
+                        f"the learner's adapter is {type(adapter).__name__}")
+
+
 def predict_on(learner: "Learner", weights: Any, x: Any, y: Any) -> Any:
     """``learner.predict(weights, x)`` for inputs ``x`` whose labels are ``y``: for a
     padded episode the padding is kept out of the batch statistics (BatchNorm in
@@ -212,6 +265,25 @@ def support_objective(learner: "Learner") -> LossFn:
     if type(learner).support_loss is not Learner.support_loss:
         return learner.support_loss
     return SplitLoss(learner._support_outputs, learner.task_loss)
+
+
+class TaskAxisRules(Piece):
+    """The learner's own part in running its tasks on a task axis
+    (:meth:`Learner.run_tasks`, the ``Batched`` formulation), held among its
+    :attr:`~Learner.pieces` so that the question is asked of the pieces alone: whether
+    its model's layers have batched rules (:func:`metalearn.functional.batched.supports`)
+    and whether its class runs the per-task methods :meth:`~Learner.run_tasks` runs
+    (:data:`BATCHED_METHODS`) as ``Learner`` defines them."""
+
+    def __init__(self, reasons: Sequence[str]):
+        super().__init__(name="task_axis_rules")
+        self.reasons = list(reasons)
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(task_axis=not self.reasons)
+
+    def own_task_axis_reasons(self) -> List[str]:
+        return list(self.reasons)
 
 
 @gin.configurable
@@ -233,11 +305,14 @@ class Learner(tf.Module):
         y_hat = learner.predict(fast, query_x)
         loss = learner.meta_loss(episodes)           # mean query loss over the tasks
 
-    Methods meant to be overridden in research code: :meth:`task_loss` (the loss of
-    one task's predictions), :meth:`split` (how an episode becomes support and query),
-    :meth:`episode_metrics` (what is measured on one task), :meth:`predict` and
-    :meth:`task_initial_weights` (where one task's inner loop starts; by default the
-    ``task_init`` pieces).
+    One task runs in :meth:`run_task`, the one pipeline every formulation, outer rule
+    and evaluation calls (split, task start, adapt, query data, predict, measure,
+    objective), so an override is honoured everywhere. Methods meant to be overridden in
+    research code: :meth:`task_loss` (the loss of one task's predictions), :meth:`split`
+    (how an episode becomes support and query), :meth:`objective_of` (what is
+    minimised and measured on one task's run), :meth:`query_data`, :meth:`predict`,
+    :meth:`support_loss` and :meth:`task_initial_weights` (where one task's inner loop
+    starts; by default the ``task_init`` pieces).
 
     :attr:`loss` and :attr:`metrics` are the task loss and the metrics by name, as
     given (names resolved to functions); each value they give is checked against the
@@ -263,7 +338,7 @@ class Learner(tf.Module):
         weights per task before the inner loop (``ZeroInit``, Proto-MAML's
         ``PrototypeInit``, a CAVIA context), applied in order. Their weights are not
         meta-learned: they are left out of :attr:`meta_variables` (see
-        :meth:`task_paths`). ``[ZeroInit(("head",))]`` starts every task's linear head at
+        ``pieces.task_paths``). ``[ZeroInit(("head",))]`` starts every task's linear head at
         zero (the "zeroing trick" of Kao et al., 2022): the meta-learned model then
         cannot depend on how a task's labels are numbered.
       name: the ``tf.Module`` name.
@@ -306,6 +381,7 @@ class Learner(tf.Module):
         # The outer-step counter: advanced by the compiled meta-step (training.loop),
         # checkpointed with the learner, read by schedules over meta-training.
         self.meta_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="meta_step")
+        self._task_axis_rules = TaskAxisRules(self._own_task_axis_reasons())
         for piece in [*self.pieces, *_step_reading_layers(model)]:
             if piece.meta_step is None:
                 piece.bind(self.meta_step)
@@ -333,7 +409,7 @@ class Learner(tf.Module):
         and task initialisers (a subclass adds its own, e.g. a head). What they allow
         and measure, combined over every part: ``pieces.capabilities``,
         ``pieces.gradient_metrics`` (backward-pass figures the meta-step reports)."""
-        return Pieces([self.adapter, *self.task_init])
+        return Pieces([self.adapter, *self.task_init, self._task_axis_rules])
 
     # --- what the outer step trains ----------------------------------------------
 
@@ -341,7 +417,7 @@ class Learner(tf.Module):
     def meta_variables(self) -> List[keras.Variable]:
         """Everything the outer step differentiates: the model's initial weights (minus
         those set per task) and every piece's meta-learned state, once each."""
-        per_task = set(self.task_paths())
+        per_task = set(self.pieces.task_paths(self.initial_weights()))
         found = [v for p, v in functional.variables(self.model).items()
                  if p not in per_task]
         seen = {id(v) for v in found}
@@ -352,12 +428,6 @@ class Learner(tf.Module):
         :meth:`task_initial_weights` then sets the per-task ones)."""
         return functional.weights(self.model)
 
-    def task_paths(self) -> List[str]:
-        """Model weight paths that are set per task rather than meta-learned: those of
-        every piece (generated weights, per-step copies, task initialisers), in the
-        model's order."""
-        return self.pieces.task_paths(self.initial_weights())
-
     # --- one task ----------------------------------------------------------------
 
     def forward(self, weights: Weights, x: Any, training: bool = True) -> Any:
@@ -367,8 +437,8 @@ class Learner(tf.Module):
         call = lambda w, inputs: functional.call(self.model, w, inputs, training=training)
         # a mixed-precision model's outputs (float16/bfloat16) cast up, so losses,
         # metrics and meta-gradients are computed in float32
-        return execution.full_precision(self.adapter.forward(call, weights, x),
-                                        self._metric_dtype)
+        return functional.full_precision(self.adapter.forward(call, weights, x),
+                                         self._metric_dtype)
 
     def task_loss(self, y_true: Any, y_pred: Any) -> tf.Tensor:
         """Scalar loss of one task's predictions (override for a custom loss): the mean
@@ -414,20 +484,12 @@ class Learner(tf.Module):
                           weights: Optional[Weights] = None) -> Tuple[Any, Dict[str, tf.Tensor]]:
         """:meth:`adapt`'s result and the adapter's figures of the adaptation
         (:meth:`~metalearn.adapters.Adapter.adapt_and_measure`), what
-        :meth:`episode_metrics` reports. Subclasses that change what adaptation returns
+        :meth:`run_task` reports. Subclasses that change what adaptation returns
         override this method (``adapt`` calls it)."""
         weights = self.initial_weights() if weights is None else weights
         weights = self.task_initial_weights(weights, support_x, support_y)
         return self.adapter.adapt_and_measure(weights, support_x, support_y,
                                               support_objective(self), steps=steps)
-
-    def adapt_trajectory(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
-                         weights: Optional[Weights] = None) -> List[Weights]:
-        """The weights after 0, 1, ..., ``steps`` inner steps (see :meth:`adapt`)."""
-        weights = self.initial_weights() if weights is None else weights
-        weights = self.task_initial_weights(weights, support_x, support_y)
-        return self.adapter.adapt_trajectory(weights, support_x, support_y,
-                                             support_objective(self), steps=steps)
 
     def task_initial_weights(self, weights: Weights, support_x: Any,
                              support_y: Any) -> Weights:
@@ -456,21 +518,100 @@ class Learner(tf.Module):
         change what the inner loop sees, e.g. to add context inputs)."""
         return episode.support_x, episode.support_y, episode.query_x, episode.query_y
 
-    def episode_metrics(self, episode: Episode, steps: Optional[int] = None,
-                        weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
-        """Adapts on one episode's support set and measures on its query set.
+    # --- the task run: the one pipeline ----------------------------------------------
+
+    records_trajectory: bool = False
+    """Whether :meth:`run_task` records the weights after every inner step
+    (:attr:`TaskRun.trajectory`) for :meth:`objective_of` (MAML++'s multi-step loss). Only
+    a run of the adapter's own steps (``steps=None``: training, and a carried segment)
+    records them: a run of a number of steps given explicitly (evaluation) is measured
+    after its last step. Needs an adapter with ``adapt_trajectory`` (``GradientDescent``)."""
+
+    def run_task(self, episode: Episode, steps: Optional[int] = None,
+                 weights: Optional[Weights] = None,
+                 resume: Optional[Resume] = None, measure: bool = True) -> TaskRun:
+        """One task's run, the pipeline every formulation, outer rule and evaluation
+        calls: :meth:`split`, the task start (:meth:`task_initial_weights`), adaptation
+        (:meth:`adapt_and_measure`), :meth:`query_data`, :meth:`predict`,
+        :meth:`query_metrics`, then :meth:`objective_of`.
+
+        Args:
+          episode: one episode (no task axis).
+          steps: inner steps, overriding the adapter's default (e.g. more at test time).
+          weights: starting weights; defaults to :meth:`initial_weights`.
+          resume: a carried trajectory to continue (:class:`~metalearn.learners.task.
+            Resume`, from :mod:`metalearn.outer.truncated`) instead of adapting from the
+            start: ``resume.steps`` inner steps of the adapter's loop
+            (``GradientDescent.run_steps``), the update's state after them in
+            :attr:`TaskRun.state`.
+          measure: ``False`` stops after the predictions (``metrics`` empty, no loss
+            computed): what the checks before training compare with the targets
+            before a loss sees them.
 
         Returns:
-          Scalars by name: ``"loss"`` (the query loss, which the outer step minimises),
-          each of the learner's metrics and each of the adapter's
-          (:meth:`~metalearn.adapters.Adapter.adapt_and_measure`).
+          A :class:`~metalearn.learners.task.TaskRun`; its ``metrics`` are checked
+          against :attr:`metric_names`.
         """
         support_x, support_y, query_x, query_y = self.split(episode)
-        adapted, inner = self.adapt_and_measure(support_x, support_y, steps, weights)
+        adapted, figures, trajectory, state = self._adaptation(support_x, support_y, steps,
+                                                               weights, resume)
         query_x, query_y = self.query_data(adapted, query_x, query_y)
-        results = self.query_metrics(query_y, predict_on(self, adapted, query_x, query_y))
-        results.update({k: tf.cast(v, self._metric_dtype) for k, v in inner.items()})
-        return results
+        predictions = predict_on(self, adapted, query_x, query_y)
+        run = TaskRun(adapted, support_x, support_y, query_x, query_y, predictions, {},
+                      steps, trajectory, state)
+        if not measure:
+            return run
+        metrics = self.query_metrics(query_y, predictions)
+        metrics.update({k: tf.cast(v, self._metric_dtype) for k, v in figures.items()})
+        run = run._replace(metrics=metrics)
+        return run._replace(metrics=check_metrics(self, self.objective_of(run),
+                                                  "objective_of"))
+
+    def _adaptation(self, support_x: Any, support_y: Any, steps: Optional[int],
+                    weights: Optional[Weights], resume: Optional[Resume]):
+        """``(adapted, the adapter's figures, trajectory or None, carried state or
+        None)`` of one task: the adaptation step of :meth:`run_task`."""
+        keep = self.records_trajectory and steps is None
+        if resume is None and not keep:
+            adapted, figures = self.adapt_and_measure(support_x, support_y, steps, weights)
+            return adapted, figures, None, None
+        if resume is None:
+            path = adapt_trajectory(self, support_x, support_y, weights=weights)
+            return path[-1], {}, Trajectory(path[1:], 0, len(path) - 1), None
+        adapter = self.adapter
+        begun, begun_state = self._begin(support_x, support_y, weights)
+        now, now_state = dict(begun), begun_state
+        if resume.weights is not None:  # else the trajectory's start
+            for path, value in resume.weights.items():
+                now[path] = tf.where(resume.fresh, begun[path], value)
+            now_state = tf.nest.map_structure(lambda b, c: tf.where(resume.fresh, b, c),
+                                              begun_state, resume.state)
+        now = adapter.resume(now, resume.start)  # what wrappers set per step: from theta
+        if keep:
+            path, state = adapter.run_steps(now, now_state, support_x, support_y,
+                                            support_objective(self), resume.start,
+                                            resume.steps, trajectory=True)
+            return path[-1], {}, Trajectory(path[1:], resume.start, resume.horizon), state
+        after, state = adapter.run_steps(now, now_state, support_x, support_y,
+                                         support_objective(self), resume.start,
+                                         resume.steps)
+        return after, {}, None, state
+
+    def _begin(self, support_x: Any, support_y: Any, weights: Optional[Weights]):
+        adapter = self.adapter
+        check_resumable(self, f"{type(self).__name__}.run_task(resume=...)")
+        weights = self.initial_weights() if weights is None else weights
+        return adapter.begin(self.task_initial_weights(weights, support_x, support_y))
+
+    def objective_of(self, run: TaskRun) -> Dict[str, tf.Tensor]:
+        """The task's figures from its run; ``"loss"`` is what the outer step minimises
+        (the default: the query loss of :meth:`query_metrics`, with the adapter's
+        figures beside it). The one override point for another objective: MAML++'s
+        multi-step loss (:class:`~metalearn.learners.MultiStepLossLearner`) and the
+        latent neural process's negative ELBO override it, and every outer rule, every
+        formulation and evaluation then see the same objective. Figures added here
+        must be declared in :attr:`metric_names`."""
+        return run.metrics
 
     def query_metrics(self, query_y: Any, predictions: Any) -> Dict[str, tf.Tensor]:
         """``{"loss": task loss, metric name: value, ...}`` of one task's predictions
@@ -487,13 +628,84 @@ class Learner(tf.Module):
             results[name] = tf.cast(value, self._metric_dtype)
         return results
 
+    # --- every task at once -------------------------------------------------------------
+
+    def _own_task_axis_reasons(self) -> List[str]:
+        # what the learner itself (not its adapter's pieces) stands in the way of
+        # running its tasks at once: its model, its class's per-task methods
+        reasons = []
+        reason = batched.supports(self.model)
+        if reason:
+            reasons.append(reason)
+        if self.records_trajectory:
+            reasons.append(f"{type(self).__name__} records every inner step's weights "
+                           "(records_trajectory)")
+        reasons += [f"{type(self).__name__} overrides {method}()"
+                    for method in BATCHED_METHODS
+                    if getattr(type(self), method) is not getattr(Learner, method)]
+        return reasons
+
+    def run_tasks(self, episodes: Episode, steps: Optional[int] = None,
+                  weights: Optional[Weights] = None,
+                  task_weights: Optional[Weights] = None) -> TaskRun:
+        """Every task of ``episodes`` (leading task axis) run at once: each layer of the
+        model called once for all tasks, with a task axis on the adapted weights
+        (:mod:`metalearn.functional.batched`); the same figures as :meth:`run_task`
+        task by task, every field of the result with a leading task axis.
+
+        Args:
+          episodes, steps, weights: as for :meth:`run_task` (``weights`` without a
+            task axis, shared by every task).
+          task_weights: weights by path that already have a task axis, one copy per
+            task, in place of those of ``weights`` (what each task's own meta-gradient
+            is taken with respect to: ``Batched.task_gradients``).
+
+        Raises:
+          ValueError: the learner cannot (its pieces say why:
+            ``pieces.task_axis_reasons()``).
+        """
+        reasons = self.pieces.task_axis_reasons()
+        if reasons:
+            raise ValueError("the Batched formulation is not available: "
+                             + "; ".join(reasons) + ". Use MapFn() or Accumulate().")
+        weights = self.initial_weights() if weights is None else weights
+        support_x, support_y, query_x, query_y = self.split(episodes)
+        tasks = tf.shape(tf.nest.flatten(support_x)[0])[:1]
+        unknown = sorted(set(task_weights or {}) - set(weights))
+        if unknown:
+            raise ValueError(f"run_tasks: task_weights {unknown} are not weights of the "
+                             f"model (its paths: {sorted(weights)})")
+        per_task = {path: tf.broadcast_to(value, tf.concat([tasks, tf.shape(value)], 0))
+                    for path, value in weights.items()}
+        per_task.update(task_weights or {})
+        per_task = self.task_initial_weights(per_task, support_x, support_y)
+        dtype = self._metric_dtype
+
+        def support_losses(task_weights, x, y):
+            with functional.example_mask(example_mask(y)):  # [tasks, examples]
+                predictions = functional.full_precision(
+                    batched.call(self.model, task_weights, x, training=True), dtype)
+            return tf.vectorized_map(lambda args: self.task_loss(*args), (y, predictions))
+
+        adapted, figures = self.adapter.adapt_and_measure(per_task, support_x, support_y,
+                                                          support_losses, steps=steps)
+        with functional.example_mask(example_mask(query_y)):
+            predictions = functional.full_precision(
+                batched.call(self.model, adapted, query_x, training=self.query_training),
+                dtype)
+        metrics = tf.vectorized_map(lambda args: self.query_metrics(*args),
+                                    (query_y, predictions))
+        metrics.update({k: tf.cast(v, dtype) for k, v in figures.items()})
+        return TaskRun(adapted, support_x, support_y, query_x, query_y, predictions,
+                       check_metrics(self, metrics, "run_tasks"), steps)
+
     # --- a batch of tasks --------------------------------------------------------
 
     @property
     def metric_names(self) -> List[str]:
-        """What :meth:`episode_metrics` gives: what :meth:`query_metrics` gives
-        (``"loss"`` and the learner's metrics) and the adapter's figures
-        (:attr:`~metalearn.adapters.Adapter.metric_names`)."""
+        """What a task run gives (:meth:`run_task`'s metrics): what
+        :meth:`query_metrics` gives (``"loss"`` and the learner's metrics) and the
+        adapter's figures (:attr:`~metalearn.adapters.Adapter.metric_names`)."""
         return ["loss", *self.metrics, *self.adapter.metric_names]
 
     def meta_metrics(self, episodes: Episode, steps: Optional[int] = None,
@@ -521,38 +733,51 @@ class Learner(tf.Module):
         """Mean query loss after adaptation over a batch of episodes (leading task axis)."""
         return tf.reduce_mean(self.meta_metrics(episodes, steps, weights, formulation)["loss"])
 
-    def objective(self, values: Sequence[Any], episodes: Episode,
-                  steps: Optional[int] = None,
-                  formulation: Optional["execution.Formulation"] = None
-                  ) -> Dict[str, tf.Tensor]:
-        """Per-task metrics with every meta-variable at the given value, nothing assigned:
-        the meta-loss as a function of the values of *all* :attr:`meta_variables` (model
-        weights, learned hyperparameters, head and piece variables), what a black-box
-        outer rule (evolution strategies) perturbs and finite differences check.
 
-        Args:
-          values: one tensor per :attr:`meta_variables`, in order.
-          episodes: a batch of episodes with a leading task axis.
+def adapt_trajectory(learner: Learner, support_x: Any, support_y: Any,
+                     steps: Optional[int] = None,
+                     weights: Optional[Weights] = None) -> List[Weights]:
+    """The weights after 0, 1, ..., ``steps`` inner steps of one task (from ``weights``,
+    default the learner's initial weights, after the task start): the adapter's
+    ``adapt_trajectory`` on the learner's support objective."""
+    weights = learner.initial_weights() if weights is None else weights
+    weights = learner.task_initial_weights(weights, support_x, support_y)
+    return learner.adapter.adapt_trajectory(weights, support_x, support_y,
+                                            support_objective(learner), steps=steps)
 
-        Raises:
-          ValueError: not one value per meta-variable, or a value of another shape or
-            dtype.
-        """
-        variables = self.meta_variables
-        values = list(values)
-        if len(values) != len(variables):
-            raise ValueError(f"objective needs one value per meta-variable "
-                             f"({len(variables)}), got {len(values)}")
-        mapping = []
-        for variable, value in zip(variables, values):
-            if tf.is_tensor(value) and value.dtype != variable.dtype:
-                raise ValueError(f"objective: the value for {variable.path} is "
-                                 f"{value.dtype.name}, the variable {variable.dtype}")
-            value = tf.convert_to_tensor(value, dtype=variable.dtype)
-            if not value.shape.is_compatible_with(variable.shape):
-                raise ValueError(f"objective: the value for {variable.path} has shape "
-                                 f"{value.shape.as_list()}, the variable "
-                                 f"{list(variable.shape)}")
-            mapping.append((variable, value))
-        with keras.StatelessScope(state_mapping=mapping):
-            return self.meta_metrics(episodes, steps, formulation=formulation)
+
+def objective(learner: Learner, values: Sequence[Any], episodes: Episode,
+              steps: Optional[int] = None,
+              formulation: Optional["execution.Formulation"] = None
+              ) -> Dict[str, tf.Tensor]:
+    """Per-task metrics with every meta-variable at the given value, nothing assigned:
+    the meta-loss as a function of the values of *all* of ``learner.meta_variables`` (model
+    weights, learned hyperparameters, head and piece variables), what a black-box
+    outer rule (evolution strategies) perturbs and finite differences check.
+
+    Args:
+      values: one tensor per :attr:`meta_variables`, in order.
+      episodes: a batch of episodes with a leading task axis.
+
+    Raises:
+      ValueError: not one value per meta-variable, or a value of another shape or
+        dtype.
+    """
+    variables = learner.meta_variables
+    values = list(values)
+    if len(values) != len(variables):
+        raise ValueError(f"objective needs one value per meta-variable "
+                         f"({len(variables)}), got {len(values)}")
+    mapping = []
+    for variable, value in zip(variables, values):
+        if tf.is_tensor(value) and value.dtype != variable.dtype:
+            raise ValueError(f"objective: the value for {variable.path} is "
+                             f"{value.dtype.name}, the variable {variable.dtype}")
+        value = tf.convert_to_tensor(value, dtype=variable.dtype)
+        if not value.shape.is_compatible_with(variable.shape):
+            raise ValueError(f"objective: the value for {variable.path} has shape "
+                             f"{value.shape.as_list()}, the variable "
+                             f"{list(variable.shape)}")
+        mapping.append((variable, value))
+    with keras.StatelessScope(state_mapping=mapping):
+        return learner.meta_metrics(episodes, steps, formulation=formulation)

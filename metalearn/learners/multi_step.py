@@ -9,10 +9,9 @@ import keras
 import tensorflow as tf
 
 from metalearn.adapters.base import Adapter
-from metalearn.functional import Weights
 from metalearn.learners.learner import Learner, MetricFn, predict_on
+from metalearn.learners.task import TaskRun
 from metalearn.pieces import COUNT, check_range
-from metalearn.tasks.episode import Episode
 
 
 @gin.configurable
@@ -30,8 +29,13 @@ class MultiStepLossLearner(Learner):
     The weighted loss is the training objective: it is the ``"loss"`` metric when
     ``steps`` is left to the adapter (as the meta-step does). Given ``steps``
     explicitly (as evaluation does) every metric, loss included, is the last step's.
-    Other metrics are always measured after the last step. Needs an adapter with
-    ``adapt_trajectory`` (``GradientDescent`` and its subclasses).
+    Other metrics are always measured after the last step. It is an
+    :meth:`~metalearn.Learner.objective_of` over the run's recorded trajectory
+    (``records_trajectory``), so every outer rule sees it: under a carried trajectory
+    (``TruncatedUnroll``, ``PersistentES``) each segment's objective is its steps' share
+    of the horizon's, and with the truncation covering the horizon the update is
+    ``MetaGradient``'s. Needs an adapter with ``adapt_trajectory`` (``GradientDescent``
+    and its subclasses).
 
     Args:
       model, adapter, loss, metrics, **kwargs: as for :class:`Learner`.
@@ -53,17 +57,23 @@ class MultiStepLossLearner(Learner):
         last = tf.one_hot(num_steps - 1, num_steps, dtype=self._metric_dtype)
         return (1.0 - progress) / float(num_steps) + progress * last
 
-    def episode_metrics(self, episode: Episode, steps: Optional[int] = None,
-                        weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
-        if steps is not None:
-            return super().episode_metrics(episode, steps, weights)
-        support_x, support_y, query_x, query_y = self.split(episode)
-        trajectory = self.adapt_trajectory(support_x, support_y, weights=weights)
-        after_steps = trajectory[1:] or trajectory  # no steps: the initial weights
-        losses = [self.task_loss(query_y, predict_on(self, w, query_x, query_y))
-                  for w in after_steps[:-1]]
-        results = self.query_metrics(query_y, predict_on(self, after_steps[-1], query_x,
-                                                         query_y))
-        losses.append(results["loss"])
-        results["loss"] = tf.reduce_sum(self.step_importance(len(losses)) * tf.stack(losses))
-        return results
+    records_trajectory = True
+
+    def objective_of(self, run: TaskRun) -> Dict[str, tf.Tensor]:
+        """The run's figures, ``"loss"`` the importance-weighted sum of the query
+        losses after each recorded inner step (:meth:`step_importance` over the
+        trajectory's horizon, the entries of the steps this run made: a carried
+        segment's share of the horizon's objective, so that the segments of a horizon
+        sum to it). A run that recorded no trajectory (an explicit ``steps``) or made
+        no step keeps the last step's query loss."""
+        trajectory = run.trajectory
+        if trajectory is None or not trajectory.weights:
+            return run.metrics
+        losses = [self.task_loss(run.query_y, predict_on(self, w, run.query_x, run.query_y))
+                  for w in trajectory.weights[:-1]] + [run.metrics["loss"]]
+        importance = self.step_importance(trajectory.horizon)
+        if not (isinstance(trajectory.start, int) and trajectory.start == 0
+                and len(losses) == trajectory.horizon):
+            importance = tf.slice(importance, tf.reshape(trajectory.start, [1]),
+                                  [len(losses)])
+        return {**run.metrics, "loss": tf.reduce_sum(importance * tf.stack(losses))}

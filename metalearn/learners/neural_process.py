@@ -8,9 +8,9 @@ import gin
 import tensorflow as tf
 
 from metalearn.adapters.neural_process import CONTEXT, LatentNeuralProcess, gaussian_kl
-from metalearn.functional import Weights
 from metalearn.learners.learner import Learner
-from metalearn.tasks.episode import Episode, MaskedLabels
+from metalearn.learners.task import TaskRun
+from metalearn.tasks.episode import MaskedLabels
 
 
 @gin.configurable
@@ -55,20 +55,21 @@ class LatentNeuralProcessLearner(Learner):
         seed = tf.stack([self.meta_step, content])
         return tf.random.stateless_normal([self.adapter.latent_size], seed, dtype=dtype)
 
-    def episode_metrics(self, episode: Episode, steps: Optional[int] = None,
-                        weights: Optional[Weights] = None) -> Dict[str, tf.Tensor]:
-        support_x, support_y, query_x, query_y = self.split(episode)
+    def objective_of(self, run: TaskRun) -> Dict[str, tf.Tensor]:
+        """``"nll"``, the learner's metrics of the prediction from the support set alone,
+        ``"kl"``, and ``"loss"``, the negative ELBO (the class's docstring)."""
+        support_x, support_y, query_x, query_y = (run.support_x, run.support_y,
+                                                  run.query_x, run.query_y)
         if isinstance(query_y, MaskedLabels):
             raise ValueError("LatentNeuralProcessLearner does not take padded episodes "
                              "(MaskedLabels): sample episodes of one size")
-        adapted = self.adapt(support_x, support_y, steps, weights)
-        results = self.query_metrics(query_y, self.predict(adapted, query_x))
+        results = dict(run.metrics)
         results["nll"] = results.pop("loss")
         prior = self.adapter.latent(support_x, support_y)
         posterior = self.adapter.latent(tf.concat([support_x, query_x], 0),
                                         tf.concat([support_y, query_y], 0))
         z = posterior.mean + posterior.scale * self.noise(support_x, posterior.mean.dtype)
-        sampled = dict(adapted)
+        sampled = dict(run.adapted)
         sampled[CONTEXT + "latent"] = z
         reconstruction = self.task_loss(query_y, self.predict(sampled, query_x))
         kl = tf.cast(gaussian_kl(posterior, prior), reconstruction.dtype)

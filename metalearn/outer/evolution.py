@@ -30,7 +30,7 @@ import gin
 import keras
 import tensorflow as tf
 
-from metalearn.learners.learner import Learner
+from metalearn.learners.learner import Learner, objective
 from metalearn.outer import replicas
 from metalearn.outer.rule import Directions, Metrics, OptimizerRule
 from metalearn.ranges import COUNT, POSITIVE, WHOLE, check_range
@@ -156,10 +156,10 @@ class EvolutionStrategies(OptimizerRule):
 
         def member(pair):
             eps = self.perturbations(learner, seed, pair)
-            plus = learner.objective([v + self.sigma * e for v, e in zip(values, eps)],
-                                     episodes, formulation=formulation)
-            minus = learner.objective([v - self.sigma * e for v, e in zip(values, eps)],
-                                      episodes, formulation=formulation)
+            plus = objective(learner, [v + self.sigma * e for v, e in zip(values, eps)],
+                             episodes, formulation=formulation)
+            minus = objective(learner, [v - self.sigma * e for v, e in zip(values, eps)],
+                              episodes, formulation=formulation)
             summed = {name: plus[name] + minus[name] for name in plus}
             return tf.reduce_mean(plus["loss"]), tf.reduce_mean(minus["loss"]), summed
 

@@ -38,6 +38,18 @@ def total(tensor: tf.Tensor) -> tf.Tensor:
     return tensor
 
 
+def gather_tasks(tensors: Sequence[tf.Tensor]) -> List[tf.Tensor]:
+    """Each ``[tasks, ...]`` tensor (this replica's tasks) with every replica's tasks
+    along the task axis, replica-major (the tensors themselves on one): what a rule
+    whose update depends on the whole meta-batch's per-task values (gradient surgery
+    across tasks) reads, so that every replica computes the whole batch's update."""
+    tensors = list(tensors)
+    if count() > 1:
+        context = tf.distribute.get_replica_context()
+        return [context.all_gather(t, axis=0) for t in tensors]
+    return tensors
+
+
 def apply_gradients(optimizer: Any, gradients: Sequence[tf.Tensor],
                     variables: Sequence[tf.Variable]) -> None:
     """A Keras optimizer's update with this replica's ``gradients`` (mean over its own

@@ -28,7 +28,8 @@ class Reptile(OptimizerRule):
     after every task instead. The tasks run as the formulation runs them
     (:meth:`~metalearn.execution.Formulation.adapted`).
 
-    Reported metrics are the query metrics after adaptation, before the update.
+    Reported metrics are each task's figures of its run
+    (:meth:`~metalearn.Learner.run_task`, the learner's objective), before the update.
 
     Args:
       optimizer: the outer Keras optimizer; defaults to ``SGD(learning_rate=1.0)``
@@ -72,7 +73,8 @@ class Reptile(OptimizerRule):
         """Reptile's direction ``theta - mean_i phi_i`` (not a gradient of any loss),
         one entry per :attr:`Learner.meta_variables`, and per-task metrics."""
         self.check(learner)
-        adapted, metrics = formulation.adapted(learner, episodes, steps=self.inner_steps)
+        adapted, metrics = formulation.adapted(learner, episodes, steps=self.inner_steps,
+                                               weights=learner.initial_weights())
         directions = [tf.convert_to_tensor(v) - tf.reduce_mean(adapted[v.path], axis=0)
                       for v in learner.meta_variables]
         return directions, metrics

@@ -34,7 +34,7 @@ import gin
 import keras
 import tensorflow as tf
 
-from metalearn.execution import Formulation
+from metalearn.execution import Formulation, signature
 from metalearn.learners.learner import Learner
 from metalearn.outer import replicas
 from metalearn.outer.rule import Directions, Metrics, OuterRule
@@ -106,23 +106,15 @@ def backtracking_line_search(evaluate: Callable[[tf.Tensor], Tuple[tf.Tensor, tf
     return tf.where(accepted, fraction, zero), surrogate, kl, accepted
 
 
-def signature(fn: Callable[[Any], Any], batched: Any) -> Any:
-    """The ``tf.TensorSpec`` nest of ``fn``'s result on one element of ``batched`` (a
-    nest with a leading task axis), traced without running: what
-    :meth:`~metalearn.execution.Formulation.per_task` needs of a function."""
-    spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape[1:], t.dtype), batched)
-    outputs = tf.function(fn, autograph=False).get_concrete_function(spec).structured_outputs
-    return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)
-
-
 def query_ratios(learner: Any, episode: Episode, old_outputs: tf.Tensor
                  ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, Metrics]:
     """One collected task at the current meta-variable values: ``(outputs,
     old_outputs, ratio, weights, advantages, figures)``, the adapted policy's outputs on
-    the query trajectories (``learner.query_outputs``) and the collecting one's, the
+    the query trajectories (``learner.outputs_of`` of its ``run_task``) and the collecting one's, the
     per-step likelihood ratios ``[n, T]``, the steps' weights (summing to 1 over the
     steps taken), the advantages and the task's figures."""
-    outputs, batch, metrics = learner.query_outputs(episode)
+    run = learner.run_task(episode)
+    outputs, batch, metrics = learner.outputs_of(run), run.query_y, run.metrics
     distribution = learner.distribution
     old_outputs = tf.stop_gradient(tf.cast(old_outputs, outputs.dtype))
     ratio = tf.exp(distribution.log_prob(outputs, batch.actions)
@@ -151,7 +143,7 @@ class TrustRegion:
     :attr:`theta` and held fixed, and the functions of the meta-variables TRPO needs.
 
     Args:
-      learner: a learner with ``collect`` and ``query_outputs`` (``PolicyLearner``).
+      learner: a learner with ``collect`` and ``outputs_of`` (``PolicyLearner``).
       episodes: the batch of tasks (leading task axis).
       formulation: how the tasks run (resolved on ``episodes`` once).
       figures: ``figures(learner, collected episode, old outputs)`` of one task
@@ -166,7 +158,7 @@ class TrustRegion:
         self.theta = [tf.convert_to_tensor(v) for v in self.variables]
         self.collected = self.formulation.per_task(learner, learner.collect, episodes,
                                                    signature(learner.collect, episodes))
-        outputs_of = lambda episode: learner.query_outputs(episode)[0]
+        outputs_of = lambda episode: learner.outputs_of(learner.run_task(episode))
         self.old_outputs = tf.stop_gradient(self.formulation.per_task(
             learner, outputs_of, self.collected, signature(outputs_of, self.collected)))
         self._data = (self.collected, self.old_outputs)
@@ -258,15 +250,15 @@ class TRPO(OuterRule):
     @staticmethod
     def check(learner: Learner) -> None:
         """Raises ``TypeError`` for a learner TRPO cannot run: one without ``collect``
-        and ``query_outputs`` (a :class:`metalearn.rl.PolicyLearner` has them) or whose
+        and ``outputs_of`` (a :class:`metalearn.rl.PolicyLearner` has them) or whose
         ``distribution`` has no ``kl``."""
-        missing = [name for name in ("collect", "query_outputs")
+        missing = [name for name in ("collect", "outputs_of")
                    if not callable(getattr(learner, name, None))]
         if missing or not callable(getattr(getattr(learner, "distribution", None), "kl",
                                            None)):
             raise TypeError(
                 f"TRPO needs a learner whose trajectories can be collected and compared "
-                f"(metalearn.rl.PolicyLearner: collect, query_outputs, a distribution "
+                f"(metalearn.rl.PolicyLearner: collect, outputs_of, a distribution "
                 f"with kl); {type(learner).__name__} lacks "
                 f"{missing or ['distribution.kl']}")
 

@@ -15,9 +15,12 @@ checkpointed with the run, so a resumed run continues bit-identically):
   :class:`PersistentES` (``2 population`` trajectories: ``+`` and ``-``);
 * :class:`PersistentES`'s accumulated noise ``xi`` (one per antithetic pair).
 
-The segment's loss is each task's query loss after the segment's last step; the
-horizon's objective is their sum over the segments (the loss along the trajectory,
-sampled every ``K`` steps; with ``K = T``, MAML's meta-loss).
+The segment's loss is each task's objective of its run of the segment (the learner's
+:meth:`~metalearn.Learner.objective_of`: the query loss after the segment's last step
+for a plain learner; MAML++'s weighted query losses of the segment's steps, weighted as
+in the whole horizon); the horizon's objective is their sum over the segments (for a
+plain learner the loss along the trajectory sampled every ``K`` steps; with ``K = T``,
+the learner's own meta-objective, MAML++'s included).
 
 * :class:`TruncatedUnroll`: truncated backpropagation. The gradient of the segment's
   loss, the carried state a constant; in the first segment the trajectory starts at the
@@ -59,8 +62,9 @@ import gin
 import keras
 import tensorflow as tf
 
-from metalearn import functional
-from metalearn.learners.learner import Learner, predict_on, support_objective
+from metalearn.execution import figures_signature
+from metalearn.learners.learner import Learner, check_resumable
+from metalearn.learners.task import Resume
 from metalearn.outer.evolution import check_population, check_sigma, noise, pair_seed
 from metalearn.outer.persistent import check_truncation
 from metalearn.outer.rule import Directions, Metrics, OptimizerRule
@@ -105,11 +109,7 @@ class CarriedTrajectory(OptimizerRule):
 
     def build(self, learner: Learner) -> None:
         super().build(learner)
-        adapter = learner.adapter
-        if not all(callable(getattr(adapter, m, None)) for m in ("run_steps", "resume")):
-            raise TypeError(f"{type(self).__name__} carries a GradientDescent inner loop "
-                            f"across outer steps; the learner's adapter is "
-                            f"{type(adapter).__name__}")
+        check_resumable(learner, type(self).__name__)
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         if self.position is None:
             self.replicas = replicas
@@ -135,9 +135,8 @@ class CarriedTrajectory(OptimizerRule):
         if self._layout is not None:
             return
         one = tf.nest.map_structure(lambda t: t[0], episodes)
-        support_x, support_y, _, _ = learner.split(one)
-        begun, state = learner.adapter.begin(learner.task_initial_weights(
-            learner.initial_weights(), support_x, support_y))
+        start = learner.run_task(one, resume=Resume.start_of(self.horizon))
+        begun, state = start.adapted, start.state
         paths = learner.adapter.adapted_paths(begun)
         tasks = episodes.num_tasks  # this replica's
         lead = ([self.trajectories] if self.trajectories > 1 else []) + [tasks]
@@ -225,37 +224,24 @@ class CarriedTrajectory(OptimizerRule):
         from the carried ``weights`` and ``state`` (``[tasks, ...]``; at the horizon's
         first segment from the learner's initial weights instead, read here, so that
         gradients and perturbations reach them): the weights and state after, and the
-        per-task query figures after the segment's last step."""
-        adapter = learner.adapter
+        per-task figures of the learner's run of the segment
+        (:meth:`~metalearn.Learner.run_task` with a
+        :class:`~metalearn.learners.task.Resume`: its objective, so a learner that
+        weighs every step, MAML++'s, is honoured; with ``truncation = horizon``
+        :class:`~metalearn.outer.MetaGradient`'s)."""
         fresh = tf.equal(self.position, 0)
         start = tf.cast(self.position, tf.int32) * self.truncation
         initial = learner.initial_weights()
-        names = ["loss", *learner.metrics]
-        dtype = functional.metric_dtype(learner.model)
 
         def one_task(args):
             episode, carried_weights, carried_state = args
-            support_x, support_y, query_x, query_y = learner.split(episode)
-            begun, begun_state = adapter.begin(learner.task_initial_weights(
-                initial, support_x, support_y))
-            now = dict(begun)
-            for path, value in carried_weights.items():
-                now[path] = tf.where(fresh, begun[path], value)
-            now = adapter.resume(now, start)  # what wrappers set per step: from theta
-            now_state = tf.nest.map_structure(lambda b, c: tf.where(fresh, b, c),
-                                              begun_state, carried_state)
-            after, after_state = adapter.run_steps(now, now_state, support_x, support_y,
-                                                   support_objective(learner), start,
-                                                   self.truncation)
-            query_x, query_y = learner.query_data(after, query_x, query_y)
-            figures = learner.query_metrics(query_y,
-                                            predict_on(learner, after, query_x, query_y))
-            return ({p: after[p] for p in carried_weights}, after_state,
-                    {k: tf.cast(figures[k], dtype) for k in names})
+            run = learner.run_task(episode, weights=initial, resume=Resume(
+                carried_weights, carried_state, start, self.truncation, self.horizon, fresh))
+            return ({p: run.adapted[p] for p in carried_weights}, run.state, run.metrics)
 
         spec = lambda t: tf.TensorSpec(t.shape[1:], t.dtype)
         signature = (tf.nest.map_structure(spec, weights), tf.nest.map_structure(spec, state),
-                     {k: tf.TensorSpec([], dtype) for k in names})
+                     figures_signature(learner))
         resolved = formulation.resolve(learner, episodes, self.truncation)
         return resolved.per_task(learner, one_task, (episodes, weights, state), signature)
 

@@ -108,14 +108,20 @@ class Capabilities:
         needs it). Elementwise steps qualify; anything that mixes values across a whole weight vector (a
         global norm, a dot product) or indexes one task's examples does not. Every part
         must have it.
+      first_order: some part treats the inner gradients as constants (FOMAML's
+        ``FirstOrder``), so the meta-gradient holds no second-order terms (what the
+        ``Auto`` formulation's memory model needs to know). Any part having it gives
+        it to the whole.
     """
 
     custom_gradient: bool = False
     task_axis: bool = True
+    first_order: bool = False
 
     def __and__(self, other: "Capabilities") -> "Capabilities":
         return Capabilities(custom_gradient=self.custom_gradient or other.custom_gradient,
-                            task_axis=self.task_axis and other.task_axis)
+                            task_axis=self.task_axis and other.task_axis,
+                            first_order=self.first_order or other.first_order)
 
 
 class Piece(tf.Module):
@@ -151,6 +157,20 @@ class Piece(tf.Module):
         """Variables this piece meta-learns, its parts' aside."""
         return []
 
+    def own_task_axis_reasons(self) -> List[str]:
+        """Why this piece itself cannot run on a task axis (empty where its
+        :meth:`own_capabilities` allow it): named in the ``Batched`` formulation's
+        refusal."""
+        if self.own_capabilities().task_axis:
+            return []
+        return [f"{type(self).__name__} cannot run on a task axis (its "
+                "capabilities.task_axis is False)"]
+
+    def own_inner_steps(self) -> Optional[int]:
+        """The inner steps this piece itself runs by default (``None``: it runs none
+        of its own; a gradient-descent loop gives its ``steps``)."""
+        return None
+
     # --- what the whole says: computed over the parts ------------------------------
 
     def parts(self) -> List["Piece"]:
@@ -162,6 +182,19 @@ class Piece(tf.Module):
         """This piece's :meth:`own_capabilities` combined with every part's."""
         return functools.reduce(lambda a, b: a & b,
                                 [p.own_capabilities() for p in [self, *self.parts()]])
+
+    def task_axis_reasons(self) -> List[str]:
+        """Why this piece or a part cannot run on a task axis (empty when
+        :attr:`capabilities` allow it): :meth:`own_task_axis_reasons` of every part."""
+        return [r for piece in [self, *self.parts()] for r in piece.own_task_axis_reasons()]
+
+    @property
+    def inner_steps(self) -> int:
+        """The most inner steps this piece or any part runs by default (0 for none):
+        what an outer rule or the ``Auto`` formulation asks instead of reading a
+        ``steps`` attribute."""
+        found = [p.own_inner_steps() for p in [self, *self.parts()]]
+        return max([s for s in found if s is not None], default=0)
 
     def task_paths(self, weights: Weights) -> List[str]:
         """Paths (in ``weights`` order) that this piece or any part sets per task."""

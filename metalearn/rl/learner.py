@@ -12,17 +12,19 @@ by the score function: actions and observations are stop-gradiented, the magic b
 
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Any, NamedTuple, Optional, Tuple, Union
 
 import gin
 import keras
 import tensorflow as tf
 
+from metalearn import configurables
 from metalearn.adapters.base import Adapter
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.adapters.wrappers import StepWrapper, SupportFromWeights
 from metalearn.functional import Weights
-from metalearn.learners.learner import Learner
+from metalearn.learners.learner import Learner, adapt_trajectory
+from metalearn.learners.task import TaskRun
 from metalearn.rl.environments import Environment, Trajectories, rollout
 from metalearn.rl.estimators import Batch, DiCE
 from metalearn.rl.policies import Categorical, Gaussian
@@ -88,6 +90,9 @@ def mean_return(batch: Batch, outputs: Any) -> tf.Tensor:
 
 
 @gin.configurable
+@configurables.moved_members({"query_outputs": "run_task(episode) (run.query_y: the query "
+                                               "trajectories' Batch; run.metrics) and "
+                                               "outputs_of(run)"})
 class PolicyLearner(Learner):
     """A policy (any Keras model mapping observations to a distribution's parameters),
     an inner loop and a policy-gradient estimator, on an in-graph :class:`Environment`.
@@ -270,7 +275,7 @@ class PolicyLearner(Learner):
         support_x, support_y, query_x, query_y = self.split(episode)
         if isinstance(support_y, Collected):
             return episode
-        path = self.adapt_trajectory(support_x, support_y, steps, weights)
+        path = adapt_trajectory(self, support_x, support_y, steps, weights)
         path = [tf.nest.map_structure(tf.stop_gradient, w) for w in path]
 
         def gathered(w, task, seed):
@@ -294,17 +299,8 @@ class PolicyLearner(Learner):
                                             gathered(path[0], support_x, support_y))
         return Episode(support_x, support, query_x, gathered(path[-1], query_x, query_y))
 
-    def query_outputs(self, episode: Episode, steps: Optional[int] = None
-                      ) -> Tuple[tf.Tensor, Batch, Dict[str, tf.Tensor]]:
-        """On one episode: the adapted policy's outputs ``[n, T, k]`` on its query
-        trajectories, their :class:`~metalearn.rl.estimators.Batch`, and the task's
-        figures (:meth:`~metalearn.Learner.episode_metrics`'s): what a trust-region rule
-        compares between meta-variable values."""
-        support_x, support_y, query_x, query_y = self.split(episode)
-        adapted, inner = self.adapt_and_measure(support_x, support_y, steps)
-        x, batch = self.query_data(adapted, query_x, query_y)
-        predictions = self.predict(adapted, x)
-        results = self.query_metrics(batch, predictions)
-        results.update({k: tf.cast(v, self._metric_dtype) for k, v in inner.items()})
-        outputs = tf.reshape(predictions, tf.concat([tf.shape(batch.mask), [-1]], 0))
-        return outputs, batch, results
+    def outputs_of(self, run: TaskRun) -> tf.Tensor:
+        """A run's adapted-policy outputs ``[n, T, k]`` on its query trajectories
+        (``run.query_y``, a :class:`~metalearn.rl.estimators.Batch`, holds them): what a
+        trust-region rule compares between meta-variable values."""
+        return tf.reshape(run.predictions, tf.concat([tf.shape(run.query_y.mask), [-1]], 0))

@@ -32,9 +32,9 @@ from typing import Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, 
 import gin
 import tensorflow as tf
 
-from metalearn import _compat, execution
+from metalearn import _compat
 from metalearn import configurables as gin_plumbing
-from metalearn.learners.learner import name_of, predict_on
+from metalearn.learners.learner import Learner, name_of
 from metalearn.outer.rule import check_compiles
 from metalearn.runs.gin_text import (Binding, GinIncludeError, Source,  # noqa: F401
                                      binding_sources, config_bindings, config_text_bindings,
@@ -296,7 +296,7 @@ def supervised(learner) -> bool:
     compares predictions with targets), so that the checks before training may compare
     the model's outputs and the loss's kind with the tasks' targets. A class that
     overrides ``task_loss`` owns that contract instead."""
-    return not execution.overridden(learner, ("task_loss",))
+    return getattr(type(learner), "task_loss", None) is Learner.task_loss
 
 
 def check_outputs(learner, episode, sampler, split: str = "train") -> None:
@@ -320,10 +320,9 @@ def check_outputs(learner, episode, sampler, split: str = "train") -> None:
     """
     if not supervised(learner):
         return
-    support_x, support_y, query_x, query_y = learner.split(episode)
-    adapted = learner.adapt(support_x, support_y, steps=0)
-    predictions = predict_on(learner, adapted, query_x, query_y)
-    query_y, support_y = unmask(query_y)[0], unmask(support_y)[0]  # padded: the labels
+    run = learner.run_task(episode, steps=0, measure=False)
+    support_x, adapted, predictions = run.support_x, run.adapted, run.predictions
+    query_y, support_y = unmask(run.query_y)[0], unmask(run.support_y)[0]  # padded
     shape = tuple(predictions.shape)
     target = tuple(tf.convert_to_tensor(query_y).shape)
     model = getattr(getattr(learner, "model", None), "name", "the model")
@@ -381,9 +380,9 @@ def check_loss_and_metrics(learner, episode) -> None:
     metrics = dict(getattr(learner, "metrics", {}) or {})
     if loss is None or not supervised(learner):
         return
-    support_x, support_y, query_x, query_y = learner.split(episode)
-    padded_y = query_y
-    query_y = tf.convert_to_tensor(unmask(query_y)[0])
+    run = learner.run_task(episode, steps=0, measure=False)
+    padded_y = run.query_y
+    query_y = tf.convert_to_tensor(unmask(padded_y)[0])
     classification = tf.as_dtype(query_y.dtype).is_integer
     kind = "classification (integer labels)" if classification else \
         "regression (float targets)"
@@ -399,8 +398,7 @@ def check_loss_and_metrics(learner, episode) -> None:
                              f"are {kind} (targets of dtype {query_y.dtype.name}): use a "
                              "regression loss or metric, e.g. "
                              "keras.losses.MeanSquaredError()")
-    adapted = learner.adapt(support_x, support_y, steps=0)
-    learner.query_metrics(padded_y, predict_on(learner, adapted, query_x, padded_y))
+    learner.query_metrics(padded_y, run.predictions)
 
 
 def check_tasks_and_outputs(experiment) -> None:

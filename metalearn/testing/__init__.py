@@ -33,7 +33,7 @@ from metalearn.testing.contract import (DIM, QUERIES, SHOTS, WAYS, LearnerContra
                                         synthetic_regression, uninformative_support)
 from metalearn.testing.outer import (OuterRuleContract, carried_segment_gradients,
                                      evolution_estimate, evolution_noise, task_adapted,
-                                     task_meta_gradient, values)
+                                     task_meta_gradient, two_replicas, values)
 from metalearn.testing.reference import (analytic_meta_gradient,
                                          assert_meta_gradient_matches_finite_differences,
                                          compiled_meta_gradient,
@@ -46,7 +46,7 @@ from metalearn.testing.tasks import (assert_sampler_is_seeded_and_stateless, ima
 
 __all__ = ["DIM", "LearnerContract", "RegressionContract", "OuterRuleContract",
            "carried_segment_gradients", "evolution_estimate", "evolution_noise", "task_adapted",
-           "task_meta_gradient", "values", "QUERIES", "SHOTS", "WAYS", "analytic_meta_gradient",
+           "task_meta_gradient", "two_replicas", "values", "QUERIES", "SHOTS", "WAYS", "analytic_meta_gradient",
            "assert_meta_gradient_matches_finite_differences",
            "assert_sampler_is_seeded_and_stateless", "classification_learner",
            "compiled_meta_gradient", "contract_model", "finite_difference_directions",

@@ -37,9 +37,9 @@ FORMULATIONS = ("map_fn", "unrolled", "batched", "accumulate", "auto")
 
 def task_meta_gradient(learner: metalearn.Learner, episode: Episode) -> List[np.ndarray]:
     """One task's meta-gradient (of its query loss after adaptation), eagerly, with one
-    tape around :meth:`Learner.episode_metrics`: no formulation involved."""
+    tape around :meth:`Learner.run_task`: no formulation involved."""
     with tf.GradientTape() as tape:
-        loss = learner.episode_metrics(episode)["loss"]
+        loss = learner.run_task(episode).metrics["loss"]
     return [g.numpy() for g in tape.gradient(loss, learner.meta_variables)]
 
 
@@ -86,7 +86,7 @@ def evolution_estimate(learner: metalearn.Learner, episodes: Episode, population
     def loss_at(values):
         for variable, value in zip(variables, values):
             variable.assign(value)
-        return np.mean([learner.episode_metrics(episodes.task(i), inner_steps)["loss"].numpy()
+        return np.mean([learner.run_task(episodes.task(i), inner_steps).metrics["loss"].numpy()
                         for i in range(episodes.num_tasks)])
 
     plus = np.array([loss_at([w + sigma * e for w, e in zip(start, eps[j])])
@@ -139,6 +139,30 @@ def carried_segment_gradients(rule: "metalearn.outer.TruncatedUnroll",
         return tf.reduce_mean(metrics["loss"])
 
     return analytic, finite_difference_variables(segment_loss, learner.meta_variables, eps)
+
+
+def two_replicas() -> tf.distribute.MirroredStrategy:
+    """A ``MirroredStrategy`` on the first two logical CPU devices: the contracts'
+    strategy case, two replicas on one machine.
+
+    Raises:
+      RuntimeError: fewer than two logical CPUs; split the CPU before TensorFlow starts
+        (``tf.config.set_logical_device_configuration(tf.config.list_physical_devices(
+        "CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)``, as the project's
+        ``tests/conftest.py`` does).
+    """
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+    if len(devices) < 2:
+        raise RuntimeError(
+            f"the contracts' strategy case runs on two replicas, but TensorFlow has "
+            f"{len(devices)} logical CPU device(s) {devices}: split the CPU into two before "
+            "TensorFlow starts (tf.config.set_logical_device_configuration(tf.config."
+            "list_physical_devices('CPU')[0], [tf.config.LogicalDeviceConfiguration()] "
+            "* 2), e.g. in a conftest.py)")
+    # reduced on one device: TensorFlow's collectives cannot be reused across the
+    # strategies of one process, and a contract makes one per case
+    return tf.distribute.MirroredStrategy(
+        devices[:2], cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
 class OuterRuleContract(abc.ABC):
@@ -211,5 +235,15 @@ class OuterRuleContract(abc.ABC):
         self._check(jit_compile=True)
 
     def test_every_formulation_under_a_strategy(self):
-        self._check(jit_compile=False,
-                    strategy=tf.distribute.MirroredStrategy(["/cpu:0"]))
+        """On two replicas, each holding half the tasks: a rule whose update depends on
+        how the tasks are dealt to replicas (one that only sees its replica's tasks
+        where it needs the whole batch) fails it."""
+        if self.make_rule().interleaves_updates:  # updates task by task: no replicas
+            try:
+                self.after_step(self.formulations[0], strategy=two_replicas())
+            except ValueError as error:
+                assert "replicas" in str(error), error
+                return
+            raise AssertionError(f"{type(self.make_rule()).__name__} interleaves updates "
+                                 "task by task, yet ran on two replicas without refusing")
+        self._check(jit_compile=False, strategy=two_replicas())

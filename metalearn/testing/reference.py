@@ -187,7 +187,7 @@ def keras_optimizer_trajectory(learner, support_x: Any, support_y: Any, optimize
     learner's support loss, from the learner's initial weights held in fresh variables
     of their dtype: the reference an inner update that claims to equal a Keras
     optimizer (or a Keras optimizer that claims to equal an inner update) is compared
-    with, step by step, against ``learner.adapt_trajectory``."""
+    with, step by step, against ``metalearn.learners.adapt_trajectory(learner, ...)``."""
     variables = {p: keras.Variable(w.numpy(), dtype=w.dtype.name)
                  for p, w in learner.initial_weights().items()}
     trajectory = []

@@ -51,7 +51,7 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     if int(batch_size) < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if inner_steps is None:
-        inner_steps = [getattr(learner.adapter, "steps", 0)]
+        inner_steps = [learner.adapter.inner_steps]
     if isinstance(inner_steps, (int, np.integer)):
         inner_steps = [inner_steps]
     bad = [s for s in inner_steps if isinstance(s, bool) or not isinstance(
