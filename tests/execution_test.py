@@ -2,6 +2,8 @@
 meta_metrics; per-task figures are declared and checked in every formulation; the
 meta-loss at given values of every meta-variable; formulation names and options."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -206,3 +208,43 @@ def test_runtime_checks_its_values():
         execution.Runtime(dtype_policy="float33")
     with pytest.raises(TypeError, match="Runtime.seed must be an integer"):
         execution.Runtime(seed=1.5)
+
+
+# --- the one task run: what the formulations may read of a learner --------------------
+
+def _attributes_read_of(path, name="learner"):
+    """The attributes read on the name ``name`` anywhere in the module at ``path``."""
+    import ast
+    tree = ast.parse(open(path).read(), path)
+    return sorted({node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                   and isinstance(node.value, ast.Name) and node.value.id == name})
+
+
+def test_the_formulations_read_five_learner_members_and_write_no_pipeline():
+    """The formulations run the learner's task run and read nothing else of it: the
+    five members of execution.TaskLearner. No module outside the learners splits an
+    episode itself, and the class-name policing of 0.3 is gone."""
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "metalearn")
+    read = _attributes_read_of(os.path.join(root, "execution", "formulations.py"))
+    assert read == ["metric_names", "model", "pieces", "run_task", "run_tasks"], read
+    protocol = [n for n in vars(execution.TaskLearner) if not n.startswith("_")]
+    assert sorted(protocol) == read
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            if name.endswith(".py") and os.sep + "learners" + os.sep not in path:
+                assert "learner.split(" not in open(path).read(), path
+    for gone in ("overridden", "PER_TASK_METHODS", "batched_unavailable"):
+        assert not hasattr(execution, gone), gone
+
+
+def test_a_learner_without_a_resumable_loop_is_refused_a_carried_run_by_name():
+    """The latent NP (and any adapter that is not a GradientDescent loop) cannot be
+    continued across outer steps: the carried-trajectory rules refuse it by name."""
+    learner = _learner(adapter=metalearn.adapters.NoAdaptation())
+    with pytest.raises(TypeError, match="run_task.resume=.... carries a GradientDescent "
+                                        "inner loop across outer steps; the learner's "
+                                        "adapter is NoAdaptation"):
+        learner.run_task(regression_episodes(tasks=1).task(0),
+                         resume=metalearn.learners.Resume.start_of(2))

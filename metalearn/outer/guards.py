@@ -53,6 +53,10 @@ class Guard(OuterRule):
         return self.wrapped.xla_unsupported
 
     @property
+    def replicas_unsupported(self) -> Optional[str]:  # type: ignore[override]
+        return self.wrapped.replicas_unsupported
+
+    @property
     def optimizer(self) -> Any:
         """The wrapped rule's Keras optimizer, if it has one (checkpointed with it)."""
         return getattr(self.wrapped, "optimizer", None)

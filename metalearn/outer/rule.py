@@ -58,6 +58,11 @@ class OuterRule(tf.Module):
     #: before anything runs.
     xla_unsupported: Optional[str] = None
 
+    #: Why this rule cannot run on several replicas (``None``: it can, its update the
+    #: whole meta-batch's). The step builder refuses a strategy of several replicas for
+    #: such a rule, naming it and the reason, before anything runs.
+    replicas_unsupported: Optional[str] = None
+
     def __init__(self, name: Optional[str] = None):
         super().__init__(name=name)
         self._compiled: Optional[Callable[..., Tuple[Directions, Metrics]]] = None
@@ -210,6 +215,18 @@ def MetaOptimizer(*args: Any, **kwargs: Any) -> OuterRule:  # noqa: N802  (the o
                     "MetaGradient.optimizer = ...); clipnorm is the guard "
                     "ClipDirections(MetaGradient(optimizer), max_norm) (BUILD.md, "
                     "'Migration')")
+
+
+def check_replicas(rule: OuterRule, replicas: int) -> None:
+    """Refuses several replicas for a rule (or a guard around one) whose
+    :attr:`~OuterRule.replicas_unsupported` says why it cannot run on them.
+
+    Raises:
+      ValueError: naming the rule, the replicas and the reason.
+    """
+    if replicas > 1 and rule.replicas_unsupported:
+        raise ValueError(f"{type(rule.rule).__name__} cannot run on {replicas} replicas: "
+                         f"{rule.replicas_unsupported}; run it on one device")
 
 
 def check_compiles(rule: OuterRule, jit_compile: bool) -> None:

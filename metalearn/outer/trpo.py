@@ -226,8 +226,14 @@ class TRPO(OuterRule):
         number of tries (15).
 
     Not compiled with XLA (:attr:`xla_unsupported`): ``make_meta_step`` refuses
-    ``jit_compile=True`` for it, naming the reason.
+    ``jit_compile=True`` for it, naming the reason. Not on several replicas
+    (:attr:`replicas_unsupported`): refused by ``make_meta_step`` the same way.
     """
+
+    replicas_unsupported = ("its line search is a tf.while_loop whose body all-reduces "
+                            "the surrogate and the KL over the replicas, a synchronisation "
+                            "TensorFlow does not allow inside control flow in a replica "
+                            "context (seen on two replicas, tests/trpo_test.py)")
 
     xla_unsupported = ("XLA cannot compile the KL's Hessian-vector products, a double "
                        "backward pass through the formulation's loops (a shape computed "

@@ -238,12 +238,14 @@ class OuterRuleContract(abc.ABC):
         """On two replicas, each holding half the tasks: a rule whose update depends on
         how the tasks are dealt to replicas (one that only sees its replica's tasks
         where it needs the whole batch) fails it."""
-        if self.make_rule().interleaves_updates:  # updates task by task: no replicas
-            try:
+        rule = self.make_rule()
+        if rule.interleaves_updates or rule.replicas_unsupported:  # one replica only:
+            try:  # it must say so, by name
                 self.after_step(self.formulations[0], strategy=two_replicas())
             except ValueError as error:
                 assert "replicas" in str(error), error
                 return
-            raise AssertionError(f"{type(self.make_rule()).__name__} interleaves updates "
-                                 "task by task, yet ran on two replicas without refusing")
+            raise AssertionError(f"{type(rule).__name__} runs on one replica only "
+                                 "(interleaves_updates or replicas_unsupported), yet ran "
+                                 "on two without refusing")
         self._check(jit_compile=False, strategy=two_replicas())

@@ -18,7 +18,7 @@ import tensorflow as tf
 from metalearn import execution
 from metalearn.learners.learner import Learner
 from metalearn.outer.guards import NON_FINITE, SkipNonFinite, guarded
-from metalearn.outer.rule import OuterRule, check_compiles
+from metalearn.outer.rule import OuterRule, check_compiles, check_replicas
 
 MetaStep = Callable[[Any], Dict[str, tf.Tensor]]
 
@@ -66,9 +66,10 @@ def make_meta_step(learner: Learner, outer_rule: OuterRule,
         outer_rule = SkipNonFinite(outer_rule)
     guard = guarded(outer_rule, SkipNonFinite)
     strategy = strategy or tf.distribute.get_strategy()
+    replicas = strategy.num_replicas_in_sync
+    check_replicas(outer_rule, replicas)
     with strategy.scope():
         outer_rule.build(learner)
-    replicas = strategy.num_replicas_in_sync
     # One replica: XLA compiles the whole step. Several, or a rule that applies several
     # updates in turn: each computation of directions.
     whole_jit = jit_compile and replicas == 1 and not outer_rule.interleaves_updates
