@@ -7,7 +7,7 @@ steps each after a warm-up step. Prints one JSON line: median ms per meta-step a
 tasks/s per (formulation, rule), and PCGrad's time over MAML's with its spread over the
 rounds.
 
-    PYTHONPATH=. python benchmarks/per_task_gradients.py    # ~3 minutes on 2 cores
+    PYTHONPATH=. python benchmarks/per_task_gradients.py    # ~1 minute on 2 cores
 """
 
 from __future__ import annotations
