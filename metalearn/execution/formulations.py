@@ -77,6 +77,9 @@ def signature(fn: Callable[[Any], Any], batched: Any) -> Any:
     return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)
 
 
+_traced = signature  # for the methods, whose ``signature`` argument shadows the function
+
+
 def _missing_gradients(variables: Sequence[tf.Variable], gradients: Sequence[Any]) -> None:
     missing = [v.path for v, g in zip(variables, gradients) if g is None]
     if missing:
@@ -144,8 +147,8 @@ class Formulation:
         """
         raise NotImplementedError
 
-    def _signature(self, fn, episodes, signature):
-        return signature if signature is not None else globals()["signature"](fn, episodes)
+    def _signature(self, fn, episodes, given):
+        return given if given is not None else _traced(fn, episodes)
 
     def metrics(self, learner: TaskLearner, episodes: Any, steps: Optional[int] = None,
                 weights: Optional[Dict[str, tf.Tensor]] = None) -> Dict[str, tf.Tensor]:

@@ -35,9 +35,7 @@ def project_conflicts(gradients: tf.Tensor) -> tf.Tensor:
             if j == i:
                 continue
             dot = tf.reduce_sum(g * rows[j])
-            scale = tf.where(squared[j] > 0, tf.minimum(dot, 0.0) / tf.where(
-                squared[j] > 0, squared[j], tf.ones_like(squared[j])), tf.zeros_like(dot))
-            g = g - scale * rows[j]
+            g = g - tf.math.divide_no_nan(tf.minimum(dot, 0.0), squared[j]) * rows[j]
         projected.append(g)
     return tf.stack(projected)
 
