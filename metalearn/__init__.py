@@ -63,8 +63,8 @@ _logging.getLogger("tensorflow").addFilter(_QuietTensorFlow())
 
 from metalearn import adapters, configurables, functional, heads, layers, models, tasks  # noqa: E402
 from metalearn import learners  # noqa: E402
-from metalearn.learners import (ClassifierBaseline, EmbeddingLearner, Learner,  # noqa: E402
-                                MultiStepLossLearner, PrototypicalNetworks, ProtoMAML,
+from metalearn.learners import (Adapted, ClassifierBaseline, EmbeddingLearner,  # noqa: E402
+                                Learner, MultiStepLossLearner, PrototypicalNetworks, ProtoMAML,
                                 accuracy)
 from metalearn.outer import MetaGradient, MetaOptimizer, Reptile, SerialReptile  # noqa: E402
 from metalearn import execution, outer, rl, runs, training  # noqa: E402
@@ -82,7 +82,7 @@ except _compat.PrivateAPIMoved as _error:  # only the first trace is slower then
 
 __version__ = "0.2.0"
 
-__all__ = ["ClassifierBaseline", "EmbeddingLearner", "Experiment", "Learner", "MetaGradient",
+__all__ = ["Adapted", "ClassifierBaseline", "EmbeddingLearner", "Experiment", "Learner", "MetaGradient",
            "MetaOptimizer", "execution",
            "MultiStepLossLearner", "PrototypicalNetworks", "ProtoMAML", "Reptile",
            "SerialReptile", "accuracy", "adapters", "functional", "heads", "learners",

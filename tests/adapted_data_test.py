@@ -85,7 +85,7 @@ def test_first_order_meta_gradient_matches_finite_differences(formulation):
     updates = []
     for i in range(episodes.num_tasks):
         task = episodes.task(i)
-        adapted = learner.adapt(task.support_x, task.support_y)
+        adapted = learner.adapt(task.support_x, task.support_y).weights
         updates.append({p: (adapted[p] - w).numpy()
                         for p, w in learner.initial_weights().items()})
 

@@ -110,7 +110,7 @@ def _serial_reptile_by_hand(learner, episodes, epsilon):
     for i in range(episodes.num_tasks):
         task = episodes.task(i)
         start = {p: tf.constant(w) for p, w in weights.items()}
-        adapted = learner.adapt(task.support_x, task.support_y, weights=start)
+        adapted = learner.adapt(task.support_x, task.support_y, weights=start).weights
         weights = {p: w + epsilon * (adapted[p].numpy() - w) for p, w in weights.items()}
     return weights
 

@@ -92,7 +92,7 @@ def test_cavia_meta_gradient_matches_finite_differences():
     # the inner loop moves the context (from zero) and nothing else
     task = episodes.task(0)
     adapted = learner.adapt(task.support_x, task.support_y,
-                            weights={**learner.initial_weights(), **context})
+                            weights={**learner.initial_weights(), **context}).weights
     assert np.abs(adapted["net/context/context"].numpy()).max() > 0
     assert not np.allclose(adapted["net/context/context"].numpy(), [0.3, -0.2])
     for path in meta_paths:

@@ -116,7 +116,7 @@ def test_one_step_matches_closed_form_on_linear_regression():
     w = model.trainable_variables[0].numpy()
     b = model.trainable_variables[1].numpy()
     residual = x.numpy() @ w + b - y.numpy()  # d mean(r^2)/dw = 2 x^T r / n
-    fast = learner.adapt(x, y)
+    fast = learner.adapt(x, y).weights
     np.testing.assert_allclose(fast["mlp/head/kernel"], w - 0.1 * 2 * x.numpy().T @ residual / 3)
     np.testing.assert_allclose(fast["mlp/head/bias"], b - 0.1 * 2 * residual.mean(0))
 
@@ -125,7 +125,7 @@ def test_anil_adapts_only_matching_weights():
     learner = small_learner("mlp", steps=3, adapt=("head",))
     episode = regression_episodes().task(0)
     start = learner.initial_weights()
-    fast = learner.adapt(episode.support_x, episode.support_y)
+    fast = learner.adapt(episode.support_x, episode.support_y).weights
     for path in start:
         changed = not np.array_equal(start[path], fast[path])
         assert changed == ("head" in path), path

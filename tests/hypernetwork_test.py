@@ -116,7 +116,7 @@ def test_generated_head_by_hand_and_other_weights_untouched():
     adapter = learner.adapter
     episode = _classification_episodes().task(0)
     start = learner.initial_weights()
-    fast = learner.adapt(episode.support_x, episode.support_y)
+    fast = learner.adapt(episode.support_x, episode.support_y).weights
     assert sorted(fast) == sorted(start)
     for path in start:
         assert fast[path].shape == start[path].shape, path
@@ -152,8 +152,8 @@ def test_per_input_forward_equals_crash_course_tape_version():
 def test_residual_adds_to_the_meta_learned_weights():
     replaced, residual = _support_learner("replace"), _support_learner("residual")
     episode = _classification_episodes().task(0)
-    a = replaced.adapt(episode.support_x, episode.support_y)
-    b = residual.adapt(episode.support_x, episode.support_y)
+    a = replaced.adapt(episode.support_x, episode.support_y).weights
+    b = residual.adapt(episode.support_x, episode.support_y).weights
     start = residual.initial_weights()
     for path in ("mlp/head/kernel", "mlp/head/bias"):
         np.testing.assert_allclose(b[path], start[path] + a[path], rtol=1e-12)
@@ -169,14 +169,14 @@ def test_residual_adds_to_the_meta_learned_weights():
 def test_permuting_the_support_set_keeps_the_generated_weights():
     learner = _support_learner()
     episode = _classification_episodes().task(0)
-    fast = learner.adapt(episode.support_x, episode.support_y)
+    fast = learner.adapt(episode.support_x, episode.support_y).weights
     order = np.random.default_rng(0).permutation(WAYS * SHOTS)
     permuted = learner.adapt(tf.gather(episode.support_x, order),
-                             tf.gather(episode.support_y, order))
+                             tf.gather(episode.support_y, order)).weights
     for path in fast:
         np.testing.assert_allclose(permuted[path], fast[path], rtol=1e-12, atol=1e-15)
     # Relabelling the classes is not a permutation of examples: the head changes.
-    relabelled = learner.adapt(episode.support_x, (episode.support_y + 1) % WAYS)
+    relabelled = learner.adapt(episode.support_x, (episode.support_y + 1) % WAYS).weights
     assert not np.allclose(relabelled["mlp/head/kernel"], fast["mlp/head/kernel"])
 
 
@@ -188,12 +188,12 @@ def test_regression_mean_pooling_sees_the_targets():
         generator, encoder=_dense(2, 3, "encoder", "tanh"), generate=("head",),
         pooling="mean"), loss=mse)
     x = tf.random.stateless_normal([5, 1], [0, 0], dtype=tf.float64)
-    fast = learner.adapt(x, tf.sin(x))
-    other = learner.adapt(x, tf.cos(x))
+    fast = learner.adapt(x, tf.sin(x)).weights
+    other = learner.adapt(x, tf.cos(x)).weights
     assert fast["mlp/head/kernel"].shape == (4, 1)
     assert not np.allclose(fast["mlp/head/kernel"], other["mlp/head/kernel"])
     order = [4, 2, 0, 1, 3]
-    np.testing.assert_allclose(learner.adapt(tf.gather(x, order), tf.sin(tf.gather(x, order)))
+    np.testing.assert_allclose(learner.adapt(tf.gather(x, order), tf.sin(tf.gather(x, order))).weights
                                ["mlp/head/kernel"], fast["mlp/head/kernel"], rtol=1e-12)
 
 
@@ -266,15 +266,15 @@ def test_composed_steps_start_from_the_generated_weights():
     learner = _support_learner(then=steps)
     plain = _support_learner()
     episode = _classification_episodes().task(0)
-    generated = plain.adapt(episode.support_x, episode.support_y)
+    generated = plain.adapt(episode.support_x, episode.support_y).weights
     expected = steps.adapt(generated, episode.support_x, episode.support_y,
                            plain.support_loss)
-    fast = learner.adapt(episode.support_x, episode.support_y)
+    fast = learner.adapt(episode.support_x, episode.support_y).weights
     for path in expected:
         np.testing.assert_allclose(fast[path], expected[path], rtol=1e-12)
     assert not np.allclose(fast["mlp/head/kernel"], generated["mlp/head/kernel"])
     assert learner.adapter.steps == 1
-    zero = learner.adapt(episode.support_x, episode.support_y, steps=0)
+    zero = learner.adapt(episode.support_x, episode.support_y, steps=0).weights
     np.testing.assert_allclose(zero["mlp/head/kernel"], generated["mlp/head/kernel"])
 
 

@@ -62,7 +62,7 @@ def test_meta_gradient_equals_exact_implicit_gradient(task_batching, clip_norm):
     phis, expected = _closed_form(theta, episodes)
     np.testing.assert_allclose(np.concatenate([grad_w, grad_b[None]]), expected, rtol=1e-8)
     task = episodes.task(0)
-    fast = learner.adapt(task.support_x, task.support_y)
+    fast = learner.adapt(task.support_x, task.support_y).weights
     np.testing.assert_allclose(
         np.concatenate([fast["mlp/head/kernel"], fast["mlp/head/bias"][None]]), phis[0],
         rtol=1e-9)
@@ -105,9 +105,9 @@ def test_differs_from_unrolled_maml_and_uses_proximal_term():
     learner = _linear_learner()
     task = regression_episodes(shots=5).task(0)
     start = learner.initial_weights()
-    near = learner.adapt(task.support_x, task.support_y)
+    near = learner.adapt(task.support_x, task.support_y).weights
     learner.adapter.regularization = 1e-3  # weak prox: phi moves further from theta
-    far = learner.adapt(task.support_x, task.support_y)
+    far = learner.adapt(task.support_x, task.support_y).weights
     distance = lambda fast: np.sqrt(sum(np.sum((fast[p] - start[p]) ** 2) for p in start))
     assert distance(far) > 1.5 * distance(near)
 
@@ -116,11 +116,12 @@ def test_clipping_keeps_an_unstable_inner_loop_finite():
     # learning_rate 1.5 is above 2 / (largest curvature + lambda) for these tasks: plain
     # gradient descent blows up; clipped, every step is at most 1.5 * clip_norm long.
     task = regression_episodes(shots=5).task(0)
-    blown = _linear_learner(steps=200, learning_rate=1.5).adapt(task.support_x, task.support_y)
+    blown = _linear_learner(steps=200, learning_rate=1.5).adapt(task.support_x,
+                                                                   task.support_y).weights
     assert not all(np.all(np.abs(w) < 1e6) for w in blown.values())
     learner = _linear_learner(steps=200, learning_rate=1.5, clip_norm=1.0)
     start = learner.initial_weights()
-    clipped = learner.adapt(task.support_x, task.support_y)
+    clipped = learner.adapt(task.support_x, task.support_y).weights
     distance = np.sqrt(sum(np.sum((clipped[p] - start[p]) ** 2) for p in start))
     assert np.isfinite(distance) and distance <= 200 * 1.5 * 1.0
 
@@ -131,7 +132,7 @@ def test_clipping_applies_to_the_whole_update():
     task = regression_episodes(shots=5).task(0)
     learner = _linear_learner(steps=1, learning_rate=0.1, clip_norm=1e-3)
     start = learner.initial_weights()
-    moved = learner.adapt(task.support_x, task.support_y)
+    moved = learner.adapt(task.support_x, task.support_y).weights
     distance = np.sqrt(sum(np.sum((moved[p] - start[p]) ** 2) for p in start))
     np.testing.assert_allclose(distance, 0.1 * 1e-3, rtol=1e-9)
 

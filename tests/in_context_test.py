@@ -88,12 +88,14 @@ def test_adapt_returns_the_weights_and_the_embedded_support_set():
     start = learner.initial_weights()
     adapted = learner.adapt(task.support_x, task.support_y, weights=start)
     for path, value in start.items():
-        assert adapted[path] is value  # no weight changes: no inner loop
+        assert adapted.weights[path] is value  # no weight changes: no inner loop
+    assert sorted(adapted.weights) == sorted(start)  # the context is not a weight
     support = task.support_x.shape[0]
-    assert adapted[CONTEXT + "embeddings"].shape == (support, 8)
-    np.testing.assert_allclose(adapted[CONTEXT + "embeddings"],
+    context = adapted.state[CONTEXT]
+    assert context["embeddings"].shape == (support, 8)
+    np.testing.assert_allclose(context["embeddings"],
                                learner.model(task.support_x), rtol=1e-12)
-    np.testing.assert_array_equal(adapted[CONTEXT + "labels"],
+    np.testing.assert_array_equal(context["labels"],
                                   np.eye(WAYS + 1)[task.support_y.numpy()])
     assert learner.predict(adapted, task.query_x).shape == (task.query_x.shape[0], WAYS)
 

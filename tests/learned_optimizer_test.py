@@ -71,9 +71,9 @@ def test_the_network_is_meta_learned_and_changes_the_steps():
     assert {"learned_rule_hidden_0_kernel", "learned_rule_skip_kernel",
             "learned_rule_output_kernel"} <= set(names)
     task = regression_episodes(tasks=1).task(0)
-    before = learner.adapt(task.support_x, task.support_y)
+    before = learner.adapt(task.support_x, task.support_y).weights
     _perturbed(_rule(learner))
-    after = learner.adapt(task.support_x, task.support_y)
+    after = learner.adapt(task.support_x, task.support_y).weights
     assert np.abs(before["mlp/head/kernel"] - after["mlp/head/kernel"]).max() > 1e-3
 
 

@@ -94,7 +94,7 @@ def test_more_inner_steps_at_test_time_lower_support_loss():
     from metalearn.testing import regression_episodes
     episode = regression_episodes().task(0)
     losses = [float(learner.support_loss(learner.adapt(episode.support_x, episode.support_y,
-                                                       steps=s),
+                                                       steps=s).weights,
                                          episode.support_x, episode.support_y))
               for s in (0, 1, 5)]
     assert losses[0] > losses[1] > losses[2]
@@ -225,3 +225,60 @@ def test_a_keras_loss_without_a_dtype_argument_computes_in_a_float64_models_prec
     value = learner.task_loss(targets, predictions)
     assert value.dtype == tf.float64 and float(value) == 0.5e-12
     assert loss.dtype == "float32"  # the caller's object is left as it was
+
+
+# --- one shape of adaptation, pieces found on the learner ---------------------------
+
+
+def test_adapt_gives_one_shape_for_every_family():
+    from metalearn.adapters import ConditionalNeuralProcess
+    from metalearn.functional import gaussian_nll
+    episodes = Sinusoid(shots=4).sample(tf.constant([0, 0]), num_tasks=2)
+    task = episodes.task(0)
+    maml = metalearn.Learner(models.mlp((1,), hidden=(4,)), GradientDescent(steps=1),
+                             loss="mse")
+    encoder = models.mlp((2,), hidden=(8,), outputs=8, name="encoder")
+    cnp = metalearn.Learner(models.mlp((9,), hidden=(8,), outputs=2, name="decoder"),
+                            ConditionalNeuralProcess(encoder), loss=gaussian_nll)
+    for learner in (maml, cnp):
+        adapted = learner.adapt(task.support_x, task.support_y)
+        assert isinstance(adapted, metalearn.Adapted)
+        assert sorted(adapted.weights) == sorted(learner.initial_weights())  # no extra keys
+    assert maml.adapt(task.support_x, task.support_y).state == {}
+    assert set(cnp.adapt(task.support_x, task.support_y).state) == {"context"}
+    batched = maml.run_tasks(episodes).adapted  # every task at once: the same shape
+    assert isinstance(batched, metalearn.Adapted) and batched.state == {}
+    with pytest.raises(TypeError, match=r"adapt\(\) returns holds them as .weights"):
+        metalearn.functional.call(maml.model, maml.adapt(task.support_x, task.support_y),
+                                  task.query_x)
+
+
+def test_a_task_state_on_a_task_axis_is_refused_by_name():
+    class StatefulStep(GradientDescent):  # says task_axis, yet gives a task state
+        def task_state(self, weights, support_x, support_y, loss_fn):
+            return {"note": tf.reduce_mean(support_y)}
+
+    learner = metalearn.Learner(models.mlp((1,), hidden=(4,)), StatefulStep(steps=1),
+                                loss="mse")
+    episodes = Sinusoid(shots=4).sample(tf.constant([0, 0]), num_tasks=2)
+    assert "note" in learner.adapt(episodes.support_x[0], episodes.support_y[0]).state
+    with pytest.raises(ValueError, match="StatefulStep gives a task state"):
+        learner.run_tasks(episodes)
+
+
+def test_a_subclass_piece_is_asked_without_an_override():
+    class Marker(metalearn.adapters.Piece):
+        def own_capabilities(self):
+            return metalearn.adapters.Capabilities(custom_gradient=True)
+
+    class WithMarker(metalearn.Learner):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.extras = [Marker(name="marker")]  # in a list, set after the base's
+
+    learner = WithMarker(models.mlp((1,), hidden=(4,)), GradientDescent(steps=1), loss="mse")
+    names = [type(p).__name__ for p in learner.pieces]
+    assert names == ["GradientDescent", "TaskAxisRules", "Marker"], names
+    assert learner.pieces.capabilities.custom_gradient
+    assert not metalearn.Learner(models.mlp((1,), hidden=(4,)), GradientDescent(steps=1),
+                                 loss="mse").pieces.capabilities.custom_gradient

@@ -72,7 +72,7 @@ def test_meta_sgd_step_uses_elementwise_rates():
     adapter.learning_rates["mlp/head/kernel"].assign([[0.1], [0.0]])
     adapter.learning_rates["mlp/head/bias"].assign([0.5])
     x, y, start, grads = _support_gradient(learner)
-    fast = learner.adapt(x, y)
+    fast = learner.adapt(x, y).weights
     np.testing.assert_allclose(fast["mlp/head/kernel"], start["mlp/head/kernel"]
                                - [[0.1], [0.0]] * grads["mlp/head/kernel"])
     np.testing.assert_allclose(fast["mlp/head/bias"], start["mlp/head/bias"]
@@ -97,8 +97,8 @@ def test_lslr_step_k_uses_rate_k():
     for rate in learner.adapter.learning_rates.values():
         rate.assign([0.3, 0.0])  # the second step does nothing
     task = regression_episodes().task(0)
-    fast = learner.adapt(task.support_x, task.support_y)
-    expected = plain.adapt(task.support_x, task.support_y)
+    fast = learner.adapt(task.support_x, task.support_y).weights
+    expected = plain.adapt(task.support_x, task.support_y).weights
     for path in expected:
         np.testing.assert_allclose(fast[path], expected[path], rtol=1e-12)
 
@@ -240,7 +240,7 @@ def test_max_learning_rate_clips_the_rates_in_use():
     adapter.learning_rates["mlp/head/kernel"].assign([[1.0], [-1.0]])
     x, y, start, grads = _support_gradient(learner)
     grad = grads["mlp/head/kernel"]
-    fast = learner.adapt(x, y)
+    fast = learner.adapt(x, y).weights
     np.testing.assert_allclose(fast["mlp/head/kernel"],
                                start["mlp/head/kernel"] - [[0.05], [-0.05]] * grad)
     with pytest.raises(ValueError, match="LearnedRates.max_learning_rate must be > 0, got 0"):

@@ -150,7 +150,7 @@ def _first_order_reference(learner, reference, episodes):
     updates = []
     for i in range(episodes.num_tasks):
         task = episodes.task(i)
-        adapted = reference.adapt(task.support_x, task.support_y)
+        adapted = reference.adapt(task.support_x, task.support_y).weights
         updates.append({p: adapted[p] - w for p, w in reference.initial_weights().items()})
 
     def loss():

@@ -134,11 +134,12 @@ class TestRegression:
         learner = np_learner(kind)
         task = sinusoids().task(0)
         adapted = learner.adapt(task.support_x, task.support_y)
-        assert sorted(k for k in adapted if k.startswith(CONTEXT))  # the encoded support
+        assert adapted.state[CONTEXT]  # the encoded support set, beside the weights
         start = learner.initial_weights()
         adapted = learner.adapt(task.support_x, task.support_y, weights=start)
+        assert sorted(adapted.weights) == sorted(start)
         for path, value in start.items():
-            assert adapted[path] is value  # no weight changes: no inner loop
+            assert adapted.weights[path] is value  # no weight changes: no inner loop
         prediction = learner.predict(adapted, task.query_x)
         assert isinstance(prediction, Gaussian)
         assert prediction.mean.shape == prediction.scale.shape == task.query_y.shape
@@ -226,8 +227,7 @@ def test_attention_matches_a_numpy_reference():
     learner = np_learner("anp", representation=6, heads=2, dtype="float64")
     adapter = learner.adapter
     task = sinusoids(shots=5, dtype="float64").task(0)
-    context = {k[len(CONTEXT):]: v for k, v in
-               learner.adapt(task.support_x, task.support_y).items() if k.startswith(CONTEXT)}
+    context = learner.adapt(task.support_x, task.support_y).state[CONTEXT]
     got = adapter.condition(context, task.query_x).numpy()
 
     w = {v.path.split("/", 1)[1]: v.numpy() for v in adapter.attention.trainable_variables}
@@ -254,7 +254,7 @@ def test_cnp_representation_is_the_mean_of_the_encodings():
     task = sinusoids(shots=4, dtype="float64").task(0)
     adapted = learner.adapt(task.support_x, task.support_y)
     pairs = tf.concat([task.support_x, task.support_y], -1)
-    np.testing.assert_allclose(adapted[CONTEXT + "representation"],
+    np.testing.assert_allclose(adapted.state[CONTEXT]["representation"],
                                np.mean(learner.adapter.encoder(pairs), axis=0), rtol=1e-12)
 
 
@@ -303,7 +303,7 @@ def test_steps_are_an_error():
 
 def test_weights_without_context_are_an_error():
     learner = np_learner("anp")
-    with pytest.raises(ValueError, match="needs the weights that adapt"):
+    with pytest.raises(ValueError, match="needs the task.s encoded support set"):
         learner.predict(learner.initial_weights(), tf.zeros([3, 1]))
 
 
@@ -513,7 +513,7 @@ def test_latent_prediction_reads_the_prior_mean():
     task = sinusoids().task(0)
     adapted = learner.adapt(task.support_x, task.support_y)
     prior = learner.adapter.latent(task.support_x, task.support_y)
-    np.testing.assert_allclose(adapted[CONTEXT + "latent"], prior.mean)
+    np.testing.assert_allclose(adapted.state[CONTEXT]["latent"], prior.mean)
     metrics = learner.run_task(task).metrics
     assert sorted(metrics) == sorted(learner.metric_names) == ["kl", "loss", "mse", "nll"]
     assert float(metrics["kl"]) >= 0

@@ -139,7 +139,7 @@ def test_boil_adapts_the_body_and_freezes_the_head():
     learner = metalearn.Learner(_model(), GradientDescent(
         2, update=[Mask(("head",), invert=True), GradientStep(0.3)]), loss=mse)
     task = regression_episodes(tasks=1).task(0)
-    start, fast = learner.initial_weights(), learner.adapt(task.support_x, task.support_y)
+    start, fast = learner.initial_weights(), learner.adapt(task.support_x, task.support_y).weights
     for path in start:
         changed = not np.array_equal(start[path], fast[path])
         assert changed == ("head" not in path), path

@@ -234,3 +234,22 @@ def test_heads_fit_on_the_real_rows_and_classes_only(kind, padding_scale):
     if getattr(head, "intercept", False):
         want, got = (tf.nn.softmax(z).numpy() for z in (want, got))
     np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-12)
+
+
+def test_every_library_head_says_it_fits_padding_and_a_third_party_one_does_not():
+    from metalearn.learners.embedding import padding_heads
+    for name in padding_heads():
+        head = getattr(metalearn.heads, name)()
+        assert head.capabilities.padding and head.supports_padding, name
+
+    class Outside(metalearn.heads.Head):
+        def fit(self, embeddings, labels, ways):
+            return embeddings
+
+    assert not Outside().capabilities.padding
+    # a composite asks its parts: a learner holding the head says what the head says
+    learner = metalearn.EmbeddingLearner(metalearn.models.mlp((2,), hidden=(), outputs=3),
+                                         head=Outside(), ways=2)
+    assert not learner.pieces.capabilities.padding
+    assert metalearn.EmbeddingLearner(metalearn.models.mlp((2,), hidden=(), outputs=3),
+                                      head=PrototypeHead(), ways=2).pieces.capabilities.padding

@@ -188,12 +188,12 @@ def test_adaptation_keeps_variables_and_shapes(case):
     learner, (support_x, support_y, _, _) = make(case)
     before = _state(learner)
     initial = learner.initial_weights()
-    adapted = learner.adapt(support_x, support_y)
+    adapted = learner.adapt(support_x, support_y).weights
     assert sorted(adapted) == sorted(initial)
     assert all(adapted[p].shape == initial[p].shape for p in initial)
     for old, new in zip(before, _state(learner)):
         np.testing.assert_array_equal(old, new)
-    unadapted = learner.adapt(support_x, support_y, steps=0)
+    unadapted = learner.adapt(support_x, support_y, steps=0).weights
     for path, value in initial.items():
         np.testing.assert_array_equal(unadapted[path], value)
 
@@ -209,7 +209,7 @@ def test_one_inner_step_is_theta_minus_alpha_gradient(case):
         loss = tf.reduce_mean(tf.square(
             functional.call(learner.model, initial, support_x) - support_y))
     grads = tape.gradient(loss, initial)
-    adapted = learner.adapt(support_x, support_y, steps=1)
+    adapted = learner.adapt(support_x, support_y, steps=1).weights
     for path, value in initial.items():  # learned rates start at learning_rate
         np.testing.assert_allclose(adapted[path], value - case["learning_rate"] * grads[path],
                                    rtol=1e-12, atol=1e-12)
@@ -221,7 +221,7 @@ def test_first_order_meta_gradient_is_the_query_gradient_at_the_adapted_weights(
     learner, (support_x, support_y, query_x, query_y) = make(case)
     variables = functional.variables(learner.model)
     with tf.GradientTape() as tape:
-        adapted = learner.adapt(support_x, support_y)
+        adapted = learner.adapt(support_x, support_y).weights
         loss = learner.task_loss(query_y, learner.predict(adapted, query_x))
     meta_grads = tape.gradient(loss, list(variables.values()))
     fixed = {p: tf.identity(w) for p, w in adapted.items()}  # the adapted weights, as inputs

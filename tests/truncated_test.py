@@ -125,7 +125,7 @@ def assert_carried_is_the_inner_loop(rule, model, episodes, steps):
     _, carried, _, _ = rule.read_carried()
     for i in range(episodes.num_tasks):
         task = episodes.task(i)
-        adapted = model.adapt(task.support_x, task.support_y, steps=steps)
+        adapted = model.adapt(task.support_x, task.support_y, steps=steps).weights
         for path, value in carried.items():
             np.testing.assert_allclose(value[i].numpy(), adapted[path].numpy(),
                                        rtol=1e-12, atol=1e-12)

@@ -335,7 +335,8 @@ def scalar_metric_on_padded_episodes(tmp_path) -> None:
 
 
 class ThirdPartyHead(metalearn.heads.Head):
-    """A head written outside the library that does not declare ``supports_padding``."""
+    """A head written outside the library that does not declare ``padding`` among its
+    capabilities."""
 
     def fit(self, embeddings, labels, ways):
         return tf.zeros([tf.shape(embeddings)[1], ways], embeddings.dtype)
@@ -351,6 +352,11 @@ def head_without_padding_on_padded_episodes(tmp_path) -> None:
     labels = MaskedLabels(tf.constant([0, 1, 0]), tf.constant([True, True, False]),
                           tf.constant([True, True]))
     learner.adapt(tf.zeros([3, 2]), labels)
+
+
+def head_with_a_padding_flag(tmp_path) -> None:
+    class FlaggedHead(ThirdPartyHead):
+        supports_padding = True
 
 
 def malformed_cub_index(tmp_path) -> None:
@@ -969,10 +975,14 @@ CASES: List[Case] = [
          "(MaskedLabels) need one value per example", scalar_metric_on_padded_episodes,
          None, "the metric"),
     Case("head without padding on padded episodes", "`EmbeddingLearner(head=ThirdPartyHead())`"
-         ", a `Head` subclass without `supports_padding`, on `MaskedLabels` (e.g. "
-         "`MetaDataset` episodes)", ValueError,
+         ", a `Head` subclass whose capabilities do not say `padding=True`, on "
+         "`MaskedLabels` (e.g. `MetaDataset` episodes)", ValueError,
          "ThirdPartyHead cannot fit padded episodes (MaskedLabels",
          head_without_padding_on_padded_episodes, None, "the heads that can"),
+    Case("a head's padding as a class flag", "`class MyHead(Head): supports_padding = True` "
+         "(the 0.3 spelling)", TypeError, "defines 'supports_padding', which metalearn 0.3 "
+         "asks of a head's capabilities", head_with_a_padding_flag, None,
+         "own_capabilities() returning Capabilities(padding=True)"),
     Case("damaged Meta-Dataset spec", "a `dataset_spec.json` that is not JSON", ValueError,
          "is damaged: not JSON", damaged_meta_dataset_spec,
          lambda p: str(p / "aircraft" / "dataset_spec.json"), "the file"),

@@ -87,15 +87,33 @@ class Adapter(Piece, abc.ABC):
         """Whether the ``Batched()`` formulation works (``capabilities.task_axis``)."""
         return self.capabilities.task_axis
 
-    def forward(self, call: CallFn, weights: Weights, x: Any) -> Any:
+    def forward(self, call: CallFn, weights: Weights, x: Any,
+                state: Optional[Dict[str, Any]] = None) -> Any:
         """The model's output on a batch ``x`` with (adapted) ``weights``.
 
         ``Learner.forward`` (so the support loss and query predictions alike) goes
         through this. The default is ``call(weights, x)``: one set of weights for the
         whole batch. An adapter whose weights depend on each input (a hypernetwork
         conditioned on the input itself) overrides it.
+
+        Args:
+          state: the task's state (:attr:`metalearn.learners.Adapted.state`, which
+            holds what :meth:`task_state` gave), given for query predictions after
+            adaptation; ``None`` inside the inner loop (the support forward pass), and
+            never given to an adapter whose :meth:`task_state` is empty, so an adapter
+            written without this argument keeps working.
         """
         return call(weights, x)
+
+    def task_state(self, weights: Weights, support_x: Any, support_y: Any,
+                   loss_fn: LossFn) -> Dict[str, Any]:
+        """What :meth:`forward` reads besides the weights, computed once per task from
+        its support set after :meth:`adapt` (``weights`` are the adapted ones): e.g. a
+        neural process's encoded context, ``{"context": {...}}``. The learner keeps it
+        in :attr:`metalearn.learners.Adapted.state` beside the adapted weights (never
+        inside them) and hands it back to :meth:`forward` for the queries. Nothing by
+        default."""
+        return {}
 
     @abc.abstractmethod
     def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,

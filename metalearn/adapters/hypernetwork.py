@@ -283,13 +283,22 @@ class Hypernetwork(Adapter):
                              f"steps={steps}; give then=GradientDescent(...) for steps")
         return dict(weights)
 
-    def forward(self, call: CallFn, weights: Weights, x: Any) -> Any:
+    def task_state(self, weights: Weights, support_x: Any, support_y: Any,
+                   loss_fn: LossFn) -> Dict[str, Any]:
+        """``then``'s task state (none without it)."""
+        return self.then.task_state(weights, support_x, support_y, loss_fn) \
+            if self.then is not None else {}
+
+    def forward(self, call: CallFn, weights: Weights, x: Any,
+                state: Optional[Dict[str, Any]] = None) -> Any:
         """Per-example generated weights with ``condition="input"``: example ``i`` is run
         with the weights generated from ``x[i]`` (vectorised over the batch); otherwise
-        the ordinary forward (of ``then``, if any)."""
+        the ordinary forward (of ``then``, if any, with the task's ``state``)."""
         if self.condition != "input":
-            return (self.then.forward(call, weights, x) if self.then is not None
-                    else call(weights, x))
+            if self.then is None:
+                return call(weights, x)
+            return self.then.forward(call, weights, x) if state is None \
+                else self.then.forward(call, weights, x, state=state)
         x = tf.convert_to_tensor(x)
         generated = self.generate(self.features(x))                # {path: [batch, ...]}
 

@@ -9,9 +9,10 @@ it is an :class:`Adapter` of an ordinary :class:`~metalearn.Learner`:
   outputs are the embedding);
 * :meth:`InContext.adapt` **embeds the support set** (the model's outputs on it, through
   the learner's support forward pass, so BatchNorm sees the support batch as in the
-  other learners) and returns the model's weights unchanged plus, under
-  :data:`~metalearn.adapters.neural_process.CONTEXT`, the support embeddings, their
-  label features and the mask of real (unpadded) examples;
+  other learners): the model's weights stay as they are and the task's state
+  (:class:`~metalearn.learners.Adapted`, under
+  :data:`~metalearn.adapters.neural_process.CONTEXT`) holds the support embeddings,
+  their label features and the mask of real (unpadded) examples (:meth:`InContext.task_state`);
 * :meth:`InContext.forward` (which ``Learner.predict`` goes through) embeds the queries
   and runs the **sequence model** over ``[support tokens, query tokens]``. A support
   token is ``W_x e + W_y [onehot(y), 0] + b`` (``e`` the embedding; for regression the
@@ -49,7 +50,7 @@ meta-gradient under every formulation).
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import gin
 import keras
@@ -58,8 +59,8 @@ import tensorflow as tf
 from metalearn import functional
 from metalearn.adapters.base import Adapter
 from metalearn.adapters.hypernetwork import flatten_examples as flat
-from metalearn.adapters.neural_process import (CONTEXT, OUTPUTS, encoded_targets,
-                                              gaussian_outputs, last_size, split_context)
+from metalearn.adapters.neural_process import (CONTEXT, OUTPUTS, context_of,
+                                              encoded_targets, gaussian_outputs, last_size)
 from metalearn.functional import Weights
 from metalearn.heads.base import Head
 from metalearn.pieces import COUNT, CallFn, Capabilities, LossFn, SplitLoss, check_range
@@ -94,7 +95,7 @@ class InContext(Adapter):
         embedding = metalearn.models.omniglot_conv_net(outputs=64)
         learner = metalearn.Learner(embedding, InContext(ways=5), loss=cross_entropy,
                                     metrics={"accuracy": "accuracy"})
-        context = learner.adapt(support_x, support_y)   # weights + "context/..."
+        context = learner.adapt(support_x, support_y)   # Adapted: weights, state["context"]
         logits = learner.predict(context, query_x)      # [queries, 5]
 
     Args:
@@ -215,55 +216,64 @@ class InContext(Adapter):
 
     def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
               steps: Optional[int] = None) -> Weights:
-        """``weights`` unchanged, plus under :data:`CONTEXT` the support set's
-        ``embeddings [support, e]``, ``labels [support, label_size]`` (one-hot or
-        targets, the "unknown" flag 0) and ``mask [support]`` (real examples); with a
-        head and padded episodes also the task's ``classes [ways]``.
+        """``weights`` unchanged: the support set is read by :meth:`task_state`.
 
         Raises:
           ValueError: ``steps`` other than 0 or None; a learner whose support loss is
             not in two halves (``support_objective``), which gives no embedding.
-          TypeError: real targets with ``ways`` (or integer labels with ``targets``).
-          ValueError: padded episodes of more ways than ``ways``; padded episodes
-            for a head that cannot fit them (``Head.supports_padding``).
-          tf.errors.InvalidArgumentError: a label outside ``0 .. ways - 1`` (an
-            episode of more ways than ``ways``).
         """
         if steps:
             raise ValueError(f"InContext takes no inner steps (it reads the support set in "
                              f"one forward pass), got steps={steps}; evaluate it with "
                              "evaluate.inner_steps = (0,)")
+        self._check_split(loss_fn)
+        return dict(weights)
+
+    def _check_split(self, loss_fn: LossFn) -> None:
         if not isinstance(loss_fn, SplitLoss):
             raise ValueError("InContext embeds the support set through the learner's "
                              "support forward pass (support_objective's SplitLoss); this "
                              f"learner overrides support_loss and gives {loss_fn!r}")
-        model_weights, context = split_context(weights)
-        if context:
-            raise ValueError("InContext.adapt takes the model's weights, not weights that "
-                             f"already hold a context ({sorted(context)})")
-        embeddings = self.embedded(loss_fn.outputs(model_weights, support_x, support_y))
+
+    def task_state(self, weights: Weights, support_x: Any, support_y: Any,
+                   loss_fn: LossFn) -> Dict[str, Any]:
+        """``{CONTEXT: context}``: the support set's ``embeddings [support, e]``,
+        ``labels [support, label_size]`` (one-hot or targets, the "unknown" flag 0) and
+        ``mask [support]`` (real examples); with a head and padded episodes also the
+        task's ``classes [ways]``.
+
+        Raises:
+          ValueError: a learner whose support loss is not in two halves.
+          TypeError: real targets with ``ways`` (or integer labels with ``targets``).
+          ValueError: padded episodes of more ways than ``ways``; padded episodes
+            for a head that cannot fit them (``capabilities.padding`` False).
+          tf.errors.InvalidArgumentError: a label outside ``0 .. ways - 1`` (an
+            episode of more ways than ``ways``).
+        """
+        self._check_split(loss_fn)
+        embeddings = self.embedded(loss_fn.outputs(weights, support_x, support_y))
         labels, mask = self.label_features(support_y, embeddings.dtype)
-        adapted = dict(weights)
-        adapted.update({CONTEXT + "embeddings": embeddings, CONTEXT + "labels": labels,
-                        CONTEXT + "mask": mask})
+        context = {"embeddings": embeddings, "labels": labels, "mask": mask}
         classes = unmask(support_y)[2]
         if self.head is not None and classes is not None:
-            if not self.head.supports_padding:
+            if not self.head.capabilities.padding:
                 raise ValueError(f"InContext's head {type(self.head).__name__} cannot fit "
-                                 "padded episodes (MaskedLabels; Head.supports_padding): "
-                                 "use a head of metalearn.heads or unpadded episodes")
-            adapted[CONTEXT + "classes"] = tf.reshape(tf.cast(classes, tf.bool), [-1])
-        return adapted
+                                 "padded episodes (MaskedLabels; its capabilities say "
+                                 "padding=False): use a head of metalearn.heads or "
+                                 "unpadded episodes")
+            context["classes"] = tf.reshape(tf.cast(classes, tf.bool), [-1])
+        return {CONTEXT: context}
 
-    def forward(self, call: CallFn, weights: Weights, x: Any) -> Any:
-        """Each query's prediction from the context in ``weights`` (what :meth:`adapt`
-        returns): logits ``[queries, ways]``, targets, or a Gaussian. Without a context
-        (the model's weights alone) the model's output, the embedding: what
-        :meth:`adapt` reads the support set with."""
-        model_weights, context = split_context(weights)
+    def forward(self, call: CallFn, weights: Weights, x: Any,
+                state: Optional[Dict[str, Any]] = None) -> Any:
+        """Each query's prediction from the context in the task's ``state`` (what
+        :meth:`task_state` gives): logits ``[queries, ways]``, targets, or a Gaussian.
+        Without a context (the support forward pass) the model's output, the
+        embedding: what :meth:`task_state` reads the support set with."""
+        context = context_of(state)
         if not context:
             return call(weights, x)
-        queries = self.embedded(call(model_weights, x))
+        queries = self.embedded(call(weights, x))
         support = tf.cast(context["embeddings"], queries.dtype)
         m, n = tf.shape(support)[0], tf.shape(queries)[0]
         unknown = tf.one_hot(tf.fill([n], self.label_size - 1), self.label_size,
@@ -282,8 +292,8 @@ class InContext(Adapter):
 
     # --- parts -------------------------------------------------------------------------
 
-    def support_labels(self, context: Weights) -> Any:
-        """The support labels that :meth:`adapt` kept in ``context`` as the head fits
+    def support_labels(self, context: Dict[str, tf.Tensor]) -> Any:
+        """The support labels that :meth:`task_state` kept in ``context`` as the head fits
         them: ``[support]`` int32 (the one-hots' classes), or
         :class:`~metalearn.tasks.MaskedLabels` for a padded episode."""
         labels = tf.argmax(context["labels"][:, :self.ways], axis=-1, output_type=tf.int32)

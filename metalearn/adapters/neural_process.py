@@ -9,10 +9,11 @@ ordinary :class:`~metalearn.Learner`:
   ``[x, r]`` (the flattened query input concatenated with its representation) to the
   prediction: ``2 * outputs`` values for a Gaussian (mean and raw scale), or the raw
   output (logits, for classification);
-* :meth:`NeuralProcess.adapt` **encodes the support set**: the "adapted weights" it
-  returns are the model's weights unchanged plus entries under the prefix
-  :data:`CONTEXT` holding the encoded context (a pooled representation for the CNP,
-  keys and values for the attentive NP). No weight is changed, no gradient step taken;
+* :meth:`NeuralProcess.task_state` **encodes the support set**: the learner's
+  :class:`~metalearn.learners.Adapted` holds the model's weights unchanged and, in its
+  ``state`` under :data:`CONTEXT`, the encoded context (a pooled representation for the
+  CNP, keys and values for the attentive NP). No weight is changed, no gradient step
+  taken (:meth:`NeuralProcess.adapt` gives the weights as they are);
 * :meth:`NeuralProcess.forward` (which ``Learner.forward``, so ``predict``, goes
   through) **conditions the decoder** on that context: it computes each query's
   representation and runs the decoder on ``[x, r]``, and with ``output="gaussian"``
@@ -54,8 +55,10 @@ from metalearn.functional import Gaussian, Weights
 from metalearn.pieces import COUNT, DECAY, CallFn, Capabilities, LossFn, check_range
 from metalearn.tasks.episode import unmask
 
-CONTEXT = "context/"
-"""Prefix of the entries of adapted weights that hold a task's encoded support set."""
+CONTEXT = "context"
+"""The key of :attr:`metalearn.learners.Adapted.state` under which a model-based
+adapter (a neural process, :class:`~metalearn.adapters.InContext`) keeps a task's
+encoded support set: tensors by name."""
 
 OUTPUTS = ("gaussian", "raw")
 
@@ -69,11 +72,10 @@ def last_size(tensors: Any, what: str) -> int:
     return int(shapes[0][-1])
 
 
-def split_context(weights: Weights) -> Tuple[Weights, Dict[str, tf.Tensor]]:
-    """``(model weights, context by name)`` of adapted weights (see :data:`CONTEXT`)."""
-    model = {k: v for k, v in weights.items() if not k.startswith(CONTEXT)}
-    context = {k[len(CONTEXT):]: v for k, v in weights.items() if k.startswith(CONTEXT)}
-    return model, context
+def context_of(state: Optional[Dict[str, Any]]) -> Dict[str, tf.Tensor]:
+    """The encoded context in a task's state (:data:`CONTEXT`), ``{}`` where there is
+    none (the support forward pass, or a state without one)."""
+    return dict((state or {}).get(CONTEXT) or {})
 
 
 def pooled(features: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
@@ -227,7 +229,8 @@ class NeuralProcess(Adapter, abc.ABC):
 
     @abc.abstractmethod
     def encode(self, support_x: Any, support_y: Any) -> Dict[str, tf.Tensor]:
-        """One task's context: tensors by name (stored under :data:`CONTEXT`)."""
+        """One task's context: tensors by name (kept under :data:`CONTEXT` of the
+        task's state)."""
 
     @abc.abstractmethod
     def condition(self, context: Dict[str, tf.Tensor], x: tf.Tensor) -> tf.Tensor:
@@ -238,7 +241,8 @@ class NeuralProcess(Adapter, abc.ABC):
 
     def adapt(self, weights: Weights, support_x: Any, support_y: Any, loss_fn: LossFn,
               steps: Optional[int] = None) -> Weights:
-        """``weights`` unchanged, plus the encoded support set under :data:`CONTEXT`.
+        """``weights`` unchanged (the encoded support set is the task's state:
+        :meth:`task_state`).
 
         Raises:
           ValueError: ``steps`` other than 0 or None (a neural process takes no inner
@@ -248,25 +252,31 @@ class NeuralProcess(Adapter, abc.ABC):
             raise ValueError(f"{type(self).__name__} takes no inner steps (it reads the "
                              f"support set in one forward pass), got steps={steps}; "
                              "evaluate it with evaluate.inner_steps = (0,)")
-        adapted = dict(weights)
-        adapted.update({CONTEXT + k: v for k, v in self.encode(support_x, support_y).items()})
-        return adapted
+        return dict(weights)
 
-    def forward(self, call: CallFn, weights: Weights, x: Any) -> Any:
-        """The decoder on ``[x, r(x)]``, with ``r`` read from the context in ``weights``;
-        a :class:`~metalearn.functional.Gaussian` with ``output="gaussian"``.
+    def task_state(self, weights: Weights, support_x: Any, support_y: Any,
+                   loss_fn: LossFn) -> Dict[str, Any]:
+        """``{CONTEXT: the encoded support set}`` (:meth:`encode`)."""
+        return {CONTEXT: self.encode(support_x, support_y)}
+
+    def forward(self, call: CallFn, weights: Weights, x: Any,
+                state: Optional[Dict[str, Any]] = None) -> Any:
+        """The decoder on ``[x, r(x)]``, with ``r`` read from the context in the task's
+        ``state``; a :class:`~metalearn.functional.Gaussian` with ``output="gaussian"``.
 
         Raises:
-          ValueError: ``weights`` hold no context (not what :meth:`adapt` returned).
+          ValueError: no context in ``state`` (predictions need what ``adapt`` gives:
+            ``learner.predict(learner.adapt(support_x, support_y), x)``).
         """
-        model_weights, context = split_context(weights)
+        context = context_of(state)
         if not context:
-            raise ValueError(f"{type(self).__name__}.forward needs the weights that "
-                             "adapt() returns, which hold the encoded support set under "
-                             f"{CONTEXT!r}; got only model weights {sorted(weights)[:4]}")
+            raise ValueError(f"{type(self).__name__}.forward needs the task's encoded "
+                             f"support set (Adapted.state[{CONTEXT!r}], what "
+                             "learner.adapt(support_x, support_y) gives); got the model's "
+                             f"weights alone {sorted(weights)[:4]}")
         x = flat(x)
         r = tf.cast(self.condition(context, x), x.dtype)
-        return self.distribution(call(model_weights, tf.concat([x, r], axis=-1)))
+        return self.distribution(call(weights, tf.concat([x, r], axis=-1)))
 
     def distribution(self, outputs: tf.Tensor) -> Any:
         """The prediction from the decoder's output: a Gaussian of its two halves (the

@@ -175,7 +175,7 @@ class Formulation:
 
         def one_task(episode):
             run = learner.run_task(episode, steps, weights)
-            return {p: tf.stop_gradient(run.adapted[p]) for p in weights}, run.metrics
+            return {p: tf.stop_gradient(run.adapted.weights[p]) for p in weights}, run.metrics
 
         spec = ({p: tf.TensorSpec(w.shape, w.dtype) for p, w in weights.items()},
                 figures_signature(learner))
@@ -341,7 +341,7 @@ class Batched(Formulation):
         if weights is None:
             return super().adapted(learner, episodes, steps, weights)  # its error
         run = learner.run_tasks(episodes, steps, weights)
-        return {p: tf.stop_gradient(run.adapted[p]) for p in weights}, run.metrics
+        return {p: tf.stop_gradient(run.adapted.weights[p]) for p in weights}, run.metrics
 
     def task_gradients(self, learner, episodes, variables, steps=None):
         """All tasks at once: each variable broadcast to one copy per task (the

@@ -117,6 +117,7 @@ def call(model: keras.Model, weights: Mapping[str, tf.Tensor], inputs: Any,
       dropout seeds) are discarded.
 
     Raises:
+      TypeError: ``weights`` is not a mapping (e.g. an ``Adapted``: give its ``.weights``).
       KeyError: a path in ``weights`` is not one of the model's trainable variables.
       ValueError: a given weight's shape differs from its variable's.
     """
@@ -136,6 +137,12 @@ def call_and_update(model: keras.Model, weights: Mapping[str, tf.Tensor], inputs
 
 
 def _stateless_call(model, weights, inputs, training, kwargs):
+    if not isinstance(weights, Mapping):
+        raise TypeError(f"weights must be tensors by variable path (a dict), got "
+                        f"{type(weights).__name__}"
+                        + (": what adapt() returns holds them as .weights"
+                           if hasattr(weights, "weights") and hasattr(weights, "state")
+                           else ""))
     by_path = variables(model)
     unknown = sorted(set(weights) - set(by_path))
     if unknown:

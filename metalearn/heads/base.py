@@ -99,21 +99,31 @@ class Head(Piece):
 
     A head that fits padded episodes (labels given as
     :class:`~metalearn.tasks.episode.MaskedLabels`, e.g. Meta-Dataset's variable-way,
-    variable-shot episodes) on their real examples and the task's classes only sets
-    :attr:`supports_padding`; the learner refuses padded episodes for the others rather
-    than fit the padding. Every head of :mod:`metalearn.heads` does (most through
+    variable-shot episodes) on their real examples and the task's classes only says so
+    in :meth:`own_capabilities` (``Capabilities(padding=True)``: the padded examples
+    contribute nothing to the fit, and the classes the task does not have are out of it,
+    so the state's logits of the task's classes are those of the episode fitted alone at
+    its real size, up to a shift common to a query's logits for a head with a free
+    intercept); the learner refuses padded episodes for the others rather than fit the
+    padding. Every head of :mod:`metalearn.heads` does (most through
     :func:`support_targets`); a head written elsewhere is refused until it says so.
     """
 
-    supports_padding: bool = False
-    """Whether :meth:`fit` honours :class:`~metalearn.tasks.episode.MaskedLabels`: the
-    padded examples contribute nothing to the fit, and the classes the task does not
-    have are out of it, so the state's logits of the task's classes are those of the
-    episode fitted alone at its real size (up to a shift common to a query's logits,
-    for a head with a free intercept)."""
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "supports_padding" in cls.__dict__:
+            raise TypeError(f"{cls.__name__} defines 'supports_padding', which metalearn "
+                            "0.3 asks of a head's capabilities: define own_capabilities() "
+                            "returning Capabilities(task_axis=False, padding=True) instead "
+                            "(BUILD.md, 'Migration')")
 
     def own_capabilities(self) -> Capabilities:
-        return Capabilities(task_axis=False)
+        return Capabilities(task_axis=False, padding=False)
+
+    @property
+    def supports_padding(self) -> bool:
+        """Whether the head fits padded episodes (``capabilities.padding``)."""
+        return self.capabilities.padding
 
     def build(self, dtype: tf.DType) -> None:
         """Creates the head's meta-learned variables in ``dtype`` (the embedding's);
@@ -121,7 +131,7 @@ class Head(Piece):
 
     def fit(self, embeddings: tf.Tensor, labels: tf.Tensor, ways: int) -> Any:
         """The task's state from ``[n, features]`` support embeddings and ``n`` labels
-        (:class:`~metalearn.tasks.episode.MaskedLabels` if :attr:`supports_padding`)."""
+        (:class:`~metalearn.tasks.episode.MaskedLabels` if ``capabilities.padding``)."""
         raise NotImplementedError
 
     def logits(self, state: Any, embeddings: tf.Tensor) -> tf.Tensor:

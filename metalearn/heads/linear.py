@@ -10,7 +10,7 @@ import gin
 import tensorflow as tf
 
 from metalearn.heads.base import Head, support_targets
-from metalearn.pieces import DECAY, NON_NEGATIVE, POSITIVE, STEPS, check_range
+from metalearn.pieces import DECAY, NON_NEGATIVE, POSITIVE, STEPS, Capabilities, check_range
 from metalearn.heads.prototypes import class_prototypes, cosine_similarities
 from metalearn.tasks.episode import restrict_to_classes
 
@@ -63,7 +63,8 @@ class LinearProbeHead(Head):
     alone at its real size, an absent class's stay 0.
     """
 
-    supports_padding = True
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(task_axis=False, padding=True)
 
     def __init__(self, classifier: str = "linear", steps: int = 100,
                  learning_rate: float = 0.01, momentum: float = 0.9,

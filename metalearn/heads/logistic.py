@@ -186,8 +186,6 @@ class LogisticHead(RidgeHead):
     its real size, an absent class's are 0.
     """
 
-    supports_padding = True
-
     def __init__(self, regularization: float = 1.0, scale: float = 1.0, bias: float = 0.0,
                  steps: int = 10, learn: bool = True, intercept: bool = False,
                  normalize: bool = False, gradient: str = "implicit", damping: float = 1e-6,
@@ -206,7 +204,7 @@ class LogisticHead(RidgeHead):
         if self.gradient == "unrolled":
             return super().own_capabilities()
         # tf.custom_gradient (the implicit solution) is ignored inside tf.map_fn
-        return Capabilities(custom_gradient=True, task_axis=False)
+        return Capabilities(custom_gradient=True, task_axis=False, padding=True)
 
     def _inputs(self, embeddings: tf.Tensor) -> tf.Tensor:
         return tf.math.l2_normalize(embeddings, axis=-1) if self.normalize else embeddings

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from metalearn.heads.base import Head, class_labels
-from metalearn.pieces import POSITIVE, check_range
+from metalearn.pieces import POSITIVE, Capabilities, check_range
 
 DISTANCES = ("squared_euclidean", "cosine")
 
@@ -69,7 +69,8 @@ class PrototypeHead(Head):
       learn_scale: meta-learn the scale (one scalar, a meta-variable of the learner).
     """
 
-    supports_padding = True
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(task_axis=False, padding=True)
 
     def __init__(self, distance: str = "squared_euclidean", scale: float = 1.0,
                  learn_scale: bool = False, name: Optional[str] = None):

@@ -10,7 +10,7 @@ import keras
 import tensorflow as tf
 
 from metalearn.heads.base import Head, support_targets
-from metalearn.pieces import POSITIVE, Range, check_range
+from metalearn.pieces import POSITIVE, Capabilities, Range, check_range
 
 FINITE = Range()
 
@@ -37,7 +37,8 @@ class RidgeHead(Head):
       learn: meta-learn ``lambda``, ``scale`` and ``bias``.
     """
 
-    supports_padding = True
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(task_axis=False, padding=True)
 
     def __init__(self, regularization: float = 1.0, scale: float = 1.0, bias: float = 0.0,
                  learn: bool = True, name: Optional[str] = None):

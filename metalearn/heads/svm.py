@@ -172,8 +172,6 @@ class SVMHead(Head):
     episode's own at its real size, and the absent classes' columns of ``W`` are zero.
     """
 
-    supports_padding = True
-
     def __init__(self, c: float = 0.1, scale: float = 1.0, steps: int = 100,
                  ridge: float = 0.0, learn: bool = True, name: Optional[str] = None):
         super().__init__(name=name)
@@ -186,7 +184,7 @@ class SVMHead(Head):
 
     def own_capabilities(self) -> Capabilities:
         # tf.custom_gradient (the implicit solution) is ignored inside tf.map_fn
-        return Capabilities(custom_gradient=True, task_axis=False)
+        return Capabilities(custom_gradient=True, task_axis=False, padding=True)
 
     def build(self, dtype: tf.DType) -> None:
         if self._scale is None:

@@ -21,13 +21,14 @@ import numpy as np
 import tensorflow as tf
 
 from metalearn import functional
-from metalearn.pieces import POSITIVE, Piece, Pieces, check_range
+from metalearn.pieces import POSITIVE, Piece, check_range
 from metalearn.functional import Weights
 from metalearn.heads.base import Head
 from metalearn.heads.linear import check_classifier, classifier_logits
 from metalearn.heads.prototypes import PrototypeHead, flat
-from metalearn.learners.embedding import EmbeddingLearner, Solution
+from metalearn.learners.embedding import HEAD, EmbeddingLearner
 from metalearn.learners.learner import MetricFn
+from metalearn.learners.task import Adapted
 
 
 def is_whole_class(support_x: Any) -> bool:
@@ -159,11 +160,6 @@ class ClassifierBaseline(EmbeddingLearner):
         self.classifier = classifier_piece
         self.update_batch_norm = bool(update_batch_norm)
 
-    @property
-    def pieces(self) -> Pieces:
-        classifier = getattr(self, "classifier", None)  # set after Learner.__init__
-        return super().pieces + ([classifier] if classifier is not None else [])
-
     def whole_class_logits(self, weights: Weights, x: Any, training: bool = True,
                            update: bool = False) -> tf.Tensor:
         """``[n, classes]`` logits of the whole-class classifier (``update``: assign
@@ -177,18 +173,19 @@ class ClassifierBaseline(EmbeddingLearner):
                           weights: Optional[Weights] = None):
         """On an episode, the head fitted on the support embeddings; on a whole-class
         batch (an empty support set) the weights as they are, no adaptation, and no head
-        (``Solution(weights, None)``: :meth:`predict` then uses the whole-class
+        (``Adapted(weights, {})``: :meth:`predict` then uses the whole-class
         classifier)."""
         if not is_whole_class(support_x):
             return super().adapt_and_measure(support_x, support_y, steps, weights)
         weights = self.initial_weights() if weights is None else weights
-        return Solution(weights, None), {}
+        return Adapted(weights, {}), {}
 
-    def predict(self, solution: Solution, x: Any) -> tf.Tensor:
-        """The head's logits; for a whole-class ``Solution`` (no head) the whole-class
-        classifier's, in training mode, the moving statistics updated when
-        ``update_batch_norm`` (a whole-class batch is a supervised training step)."""
-        if isinstance(solution, Solution) and solution.head is None:
-            return self.whole_class_logits(solution.weights, x, training=True,
+    def predict(self, adapted: Adapted, x: Any) -> tf.Tensor:
+        """The head's logits; for a whole-class batch's ``Adapted`` (no head's fit in
+        its state) the whole-class classifier's, in training mode, the moving
+        statistics updated when ``update_batch_norm`` (a whole-class batch is a
+        supervised training step)."""
+        if isinstance(adapted, Adapted) and HEAD not in adapted.state:
+            return self.whole_class_logits(adapted.weights, x, training=True,
                                            update=self.update_batch_norm)
-        return super().predict(solution, x)
+        return super().predict(adapted, x)

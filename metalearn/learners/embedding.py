@@ -1,13 +1,14 @@
 """Embedding learners: a meta-learned embedding and a closed-form head fitted per task.
 
 The task's solution is the head's state (prototypes, a ridge solution) computed from the
-support embeddings; it travels in its own structure, :class:`Solution`, beside the
-weights, never inside the weights dict.
+support embeddings; it travels in the task's state, ``Adapted(weights, {"head": ...})``
+(:class:`~metalearn.learners.Adapted`), beside the weights, never inside the weights
+dict.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import gin
 import keras
@@ -19,20 +20,13 @@ from metalearn.functional import Weights, softmax_cross_entropy
 from metalearn.heads.base import Head
 from metalearn.heads.prototypes import flat
 from metalearn.learners.learner import Learner, MetricFn
-from metalearn.pieces import Pieces
+from metalearn.learners.task import Adapted
 from metalearn.tasks.episode import MaskedLabels, example_mask
 
 
-class Solution(NamedTuple):
-    """One task's solution for an embedding learner.
-
-    Attributes:
-      weights: the (adapted) embedding weights by path.
-      head: the head's state for the task (e.g. prototypes ``[ways, features]``).
-    """
-
-    weights: Weights
-    head: Any
+HEAD = "head"
+"""The key of :attr:`~metalearn.learners.Adapted.state` under which an embedding learner
+keeps the head's fit for the task (e.g. prototypes ``[ways, features]``)."""
 
 
 def check_ways(ways) -> int:
@@ -41,8 +35,13 @@ def check_ways(ways) -> int:
     return int(ways)
 
 
-def _subclasses(cls: type) -> List[type]:
-    return [c for s in cls.__subclasses__() for c in [s] + _subclasses(s)]
+def padding_heads() -> List[str]:
+    """The heads of :mod:`metalearn.heads` (each fits padded episodes)."""
+    import metalearn.heads  # the package above this module's floor: only when asked
+    return sorted(name for name in metalearn.heads.__all__
+                  if isinstance(getattr(metalearn.heads, name), type)
+                  and issubclass(getattr(metalearn.heads, name), Head)
+                  and getattr(metalearn.heads, name) is not Head)
 
 
 @gin.configurable
@@ -51,7 +50,7 @@ class EmbeddingLearner(Learner):
 
     :meth:`adapt` embeds the support set (after the adapter's inner loop on the
     embedding, :class:`NoAdaptation` by default) and fits the head:
-    ``Solution(weights, head_state)``; :meth:`predict` gives the head's logits of the
+    ``Adapted(weights, {"head": head_state})``; :meth:`predict` gives the head's logits of the
     query embeddings. The meta-gradient reaches the embedding through the support set
     (the head's fit) and the queries, and the head's own meta-variables if it has any.
 
@@ -92,11 +91,6 @@ class EmbeddingLearner(Learner):
         head.bind(self.meta_step)
         head.build(tf.as_dtype(self.model.trainable_variables[0].dtype))
 
-    @property
-    def pieces(self) -> Pieces:
-        head = getattr(self, "head", None)  # set after Learner.__init__
-        return super().pieces + ([head] if head is not None else [])
-
     def embed(self, weights: Weights, x: Any, training: bool = True) -> tf.Tensor:
         """Flattened embeddings ``[n, features]`` of ``x`` with the given weights."""
         return flat(self.forward(weights, x, training=training))
@@ -106,15 +100,15 @@ class EmbeddingLearner(Learner):
 
         Raises:
           ValueError: for padded episodes (``MaskedLabels``) and a head that cannot fit
-            on their real examples only (``Head.supports_padding`` False).
+            on their real examples only (its ``capabilities.padding`` False).
         """
-        if isinstance(labels, MaskedLabels) and not self.head.supports_padding:
-            padding = sorted({c.__name__ for c in _subclasses(Head) if c.supports_padding})
+        if isinstance(labels, MaskedLabels) and not self.head.capabilities.padding:
             raise ValueError(
                 f"{type(self.head).__name__} cannot fit padded episodes (MaskedLabels, from "
                 f"a variable-way, variable-shot sampler such as MetaDataset): it would fit "
-                f"the padding. Use a head that supports them ({', '.join(padding)}) or "
-                f"episodes of one size")
+                f"the padding (its capabilities say padding=False). Use a head that "
+                f"supports them (every head of metalearn.heads: {', '.join(padding_heads())}"
+                f"), or episodes of one size")
         return self.head.fit_finite(embeddings, labels, self.ways)  # NaN: a NaN state
 
     def support_loss(self, weights: Weights, x: Any, y: Any) -> tf.Tensor:
@@ -125,15 +119,26 @@ class EmbeddingLearner(Learner):
                                                   embeddings))
 
     def adapt_and_measure(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
-                          weights: Optional[Weights] = None) -> Tuple[Solution, Dict[str, Any]]:
+                          weights: Optional[Weights] = None
+                          ) -> Tuple[Adapted, Dict[str, Any]]:
         adapted, figures = super().adapt_and_measure(support_x, support_y, steps, weights)
         with functional.example_mask(example_mask(support_y)):
-            embeddings = self.embed(adapted, support_x, training=self.support_training)
-        return Solution(adapted, self.fit_head(embeddings, support_y)), figures
+            embeddings = self.embed(adapted.weights, support_x,
+                                    training=self.support_training)
+        state = {**adapted.state, HEAD: self.fit_head(embeddings, support_y)}
+        return adapted._replace(state=state), figures
 
-    def predict(self, solution: Solution, x: Any) -> tf.Tensor:
-        if not isinstance(solution, Solution):
-            raise TypeError(f"{type(self).__name__}.predict needs the Solution that adapt() "
-                            f"returns (weights and head state), got {type(solution).__name__}")
-        embeddings = self.embed(solution.weights, x, training=self.query_training)
-        return self.head.logits(solution.head, embeddings)
+    def predict(self, adapted: Adapted, x: Any) -> tf.Tensor:
+        """The head's logits of the query embeddings, with the head's fit in
+        ``adapted.state["head"]`` (what :meth:`adapt` gives).
+
+        Raises:
+          TypeError: no head's fit (e.g. the model's weights alone).
+        """
+        adapted = Adapted.of(adapted, f"{type(self).__name__}.predict")
+        if HEAD not in adapted.state:
+            raise TypeError(f"{type(self).__name__}.predict needs what adapt() returns, "
+                            f"the weights and the head's fit (Adapted.state[{HEAD!r}]); "
+                            f"got a state of {sorted(adapted.state)}")
+        embeddings = self.embed(adapted.weights, x, training=self.query_training)
+        return self.head.logits(adapted.state[HEAD], embeddings)

@@ -12,7 +12,7 @@ from metalearn import _compat, configurables, execution, functional
 from metalearn.adapters.base import Adapter
 from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.functional import Weights, batched
-from metalearn.learners.task import Resume, TaskRun, Trajectory
+from metalearn.learners.task import Adapted, Resume, TaskRun, Trajectory
 from metalearn.learners.task_init import TaskInit
 from metalearn.pieces import Capabilities, LossFn, Piece, Pieces, SplitLoss
 from metalearn.tasks.episode import Episode, example_mask, restrict_to_classes, unmask
@@ -301,7 +301,7 @@ class Learner(tf.Module):
 
         learner = metalearn.Learner(model, adapter=metalearn.adapters.GradientDescent(
             steps=1, learning_rate=0.01), loss=keras.losses.MeanSquaredError())
-        fast = learner.adapt(support_x, support_y)   # adapted weights; variables untouched
+        fast = learner.adapt(support_x, support_y)   # Adapted(weights, state); variables untouched
         y_hat = learner.predict(fast, query_x)
         loss = learner.meta_loss(episodes)           # mean query loss over the tasks
 
@@ -405,11 +405,23 @@ class Learner(tf.Module):
 
     @property
     def pieces(self) -> Pieces:
-        """The learner's pieces as one :class:`~metalearn.pieces.Pieces`: its adapter
-        and task initialisers (a subclass adds its own, e.g. a head). What they allow
-        and measure, combined over every part: ``pieces.capabilities``,
-        ``pieces.gradient_metrics`` (backward-pass figures the meta-step reports)."""
-        return Pieces([self.adapter, *self.task_init, self._task_axis_rules])
+        """The learner's pieces as one :class:`~metalearn.pieces.Pieces`: every
+        :class:`~metalearn.pieces.Piece` the learner holds as an attribute (alone, or in
+        a list, tuple or dict), in the order they were set: its adapter, task
+        initialisers and :class:`TaskAxisRules`, and whatever a subclass sets (an
+        embedding learner's head), so a subclass's piece is asked like the others
+        without an override. What they allow and measure, combined over every part:
+        ``pieces.capabilities``, ``pieces.gradient_metrics`` (backward-pass figures
+        the meta-step reports)."""
+        found, seen = [], set()
+        for name, value in vars(self).items():
+            if name.startswith("_self_") or isinstance(value, (keras.Model, tf.Variable)):
+                continue  # TensorFlow's tracking records, the model, the step counter
+            for item in tf.nest.flatten(value):  # lists and dicts (tracked wrappers too)
+                if isinstance(item, Piece) and id(item) not in seen:
+                    seen.add(id(item))
+                    found.append(item)
+        return Pieces(found)
 
     # --- what the outer step trains ----------------------------------------------
 
@@ -430,15 +442,22 @@ class Learner(tf.Module):
 
     # --- one task ----------------------------------------------------------------
 
-    def forward(self, weights: Weights, x: Any, training: bool = True) -> Any:
+    def forward(self, weights: Union[Weights, Adapted], x: Any, training: bool = True,
+                state: Optional[Dict[str, Any]] = None) -> Any:
         """The model's output on ``x`` with the given weights (through the adapter's
         :meth:`~metalearn.adapters.Adapter.forward`, which is a plain call unless the
-        adapter generates weights per input)."""
+        adapter generates weights per input or reads the task's ``state``, ``None`` in
+        the inner loop). ``weights`` may be what :meth:`adapt` gives (an
+        :class:`~metalearn.learners.Adapted`): its weights, and its state unless
+        ``state`` is given."""
+        if isinstance(weights, Adapted):
+            weights, state = weights.weights, weights.state if state is None else state
         call = lambda w, inputs: functional.call(self.model, w, inputs, training=training)
+        outputs = self.adapter.forward(call, weights, x) if not state \
+            else self.adapter.forward(call, weights, x, state=state)
         # a mixed-precision model's outputs (float16/bfloat16) cast up, so losses,
         # metrics and meta-gradients are computed in float32
-        return functional.full_precision(self.adapter.forward(call, weights, x),
-                                         self._metric_dtype)
+        return functional.full_precision(outputs, self._metric_dtype)
 
     def task_loss(self, y_true: Any, y_pred: Any) -> tf.Tensor:
         """Scalar loss of one task's predictions (override for a custom loss): the mean
@@ -470,8 +489,11 @@ class Learner(tf.Module):
         return self.task_loss(y, self._support_outputs(weights, x, y))
 
     def adapt(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
-              weights: Optional[Weights] = None) -> Weights:
-        """Adapted weights for the task given by its support set (no task axis).
+              weights: Optional[Weights] = None) -> Adapted:
+        """The task's solution from its support set (no task axis): an
+        :class:`~metalearn.learners.Adapted`, the adapted weights and the task's state
+        (empty for a plain inner loop; a head's fit, an encoded context), what
+        :meth:`predict` takes.
 
         Args:
           support_x, support_y: one task's support examples.
@@ -481,15 +503,19 @@ class Learner(tf.Module):
         return self.adapt_and_measure(support_x, support_y, steps, weights)[0]
 
     def adapt_and_measure(self, support_x: Any, support_y: Any, steps: Optional[int] = None,
-                          weights: Optional[Weights] = None) -> Tuple[Any, Dict[str, tf.Tensor]]:
+                          weights: Optional[Weights] = None
+                          ) -> Tuple[Adapted, Dict[str, tf.Tensor]]:
         """:meth:`adapt`'s result and the adapter's figures of the adaptation
         (:meth:`~metalearn.adapters.Adapter.adapt_and_measure`), what
-        :meth:`run_task` reports. Subclasses that change what adaptation returns
-        override this method (``adapt`` calls it)."""
+        :meth:`run_task` reports: the adapted weights, with the adapter's
+        :meth:`~metalearn.adapters.Adapter.task_state` as the state. Subclasses that
+        add to the task's solution (a head's fit) override this method (``adapt``
+        calls it)."""
         weights = self.initial_weights() if weights is None else weights
         weights = self.task_initial_weights(weights, support_x, support_y)
-        return self.adapter.adapt_and_measure(weights, support_x, support_y,
-                                              support_objective(self), steps=steps)
+        adapted, figures = self.adapter.adapt_and_measure(
+            weights, support_x, support_y, support_objective(self), steps=steps)
+        return self._solution(adapted, support_x, support_y), figures
 
     def task_initial_weights(self, weights: Weights, support_x: Any,
                              support_y: Any) -> Weights:
@@ -500,16 +526,20 @@ class Learner(tf.Module):
             weights = piece.initial(weights, support_x, support_y)
         return weights
 
-    def predict(self, weights: Weights, x: Any) -> Any:
-        """Predictions of the model with (adapted) ``weights`` on query inputs."""
-        return self.forward(weights, x, training=self.query_training)
+    def predict(self, adapted: Union[Adapted, Weights], x: Any) -> Any:
+        """Predictions on query inputs with what :meth:`adapt` gave (an
+        :class:`~metalearn.learners.Adapted`; weights by path alone are taken as
+        ``Adapted(weights, {})``, e.g. predictions before adaptation)."""
+        return self.forward(Adapted.of(adapted, f"{type(self).__name__}.predict"), x,
+                            training=self.query_training)
 
-    def query_data(self, weights: Any, query_x: Any, query_y: Any) -> Tuple[Any, Any]:
-        """The query set the adapted ``weights`` are measured on: the episode's
-        ``(query_x, query_y)`` as sampled (the default). Override it for data produced
-        by the adapted model inside the step (a rollout of the adapted policy, queries
-        chosen from the adapted model's predictions): a function of ``weights`` in
-        TensorFlow, through which the meta-gradient flows to every order.
+    def query_data(self, adapted: Adapted, query_x: Any, query_y: Any) -> Tuple[Any, Any]:
+        """The query set the task's solution (``adapted``, what :meth:`adapt` gave) is
+        measured on: the episode's ``(query_x, query_y)`` as sampled (the default).
+        Override it for data produced by the adapted model inside the step (a rollout
+        of the adapted policy, queries chosen from the adapted model's predictions): a
+        function of ``adapted`` in TensorFlow, through which the meta-gradient flows to
+        every order.
         ``tests/adapted_data_test.py`` checks such a task against finite differences."""
         return query_x, query_y
 
@@ -543,7 +573,7 @@ class Learner(tf.Module):
             Resume`, from :mod:`metalearn.outer.truncated`) instead of adapting from the
             start: ``resume.steps`` inner steps of the adapter's loop
             (``GradientDescent.run_steps``), the update's state after them in
-            :attr:`TaskRun.state`.
+            :attr:`TaskRun.inner_state`.
           measure: ``False`` stops after the predictions (``metrics`` empty, no loss
             computed): what the checks before training compare with the targets
             before a loss sees them.
@@ -569,7 +599,7 @@ class Learner(tf.Module):
 
     def _adaptation(self, support_x: Any, support_y: Any, steps: Optional[int],
                     weights: Optional[Weights], resume: Optional[Resume]):
-        """``(adapted, the adapter's figures, trajectory or None, carried state or
+        """``(Adapted, the adapter's figures, trajectory or None, carried inner state or
         None)`` of one task: the adaptation step of :meth:`run_task`."""
         keep = self.records_trajectory and steps is None
         if resume is None and not keep:
@@ -577,7 +607,8 @@ class Learner(tf.Module):
             return adapted, figures, None, None
         if resume is None:
             path = adapt_trajectory(self, support_x, support_y, weights=weights)
-            return path[-1], {}, Trajectory(path[1:], 0, len(path) - 1), None
+            return (self._solution(path[-1], support_x, support_y), {},
+                    Trajectory(path[1:], 0, len(path) - 1), None)
         adapter = self.adapter
         begun, begun_state = self._begin(support_x, support_y, weights)
         now, now_state = dict(begun), begun_state
@@ -587,15 +618,18 @@ class Learner(tf.Module):
             now_state = tf.nest.map_structure(lambda b, c: tf.where(resume.fresh, b, c),
                                               begun_state, resume.state)
         now = adapter.resume(now, resume.start)  # what wrappers set per step: from theta
-        if keep:
-            path, state = adapter.run_steps(now, now_state, support_x, support_y,
-                                            support_objective(self), resume.start,
-                                            resume.steps, trajectory=True)
-            return path[-1], {}, Trajectory(path[1:], resume.start, resume.horizon), state
-        after, state = adapter.run_steps(now, now_state, support_x, support_y,
-                                         support_objective(self), resume.start,
-                                         resume.steps)
-        return after, {}, None, state
+        ran = adapter.run_steps(now, now_state, support_x, support_y,
+                                support_objective(self), resume.start, resume.steps,
+                                trajectory=keep)
+        path, state = ran if keep else ([ran[0]], ran[1])
+        trajectory = Trajectory(path[1:], resume.start, resume.horizon) if keep else None
+        return self._solution(path[-1], support_x, support_y), {}, trajectory, state
+
+    def _solution(self, weights: Weights, support_x: Any, support_y: Any) -> Adapted:
+        # adapted weights from the adapter's own loop as the task's solution: with the
+        # adapter's task state, as adapt_and_measure gives it
+        return Adapted(weights, dict(self.adapter.task_state(
+            weights, support_x, support_y, support_objective(self))))
 
     def _begin(self, support_x: Any, support_y: Any, weights: Optional[Weights]):
         adapter = self.adapter
@@ -689,6 +723,16 @@ class Learner(tf.Module):
 
         adapted, figures = self.adapter.adapt_and_measure(per_task, support_x, support_y,
                                                           support_losses, steps=steps)
+        # each task's state as adapt gives it; the layers' batched rules below read
+        # the weights alone, so an adapter that runs on a task axis must give none
+        state = tf.vectorized_map(lambda args: self._solution(*args).state,
+                                  (adapted, support_x, support_y))
+        if tf.nest.flatten(state):
+            raise ValueError(f"{type(self.adapter).__name__} gives a task state "
+                             f"({sorted(state)}, task_state) and says it runs on a task "
+                             "axis (capabilities.task_axis), but the batched forward pass "
+                             "reads the weights alone: its own_capabilities must say "
+                             "task_axis=False")
         with functional.example_mask(example_mask(query_y)):
             predictions = functional.full_precision(
                 batched.call(self.model, adapted, query_x, training=self.query_training),
@@ -696,8 +740,8 @@ class Learner(tf.Module):
         metrics = tf.vectorized_map(lambda args: self.query_metrics(*args),
                                     (query_y, predictions))
         metrics.update({k: tf.cast(v, dtype) for k, v in figures.items()})
-        return TaskRun(adapted, support_x, support_y, query_x, query_y, predictions,
-                       check_metrics(self, metrics, "run_tasks"), steps)
+        return TaskRun(Adapted(adapted, state), support_x, support_y, query_x, query_y,
+                       predictions, check_metrics(self, metrics, "run_tasks"), steps)
 
     # --- a batch of tasks --------------------------------------------------------
 

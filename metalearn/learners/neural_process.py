@@ -69,8 +69,9 @@ class LatentNeuralProcessLearner(Learner):
         posterior = self.adapter.latent(tf.concat([support_x, query_x], 0),
                                         tf.concat([support_y, query_y], 0))
         z = posterior.mean + posterior.scale * self.noise(support_x, posterior.mean.dtype)
-        sampled = dict(run.adapted)
-        sampled[CONTEXT + "latent"] = z
+        state = dict(run.adapted.state)
+        state[CONTEXT] = {**state[CONTEXT], "latent": z}
+        sampled = run.adapted._replace(state=state)
         reconstruction = self.task_loss(query_y, self.predict(sampled, query_x))
         kl = tf.cast(gaussian_kl(posterior, prior), reconstruction.dtype)
         queries = tf.cast(tf.shape(tf.nest.flatten(query_x)[0])[0], reconstruction.dtype)

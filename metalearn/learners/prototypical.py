@@ -23,7 +23,7 @@ class PrototypicalNetworks(EmbeddingLearner):
     of that class's support examples.
 
     ``EmbeddingLearner(model, head=PrototypeHead(), ways=ways)``: :meth:`adapt` returns
-    ``Solution(weights, prototypes)``; :meth:`predict` gives logits
+    ``Adapted(weights, {"head": prototypes})``; :meth:`predict` gives logits
     ``-||f(x) - c_k||^2``, ``[queries, ways]``.
 
     Args:

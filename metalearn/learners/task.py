@@ -9,11 +9,47 @@ learner's overrides are honoured by every one of them.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 
 import tensorflow as tf
 
 from metalearn.functional import Weights
+
+
+class Adapted(NamedTuple):
+    """What adaptation gives for one task, whatever the learner: what
+    :meth:`~metalearn.Learner.adapt` returns and :meth:`~metalearn.Learner.predict`
+    takes (from :meth:`~metalearn.Learner.run_tasks`, every tensor with a leading task
+    axis).
+
+    Attributes:
+      weights: the model's weights by path after the inner loop (as they were for a
+        learner without one: a neural process, Prototypical Networks).
+      state: everything else the task's solution holds, by name, never inside the
+        weights: a head's fit (``"head"``: prototypes, a ridge solution), an adapter's
+        encoded support set (``"context"``: :meth:`~metalearn.adapters.Adapter.task_state`),
+        a sampled latent. Empty for a plain inner loop.
+    """
+
+    weights: Weights
+    state: Dict[str, Any]
+
+    @classmethod
+    def of(cls, value: Any, who: str = "predict") -> "Adapted":
+        """``value`` as an :class:`Adapted`: an ``Adapted`` as it is, weights by path
+        as ``Adapted(weights, {})`` (predictions with weights alone, e.g. before any
+        adaptation).
+
+        Raises:
+          TypeError: anything else, naming ``who``.
+        """
+        if isinstance(value, Adapted):
+            return value
+        if isinstance(value, Mapping):
+            return cls(dict(value), {})
+        raise TypeError(f"{who} needs what adapt() returns (metalearn.learners.Adapted: "
+                        f"weights and the task's state) or weights by path, got "
+                        f"{type(value).__name__}")
 
 
 class Resume(NamedTuple):
@@ -46,7 +82,7 @@ class Resume(NamedTuple):
     @classmethod
     def start_of(cls, horizon: int, steps: int = 0) -> "Resume":
         """The trajectory's start: ``steps`` inner steps from step 0 (with ``steps=0``,
-        a run whose ``adapted`` and ``state`` are where the trajectory begins: what a
+        a run whose ``adapted`` and ``inner_state`` are where the trajectory begins: what a
         carried-trajectory rule lays its variables out from)."""
         return cls(None, None, 0, steps, horizon, True)
 
@@ -73,9 +109,8 @@ class TaskRun(NamedTuple):
     field has a leading task axis).
 
     Attributes:
-      adapted: what the learner's adaptation gives (:meth:`~metalearn.Learner.adapt`:
-        weights by path; an embedding learner's ``Solution``; a neural process's
-        weights with its encoded context).
+      adapted: what the learner's adaptation gives (:class:`Adapted`: the adapted
+        weights, and the task's state: a head's fit, an encoded context).
       support_x, support_y: the support set the inner loop saw.
       query_x, query_y: the query set measured (after
         :meth:`~metalearn.Learner.query_data`).
@@ -85,11 +120,12 @@ class TaskRun(NamedTuple):
       steps: the inner steps asked for (``None``: the adapter's own).
       trajectory: the weights after every inner step, where the learner records them
         (:class:`Trajectory`), else ``None``.
-      state: a carried run's inner update state after its last step (``None`` for a
-        run that was not resumed).
+      inner_state: a carried run's inner-update state after its last step (momenta, a
+        learned optimizer's accumulators: what the next segment continues from;
+        ``None`` for a run that was not resumed).
     """
 
-    adapted: Any
+    adapted: Adapted
     support_x: Any
     support_y: Any
     query_x: Any
@@ -98,4 +134,4 @@ class TaskRun(NamedTuple):
     metrics: Dict[str, tf.Tensor]
     steps: Optional[int] = None
     trajectory: Optional[Trajectory] = None
-    state: Any = None
+    inner_state: Any = None

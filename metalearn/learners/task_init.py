@@ -4,8 +4,8 @@ One mechanism for every "per task" weight of the model: a :class:`TaskInit` piec
 which weights it sets (its task paths, left out of the learner's meta-variables) and
 computes their value for one task from its support set. The zeroing trick, Proto-MAML's
 head and CAVIA's context are all task initialisers. (A closed-form head's state, such
-as class prototypes, is not a model weight: it travels in
-:class:`~metalearn.learners.embedding.Solution`.)
+as class prototypes, is not a model weight: it travels in the task's state,
+:attr:`metalearn.learners.Adapted.state`.)
 """
 
 from __future__ import annotations

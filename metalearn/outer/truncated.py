@@ -136,7 +136,7 @@ class CarriedTrajectory(OptimizerRule):
             return
         one = tf.nest.map_structure(lambda t: t[0], episodes)
         start = learner.run_task(one, resume=Resume.start_of(self.horizon))
-        begun, state = start.adapted, start.state
+        begun, state = start.adapted.weights, start.inner_state
         paths = learner.adapter.adapted_paths(begun)
         tasks = episodes.num_tasks  # this replica's
         lead = ([self.trajectories] if self.trajectories > 1 else []) + [tasks]
@@ -237,7 +237,8 @@ class CarriedTrajectory(OptimizerRule):
             episode, carried_weights, carried_state = args
             run = learner.run_task(episode, weights=initial, resume=Resume(
                 carried_weights, carried_state, start, self.truncation, self.horizon, fresh))
-            return ({p: run.adapted[p] for p in carried_weights}, run.state, run.metrics)
+            return ({p: run.adapted.weights[p] for p in carried_weights}, run.inner_state,
+                    run.metrics)
 
         spec = lambda t: tf.TensorSpec(t.shape[1:], t.dtype)
         signature = (tf.nest.map_structure(spec, weights), tf.nest.map_structure(spec, state),

@@ -112,16 +112,24 @@ class Capabilities:
         ``FirstOrder``), so the meta-gradient holds no second-order terms (what the
         ``Auto`` formulation's memory model needs to know). Any part having it gives
         it to the whole.
+      padding: the part honours padded episodes (support labels given as
+        :class:`~metalearn.tasks.episode.MaskedLabels`, from a variable-way,
+        variable-shot sampler): the padded examples contribute nothing and the classes
+        the task does not have are out of it. A head must say so (every head of
+        :mod:`metalearn.heads` does); the learner refuses padded episodes to a part
+        that does not, rather than fit the padding. Every part must have it.
     """
 
     custom_gradient: bool = False
     task_axis: bool = True
     first_order: bool = False
+    padding: bool = True
 
     def __and__(self, other: "Capabilities") -> "Capabilities":
         return Capabilities(custom_gradient=self.custom_gradient or other.custom_gradient,
                             task_axis=self.task_axis and other.task_axis,
-                            first_order=self.first_order or other.first_order)
+                            first_order=self.first_order or other.first_order,
+                            padding=self.padding and other.padding)
 
 
 class Piece(tf.Module):

@@ -302,7 +302,7 @@ class GymCollection(Collection):
                  sampler: Optional[PolicySampler] = None):
         self.learner, self.collector = learner, collector
         self.sampler = sampler or PolicySampler(learner)
-        self._adapt = tf.function(lambda x, y, k: learner.adapt(x, y, steps=k),
+        self._adapt = tf.function(lambda x, y, k: learner.adapt(x, y, steps=k).weights,
                                   reduce_retracing=True)
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.adapters.wrappers import StepWrapper, SupportFromWeights
 from metalearn.functional import Weights
 from metalearn.learners.learner import Learner, adapt_trajectory
-from metalearn.learners.task import TaskRun
+from metalearn.learners.task import Adapted, TaskRun
 from metalearn.rl.environments import Environment, Trajectories, rollout
 from metalearn.rl.estimators import Batch, DiCE
 from metalearn.rl.policies import Categorical, Gaussian
@@ -248,9 +248,9 @@ class PolicyLearner(Learner):
                                                         tf.cast(step, tf.int64))
         return self.rollout_data(weights, x, seed)
 
-    def query_data(self, weights: Any, query_x: Any, query_y: Any) -> Tuple[Any, Any]:
+    def query_data(self, adapted: Adapted, query_x: Any, query_y: Any) -> Tuple[Any, Any]:
         """Trajectories of the adapted policy, seeded by the query seed."""
-        return self.rollout_data(weights, query_x, query_y)
+        return self.rollout_data(Adapted.of(adapted, "query_data").weights, query_x, query_y)
 
     def task_loss(self, y_true: Batch, y_pred: tf.Tensor) -> tf.Tensor:
         """Minus the estimator's objective of the trajectories ``y_true`` under the

@@ -196,7 +196,8 @@ class LearnerContract(abc.ABC):
         task = episodes.task(0)
         start = learner.initial_weights()
         adapted = learner.adapt(task.support_x, task.support_y)
-        weights = getattr(adapted, "weights", adapted)  # an embedding learner's Solution
+        assert isinstance(adapted, metalearn.learners.Adapted), type(adapted)
+        weights = adapted.weights
         for path, value in start.items():
             assert weights.get(path, value).shape == value.shape, path
         predictions = learner.predict(adapted, task.query_x)

@@ -47,7 +47,7 @@ def task_adapted(learner: metalearn.Learner, episode: Episode,
                  weights: Optional[Dict[str, tf.Tensor]] = None) -> Dict[str, np.ndarray]:
     """One task's adapted weights by path, eagerly (from ``weights`` or the model's)."""
     adapted = learner.adapt(episode.support_x, episode.support_y, weights=weights)
-    return {p: np.asarray(w) for p, w in adapted.items()}
+    return {p: np.asarray(w) for p, w in adapted.weights.items()}
 
 
 def values(learner: metalearn.Learner) -> Dict[str, np.ndarray]:
