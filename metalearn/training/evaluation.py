@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Union
 
 import gin
 import numpy as np
@@ -42,9 +42,10 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     batch collected for each number of inner steps, with the learner's weights.
 
     Returns:
-      ``{"num_tasks", "split", "seed", "episodes" (a digest of the episodes), "results":
-      {steps: {metric: {"mean", "ci95", "std"}}}, "per_task": {steps: {metric: [value
-      per episode]}}}``.
+      ``{"num_tasks", "split", "seed", "tasks" (:func:`task_description`: the sampler,
+      ways, shots, queries), "inner_steps", "episodes" (a digest of the episodes),
+      "results": {steps: {metric: {"mean", "ci95", "std"}}}, "per_task": {steps:
+      {metric: [value per episode]}}}``.
     """
     if int(num_tasks) < 2:
         raise ValueError(f"num_tasks must be >= 2, got {num_tasks}")
@@ -101,16 +102,72 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
                 values = values.reshape(values.shape[:2] + (-1,)).mean(axis=-1)
             digest.update(np.round(values, 5).tobytes())
     return {"num_tasks": int(num_tasks), "split": split, "seed": int(seed),
+            "tasks": task_description(sampler, split), "inner_steps": inner_steps,
             "episodes": digest.hexdigest()[:16], "results": results,
             "per_task": per_episode}
 
 
+def _count(value) -> Union[int, list]:
+    """A sampler's count (an int, or a tuple of choices) as JSON keeps it."""
+    if isinstance(value, (tuple, list)):
+        values = [int(v) for v in value]
+        return values[0] if len(values) == 1 else values
+    return int(value)
+
+
+def task_description(sampler: TaskSampler, split: str) -> Dict[str, object]:
+    """What a task of ``sampler``'s ``split`` is: ``{"sampler": class name, "ways",
+    "shots", "queries"}``, each count where the sampler has it (an int, or the list of
+    choices a task draws from; a classification sampler's queries are per class, a
+    regression sampler's per task). The shots are the split's (``train_shots`` for
+    ``"train"`` where the sampler has them)."""
+    description: Dict[str, object] = {"sampler": type(sampler).__name__}
+    shots = "train_shots" if split == "train" and hasattr(sampler, "train_shots") \
+        else "shots"
+    for key, attribute in (("ways", "ways"), ("shots", shots), ("queries", "queries")):
+        value = getattr(sampler, attribute, None)
+        if isinstance(value, (int, np.integer, tuple, list)) and not isinstance(value, bool):
+            try:
+                description[key] = _count(value)
+            except (TypeError, ValueError):  # not a count: leave it out
+                pass
+    return description
+
+
+def _counted(value, unit: str) -> str:
+    if isinstance(value, list):
+        contiguous = value == list(range(value[0], value[0] + len(value)))
+        value = f"{value[0]}-{value[-1]}" if contiguous and len(value) > 2 else \
+            "/".join(map(str, value))
+    return f"{value}-{unit}"
+
+
+def describe(report: Dict[str, object]) -> str:
+    """The first line of :func:`report_figures`: what was evaluated (the sampler, ways,
+    shots and queries, how many tasks of which split, the inner steps, the checkpoint),
+    e.g. ``Sinusoid, 5-shot, 10 queries per task: 600 test tasks (seed 0), after 1, 5,
+    10 inner steps, checkpoint step 70000``."""
+    tasks = dict(report.get("tasks") or {})
+    shape = " ".join(([_counted(tasks["ways"], "way")] if "ways" in tasks else [])
+                     + ([_counted(tasks["shots"], "shot")] if "shots" in tasks else []))
+    parts = [part for part in (tasks.get("sampler"), shape) if part]
+    if tasks.get("queries"):
+        parts.append(f"{tasks['queries']} queries per " +
+                     ("class" if "ways" in tasks else "task"))
+    steps = report.get("inner_steps") or list(report["results"])
+    return ((", ".join(parts) + ": " if parts else "")
+            + f"{report.get('num_tasks')} {report.get('split')} tasks (seed "
+            f"{report.get('seed')}), after {', '.join(map(str, steps))} inner steps, "
+            f"checkpoint step {report.get('checkpoint_step')}")
+
+
 def report_figures(report: Dict[str, object]) -> str:
-    """An evaluation report's results as lines a person reads (``<steps> inner steps:
-    <metric> <mean> ± <ci95> ...``): what the entry points log before they write the
-    report (:func:`metalearn.runs.files.write_results`)."""
-    lines = [f"checkpoint step {report.get('checkpoint_step')}, {report.get('num_tasks')} "
-             f"{report.get('split')} tasks (seed {report.get('seed')})"]
+    """An evaluation report's results as lines a person reads: what was evaluated
+    (:func:`describe`), then ``<steps> inner steps: <metric> <mean> ± <ci95> ...``
+    (the mean over the tasks and its 95% interval); the per-task values stay in the
+    report's file. What the entry points log before they write the report
+    (:func:`metalearn.runs.files.write_results`)."""
+    lines = [describe(report)]
     for steps, metrics in report["results"].items():
         lines.append(f"{steps} inner steps: " + "  ".join(
             f"{name} {m['mean']:.4f} ± {m['ci95']:.4f}" for name, m in metrics.items()))
