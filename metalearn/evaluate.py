@@ -11,9 +11,11 @@ writable, with free space, before anything is evaluated). It prints what it eval
 (the sampler, ways, shots and queries of the tasks, how many tasks of which split, the
 inner steps, the checkpoint step) and, for each number of inner steps, every metric's
 mean over the tasks ± its 95% interval; the per-task values are in the JSON file only.
-The figures are printed before the file is written: a write that fails still (a disk
-filled meanwhile) names the file and the reason, and logs the file's whole content, so
-the evaluation is not lost.
+Progress lines with an ETA come every 15 seconds (``evaluate.log_every_seconds``), and
+the means go to TensorBoard too (``eval/<report>/`` in the workdir, at the checkpoint's
+step: ``tensorboard --logdir runs/``). The figures are printed before the file is
+written: a write that fails still (a disk filled meanwhile) names the file and the
+reason, and logs the file's whole content, so the evaluation is not lost.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import metalearn  # noqa: F401
 from metalearn.flags import (define_determinism_flag, define_gin_flags,
                              determinism_params, resolve_gin_files)
 from metalearn.training import evaluate, restore
-from metalearn.training.evaluation import report_figures
+from metalearn.training.evaluation import report_figures, write_summaries
 from metalearn.runs.files import check_writable, write_json_results
 from metalearn.runs.workdir import Workdir
 from metalearn.runs.modules import import_modules
@@ -69,6 +71,7 @@ def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str]
         show(figures)  # results first, then the file
         figures = None  # shown: write_json_results need not log them again
     write_json_results(path, report, figures, "evaluation")  # figures logged first
+    write_summaries(report, Workdir(workdir).evaluation_summaries(output))  # TensorBoard
     return report
 
 

@@ -126,3 +126,31 @@ def test_evaluation_says_what_it_evaluated():
         "after 1, 10 inner steps, checkpoint step 70000")
     assert "10 inner steps: accuracy 0.9000 ± 0.0200" in figures
     assert "0.123456" not in figures  # the per-task values stay in the file
+
+
+def test_evaluation_logs_progress_and_writes_summaries(tmp_path, monkeypatch):
+    import keras
+    import tensorflow as tf
+    from metalearn import Learner, tasks
+    from metalearn.adapters import GradientDescent
+    from metalearn.training import evaluation
+    from metalearn.training.evaluation import evaluate, write_summaries
+    logged = []
+    monkeypatch.setattr(evaluation.logging, "info", lambda *a: logged.append(a[0] % a[1:]))
+    monkeypatch.setattr(evaluation.time, "perf_counter", iter(range(0, 1000, 10)).__next__)
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    learner = Learner(model, GradientDescent(steps=1, learning_rate=0.01),
+                      loss=keras.losses.MeanSquaredError())
+    report = evaluate(learner, tasks.Sinusoid(shots=5), num_tasks=4, batch_size=2,
+                      inner_steps=(0, 1), log_every_seconds=15)
+    assert logged and all(line.startswith("evaluation ") and " ETA " in line
+                          for line in logged), logged
+    assert any("sampling the test tasks" in line for line in logged), logged
+    assert report["inner_steps"] == [0, 1]
+    report["checkpoint_step"] = 7
+    write_summaries(report, str(tmp_path / "eval"))
+    tags = set()
+    for event_file in tf.io.gfile.glob(str(tmp_path / "eval" / "*")):
+        for event in tf.compat.v1.train.summary_iterator(event_file):
+            tags |= {(v.tag, event.step) for v in event.summary.value}
+    assert {("loss/1_inner_steps", 7), ("loss_ci95/0_inner_steps", 7)} <= tags, tags

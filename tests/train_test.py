@@ -101,6 +101,7 @@ def test_command_line_train_and_evaluate(tmp_path):
                                        f"{report['num_tasks']} test tasks (seed 0)")
     assert "per_task" not in evaluated.stdout + evaluated.stderr
     assert os.path.join(workdir, "eval_5shot.json") in evaluated.stdout
+    assert os.listdir(os.path.join(workdir, "eval", "eval_5shot"))  # TensorBoard
 
 
 def test_command_line_names_a_missing_gin_file(tmp_path):
