@@ -36,12 +36,18 @@ import os as _os
 
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # TensorFlow's own chatter out of the default output, ours in: its C++ INFO and WARNING
-# lines (CUDA probing on CPU machines; level 1 does not hide those logged before absl's
-# C++ logging starts) unless TF_CPP_MIN_LOG_LEVEL is set (it takes effect when metalearn
-# is imported before TensorFlow, as the entry points do); and its Python INFO lines
-# ("Sharding callback duration: 14 microseconds" after every checkpoint), below.
-# TensorFlow's errors stay; metalearn's own absl lines are not affected.
+# lines unless TF_CPP_MIN_LOG_LEVEL is set (it takes effect when metalearn is imported
+# before TensorFlow, as the entry points do); and its Python INFO lines ("Sharding
+# callback duration: 14 microseconds" after every checkpoint), below. TensorFlow's
+# errors stay; metalearn's own absl lines are not affected. The GPU probe's lines on a
+# machine without CUDA ("Could not find cuda drivers", "failed call to cuInit"), which
+# that setting does not hide, are left out of the command lines' output (_quiet).
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from metalearn import _quiet  # noqa: E402  (imports nothing heavy)
+
+if _quiet.is_entry_point():  # python -m metalearn.train, .evaluate, ...
+    _quiet.import_tensorflow_quietly()
 
 import logging as _logging  # noqa: E402
 

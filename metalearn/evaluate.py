@@ -7,27 +7,35 @@ r"""Evaluates a trained run on held-out tasks, with 95% confidence intervals.
 Rebuilds the run from its saved config.gin (plus any --gin_file/--gin_param on top),
 restores the newest intact checkpoint and writes the results as JSON into the workdir
 (--workdir is checked to be a run directory and --output's folder is created and checked
-writable, with free space, before anything is evaluated). The figures are logged before
-the file is written: a write that fails still (a disk filled meanwhile) names the file
-and the reason, and logs the file's whole content, so the evaluation is not lost.
+writable, with free space, before anything is evaluated). It prints what it evaluated
+(the sampler, ways, shots and queries of the tasks, how many tasks of which split, the
+inner steps, the checkpoint step) and, for each number of inner steps, every metric's
+mean over the tasks ± its 95% interval; the per-task values are in the JSON file only.
+Progress lines with an ETA come every 15 seconds (``evaluate.log_every_seconds``), and
+the means go to TensorBoard too (``eval/<report>/`` in the workdir, at the checkpoint's
+step: ``tensorboard --logdir runs/``). The figures are printed before the file is
+written: a write that fails still (a disk filled meanwhile) names the file and the
+reason, and logs the file's whole content, so the evaluation is not lost.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Dict, Sequence
+import os
+from typing import Callable, Dict, Optional, Sequence
 
 from absl import app, flags
 
 import metalearn  # noqa: F401
-from metalearn.flags import define_gin_flags, resolve_gin_files
+from metalearn.flags import (define_determinism_flag, define_gin_flags,
+                             determinism_params, resolve_gin_files)
 from metalearn.training import evaluate, restore
-from metalearn.training.evaluation import report_figures
+from metalearn.training.evaluation import report_figures, write_summaries
 from metalearn.runs.files import check_writable, write_json_results
 from metalearn.runs.workdir import Workdir
 from metalearn.runs.modules import import_modules
 
 define_gin_flags()
+define_determinism_flag()
 flags.DEFINE_string("workdir", None, "A run directory written by metalearn.train.")
 flags.DEFINE_string("output", Workdir.EVALUATION, "Results file, relative to the workdir (or "
                     "absolute); its folder is created, and checked writable first.")
@@ -36,12 +44,16 @@ FLAGS = flags.FLAGS
 
 
 def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str] = (),
-        gin_params: Sequence[str] = (), modules: Sequence[str] = ()) -> Dict[str, object]:
+        gin_params: Sequence[str] = (), modules: Sequence[str] = (),
+        show: Optional[Callable[[str], None]] = None) -> Dict[str, object]:
     """What ``python -m metalearn.evaluate`` does: restores the run, evaluates it and
     writes the report to ``output`` (relative to ``workdir``; its folder is created).
     The output's writability is checked before anything is restored or evaluated.
     The modules the run recorded are imported again (``modules.json``); ``modules``
-    adds more (``--module``), e.g. the one a ``gin_files`` binding names.
+    adds more (``--module``), e.g. the one a ``gin_files`` binding names. The figures
+    (:func:`~metalearn.training.evaluation.report_figures`: what was evaluated, each
+    metric's mean ± 95% interval) go to ``show`` before the file is written (``print``
+    at the command line); ``None``: to the log.
 
     Returns:
       The report (``evaluate``'s, plus ``checkpoint_step``).
@@ -54,16 +66,25 @@ def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str]
     report = evaluate(experiment.learner, experiment.sampler,
                       formulation=experiment.formulation)
     report["checkpoint_step"] = experiment.restored_step
-    write_json_results(path, report, report_figures(report), "evaluation")  # logged first
+    figures = report_figures(report)
+    if show is not None:
+        show(figures)  # results first, then the file
+        figures = None  # shown: write_json_results need not log them again
+    write_json_results(path, report, figures, "evaluation")  # figures logged first
+    write_summaries(report, Workdir(workdir).evaluation_summaries(output))  # TensorBoard
     return report
 
 
 def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    report = run(FLAGS.workdir, FLAGS.output, FLAGS.gin_file, FLAGS.gin_param,
-                 FLAGS.module)  # logs the figures before it writes them
-    print(json.dumps(report, sort_keys=True))
+    # what was evaluated and the means, printed before the file is written; the
+    # per-task values go to the file only
+    run(FLAGS.workdir, FLAGS.output, FLAGS.gin_file,
+        list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic), FLAGS.module,
+        show=lambda figures: print(figures, flush=True))
+    path = os.path.abspath(Workdir(FLAGS.workdir).evaluation(FLAGS.output))
+    print(f"per-task values and the whole report: {path}")
 
 
 if __name__ == "__main__":

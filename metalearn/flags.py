@@ -1,4 +1,11 @@
-"""Flags shared by the absl entry points (gin's conventional flag names)."""
+"""Flags shared by the absl entry points (gin's conventional flag names).
+
+An entry point calls :func:`define_gin_flags` (and :func:`define_determinism_flag`) at
+import; the flags they define belong to that entry point, as if it had defined them
+itself: ``python -m metalearn.train --help`` lists them beside the entry point's own
+(absl's ``--help`` shows the main module's key flags; this module disclaims the flags
+it defines, so they are key to its caller).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +14,22 @@ from typing import List, Sequence
 
 from absl import flags
 
-from metalearn.repository import EXPERIMENTS_DIR
+from metalearn.repository import EXPERIMENTS_DIR, ROOT
+
+# The flags defined below are the calling entry point's: defined by it and key to it,
+# so that its --help (not only --helpfull) lists them.
+flags.disclaim_key_flags()
+
+GIN_FILE_HELP = ("Gin config files, parsed in order. A relative path is looked up as gin "
+                 "looks up an include: from the working directory, then from the "
+                 "repository root (so --gin_file=experiments/sinusoid/maml.gin works from "
+                 "any directory), then under experiments/")
 
 
 def define_gin_flags() -> None:
-    flags.DEFINE_multi_string("gin_file", [], "Gin config files, parsed in order. A path "
-                              "not found as given is looked up under experiments/.")
+    """Defines ``--gin_file``, ``--gin_param`` and ``--module`` for the calling entry
+    point (key flags of it: its ``--help`` lists them)."""
+    flags.DEFINE_multi_string("gin_file", [], GIN_FILE_HELP)
     flags.DEFINE_multi_string("gin_param", [], "Gin bindings applied after the files, "
                               "e.g. --gin_param='Loop.num_steps=100'.")
     flags.DEFINE_multi_string("module", [], "A module of your own to import before gin "
@@ -24,6 +41,7 @@ def define_gin_flags() -> None:
 
 
 def define_determinism_flag() -> None:
+    """Defines ``--deterministic`` for the calling entry point (a key flag of it)."""
     flags.DEFINE_bool("deterministic", False, "Turn on TensorFlow's op determinism and "
                       "seed every generator from Runtime.seed (the binding "
                       "Runtime.deterministic=True, recorded in config.gin): the same "
@@ -36,11 +54,28 @@ def determinism_params(deterministic: bool) -> List[str]:
     return ["Runtime.deterministic = True"] if deterministic else []
 
 
+def gin_file_candidates(path: str) -> List[str]:
+    """Where :func:`resolve_gin_files` looks for ``path``, in order: as given (from the
+    working directory), from the repository root (where gin's ``include`` looks next:
+    ``metalearn.configurables`` adds the root to gin's search path), then under
+    ``experiments/`` (``--gin_file=sinusoid/maml.gin``). An absolute path: itself."""
+    if os.path.isabs(path):
+        return [path]
+    candidates = [path, os.path.join(ROOT, path), os.path.join(EXPERIMENTS_DIR, path)]
+    return [c for i, c in enumerate(candidates) if c not in candidates[:i]]
+
+
 def resolve_gin_files(paths: Sequence[str]) -> List[str]:
-    """Each path as given if it exists, else under the repository's experiments/."""
+    """Each path where it is first found among :func:`gin_file_candidates`, so that a
+    ``--gin_file`` resolves as the files' own ``include`` lines do, from any working
+    directory.
+
+    Raises:
+      FileNotFoundError: a path is in none of the places; the message lists them.
+    """
     resolved = []
     for path in paths:
-        candidates = [path, os.path.join(EXPERIMENTS_DIR, path)]
+        candidates = gin_file_candidates(os.fspath(path))
         found = next((c for c in candidates if os.path.isfile(c)), None)
         if found is None:
             raise FileNotFoundError(f"gin file {path!r} not found (looked in {candidates})")

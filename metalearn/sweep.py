@@ -28,10 +28,11 @@ import sys
 from absl import app, flags
 
 import metalearn  # noqa: F401  (registers the configurables)
-from metalearn.flags import define_gin_flags
+from metalearn.flags import define_determinism_flag, define_gin_flags, determinism_params
 from metalearn.studies import sweeps
 
 define_gin_flags()
+define_determinism_flag()  # every run's
 flags.DEFINE_string("sweep_file", None, "A sweep file (gin binding sweep.*), e.g. "
                     "experiments/sweeps/sinusoid_inner_lr.gin; --gin_file, --gin_param, "
                     "--axis and --zip add to it.")
@@ -56,7 +57,7 @@ def spec_from_flags() -> sweeps.SweepSpec:
     spec = sweeps.load_sweep_file(metalearn.flags.resolve_gin_files([FLAGS.sweep_file])[0]) \
         if FLAGS.sweep_file else sweeps.SweepSpec()
     spec.gin_files += list(FLAGS.gin_file)
-    spec.gin_params += list(FLAGS.gin_param)
+    spec.gin_params += list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic)
     spec.modules += list(FLAGS.module)
     zipped_keys = [key for group in spec.zipped for key in group]
     sweeps.add_axes(spec.axes, FLAGS.axis, taken=zipped_keys)

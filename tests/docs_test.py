@@ -1,9 +1,12 @@
-"""The tutorials in docs/ run as written, and the CAVIA pieces' meta-gradient is exact."""
+"""The tutorials in docs/ run as written, the front door's code (README.md, docs/getting_started.md)
+runs as pasted, and the CAVIA pieces' meta-gradient is exact."""
 
 import functools
 import glob
 import os
 import re
+import subprocess
+import sys
 
 import gin
 import numpy as np
@@ -53,6 +56,24 @@ def test_every_tutorial_is_there_with_code():
                          ids=lambda p: os.path.relpath(p, ROOT))
 def test_doc_code_runs(path):
     run_doc(path)
+
+
+FRONT_DOOR = ["README.md", os.path.join("docs", "getting_started.md")]
+
+
+@pytest.mark.parametrize("page", FRONT_DOOR)
+def test_front_door_code_runs_as_pasted(page, tmp_path):
+    """The page's own Python blocks, as they are, one after the other in a fresh Python
+    process (what a newcomer pasting them gets), from a folder outside the checkout."""
+    blocks = python_blocks(os.path.join(ROOT, page))
+    assert blocks, page
+    script = tmp_path / "pasted.py"
+    script.write_text("\n".join(blocks))
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path,
+                            env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, f"{page}'s code failed:\n{result.stderr[-4000:]}"
+    assert "(10, 1) 6" in result.stdout  # the output the page shows in a comment
 
 
 def test_cavia_is_short():

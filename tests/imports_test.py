@@ -61,7 +61,7 @@ def test_experiment_threads_sizes_the_pools_before_the_runtime_starts():
 
 FLOORS = {
     "metalearn._compat": 0, "metalearn.repository": 0, "metalearn.statistics": 0,
-    "metalearn.atomic": 0, "metalearn.ranges": 0,
+    "metalearn.atomic": 0, "metalearn.ranges": 0, "metalearn._quiet": 0,
     "metalearn.functional": 1, "metalearn.tasks": 1, "metalearn.models": 1,
     "metalearn.layers": 1, "metalearn.configurables": 1, "metalearn.flags": 1,
     "metalearn.pieces": 2,

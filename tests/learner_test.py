@@ -1,7 +1,5 @@
-"""Learner: the README example, purity of adaptation, formulations and compilation."""
-
-import os
-import re
+"""Learner: purity of adaptation, formulations and compilation (the README's example runs
+as pasted in tests/docs_test.py)."""
 
 import keras
 import numpy as np
@@ -13,27 +11,6 @@ from metalearn import execution, models
 from metalearn.adapters import GradientDescent
 from metalearn.tasks import Sinusoid
 from metalearn.testing import image_episodes, small_learner, softmax_xent
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def test_readme_example():
-    # README.md's "Using the library" example, run as written on a batch of sinusoid tasks.
-    with open(os.path.join(ROOT, "README.md")) as f:
-        example, outer_step = re.findall(r"^```python\n(.*?)^```", f.read(),
-                                         re.MULTILINE | re.DOTALL)[:2]
-    episodes = Sinusoid(shots=10).sample(tf.constant([0, 0]), num_tasks=25)  # [25, 10, 1]
-    namespace = {"episodes": episodes, "support_x": episodes.support_x[0],
-                 "support_y": episodes.support_y[0], "query_x": episodes.query_x[0]}
-    exec(compile(example, "README.md[python block 0]", "exec"), namespace)
-    assert namespace["y_hat"].shape == (10, 1)
-    assert namespace["loss"].shape == ()
-    assert len(namespace["learner"].meta_variables) == 6
-    before = [v.numpy().copy() for v in namespace["learner"].meta_variables]
-    exec(compile(outer_step, "README.md[python block 1]", "exec"), namespace)  # one outer step
-    assert np.isfinite(float(namespace["metrics"]["loss"]))
-    assert any(not np.array_equal(b, v.numpy())
-               for b, v in zip(before, namespace["learner"].meta_variables))
 
 
 def test_variables_bit_identical_after_adapt_and_meta_loss():

@@ -7,7 +7,7 @@ for a package without one, its public modules; for an exported module, its own
 ``__all__``) has a docstring and appears in the API reference (the inventory,
 ``objects.inv``, that mkdocstrings writes for the pages it rendered). Every tutorial is
 linked from the home page. The README stays a front door: short, the two set-up commands
-as CI runs them, its links resolving (its usage example runs in tests/learner_test.py).
+as CI runs them, its links resolving (its code runs as pasted in tests/docs_test.py).
 """
 
 import glob

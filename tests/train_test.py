@@ -88,12 +88,20 @@ def test_command_line_train_and_evaluate(tmp_path):
     subprocess.run([sys.executable, "-m", "metalearn.train", f"--gin_file={SINUSOID}",
                     f"--workdir={workdir}", *params], check=True, env=env, cwd=ROOT,
                    capture_output=True)
-    subprocess.run([sys.executable, "-m", "metalearn.evaluate", f"--workdir={workdir}",
-                    "--gin_param=Sinusoid.shots=5", "--output=eval_5shot.json"],
-                   check=True, env=env, cwd=ROOT, capture_output=True)
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "metalearn.evaluate", f"--workdir={workdir}",
+         "--gin_param=Sinusoid.shots=5", "--output=eval_5shot.json"],
+        check=True, env=env, cwd=ROOT, capture_output=True, text=True)
     with open(os.path.join(workdir, "eval_5shot.json")) as f:
         report = json.load(f)
     assert report["checkpoint_step"] == 20 and "10" in report["results"]
+    assert report["tasks"] == {"sampler": "Sinusoid", "shots": 5, "queries": 10}
+    # it says what it evaluated; the per-task values are in the file, not the output
+    assert evaluated.stdout.startswith("Sinusoid, 5-shot, 10 queries per task: "
+                                       f"{report['num_tasks']} test tasks (seed 0)")
+    assert "per_task" not in evaluated.stdout + evaluated.stderr
+    assert os.path.join(workdir, "eval_5shot.json") in evaluated.stdout
+    assert os.listdir(os.path.join(workdir, "eval", "eval_5shot"))  # TensorBoard
 
 
 def test_command_line_names_a_missing_gin_file(tmp_path):

@@ -11,6 +11,7 @@ workdir file name. What each holds::
     train/                TensorBoard summaries of meta-training
     .train.lock           one training process per workdir (runs/lock.py)
     eval.json             an evaluation report (metalearn.evaluate; any eval*.json)
+    eval/<report>/        TensorBoard summaries of each evaluation report (eval/eval/)
     sweep_run.json        a sweep's record of this run (its bindings and config files)
     .sweep.lock           held by the sweep process that runs this run
     train.log             a sweep run's output
@@ -44,6 +45,7 @@ class Workdir:
     TRAIN_LOCK = ".train.lock"
     EVALUATION = "eval.json"
     EVALUATIONS = "eval*.json"
+    EVALUATION_SUMMARIES = "eval"
     SWEEP_RUN = "sweep_run.json"
     SWEEP_LOCK = ".sweep.lock"
     TRAIN_LOG = "train.log"
@@ -127,6 +129,13 @@ class Workdir:
         """An evaluation report's path: ``name`` in this workdir (an absolute ``name``
         as given)."""
         return self._file(name)
+
+    def evaluation_summaries(self, name: str = EVALUATION) -> str:
+        """``eval/<report>/``: TensorBoard summaries of the evaluation report ``name``
+        (``eval/eval_5shot/`` for ``eval_5shot.json``), in this workdir wherever the
+        report is written."""
+        stem = os.path.splitext(os.path.basename(os.fspath(name)))[0]
+        return self._file(os.path.join(self.EVALUATION_SUMMARIES, stem))
 
     def evaluations(self) -> List[str]:
         """Every evaluation report here (``eval*.json``), sorted."""
