@@ -1,4 +1,4 @@
-"""TRPO as an outer rule (metalearn.outer.trpo), on a tabular MDP in float64.
+"""TRPO as an outer rule (metalearn.rl.trpo), on a tabular MDP in float64.
 
 Each piece against an independent reference: conjugate gradient against a dense solve;
 the Fisher products against central differences of the KL's gradient; the surrogate's
@@ -20,9 +20,9 @@ from metalearn import execution, models
 from metalearn.testing import OuterRuleContract
 from metalearn.testing.outer import FORMULATIONS
 from metalearn.adapters import GradientDescent
-from metalearn.outer import TRPO, ClippedRatio
-from metalearn.outer.clipped import adapted_kl_coefficient
-from metalearn.outer.trpo import TrustRegion, backtracking_line_search, conjugate_gradient
+from metalearn.rl import TRPO, ClippedRatio
+from metalearn.rl.clipped import adapted_kl_coefficient
+from metalearn.rl.trpo import TrustRegion, backtracking_line_search, conjugate_gradient
 from metalearn.pieces import HyperparameterRangeError
 from metalearn.rl import Collected, DiCE, PolicyLearner, Rollouts, TabularMDP
 
@@ -401,6 +401,24 @@ def test_clipped_ratio_refuses_what_it_cannot_run():
     supervised = metalearn.Learner(models.mlp((1,), hidden=(), outputs=1), loss="mse")
     with pytest.raises(TypeError, match="TRPO needs a learner"):
         metalearn.training.make_meta_step(supervised, ClippedRatio())
+
+
+def test_the_meta_rl_rules_live_in_rl_and_ask_for_a_policy_learner():
+    class LooksLikeOne(metalearn.Learner):  # the members, not the learner
+        distribution = metalearn.rl.Categorical()
+
+        def collect(self, episode, steps=None, weights=None):
+            return episode
+
+        def outputs_of(self, run):
+            return run.predictions
+
+    duck = LooksLikeOne(models.mlp((1,), hidden=(), outputs=2), loss="mse")
+    with pytest.raises(TypeError, match="run on a metalearn.rl.PolicyLearner"):
+        TRPO().build(duck)
+    for name in ("TRPO", "ClippedRatio"):
+        with pytest.raises(AttributeError, match=f"moved to metalearn.rl.{name}"):
+            getattr(metalearn.outer, name)
 
 
 def test_the_adaptive_kl_coefficient_doubles_halves_or_keeps():

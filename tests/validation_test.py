@@ -1420,7 +1420,7 @@ CASES: List[Case] = [
          "a supervised `Learner`", TypeError,
          "TRPO needs a learner whose trajectories can be collected",
          lambda p: run_gin(p, SINUSOID + ["Experiment.outer_rule = @TRPO()"]), None,
-         "what the learner lacks (`collect`, `outputs_of`), before the first step"),
+         "the learner's class and the PolicyLearner it needs, before the first step"),
     Case("unknown Gymnasium environment id", "`HalfCheetahVelocity(env_id='HalfCheetah-v99')`"
          " given to a `GymCollector`", ValueError, "Gymnasium cannot make 'HalfCheetah-v99'",
          unknown_gymnasium_id, None, "the environment class, the id and Gymnasium's reason"),

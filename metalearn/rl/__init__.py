@@ -15,6 +15,12 @@ learner that samples trajectories inside the compiled step.
   Python environment gives the training loop), :func:`collect_episodes`.
 * :mod:`metalearn.rl.learner`: :class:`PolicyLearner`, :class:`Rollouts`,
   :class:`Collected` (trajectories collected ahead of the step, replayed).
+* meta-RL's own outer rules, which run on a :class:`PolicyLearner` only:
+  :mod:`metalearn.rl.trpo` (:class:`TRPO`, the MAML paper's trust region) and
+  :mod:`metalearn.rl.clipped` (:class:`ClippedRatio`, PPO / ProMP).
+
+The package is one floor, above the outer rules (:mod:`metalearn.outer`), whose
+interface its rules implement.
 """
 
 from metalearn.rl.environments import (MDP, Environment, PointNavigation, TabularMDP,
@@ -27,12 +33,14 @@ from metalearn.rl.gym import (GymCollection, GymCollector, HalfCheetahDirection,
                               SimulatorError, collect_episodes)
 from metalearn.rl.learner import Collected, PolicyLearner, Rollouts, mean_return
 from metalearn.rl.policies import Categorical, Gaussian, LogStd, gaussian_policy
+from metalearn.rl.trpo import TRPO, TrustRegion
+from metalearn.rl.clipped import ClippedRatio
 
-__all__ = ["MDP", "Batch", "Categorical", "Collected", "DiCE", "Environment", "Gaussian",
+__all__ = ["MDP", "Batch", "Categorical", "ClippedRatio", "Collected", "DiCE", "Environment", "Gaussian",
            "GymCollection", "GymCollector", "HalfCheetahDirection", "HalfCheetahVelocity",
            "LinearFeatureBaseline", "LogStd", "NaiveSurrogate", "PointNavigation",
            "PolicyLearner", "PolicySampler", "PythonEnvironment", "Rollouts",
-           "SimulatorError", "TabularMDP", "Trajectories", "ValueNetworkBaseline",
+           "SimulatorError", "TRPO", "TabularMDP", "Trajectories", "TrustRegion", "ValueNetworkBaseline",
            "collect_episodes",
            "discounted_returns", "gae", "gaussian_policy", "magic_box", "mean_return",
            "rollout"]

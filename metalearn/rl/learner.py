@@ -37,7 +37,7 @@ class Collected(NamedTuple):
     trajectories each inner step sees) or ``query_y`` (``[n, T, ...]``). What a Python
     environment's collector gives the step (sampled outside it), and what an outer rule
     that evaluates the meta-objective at several meta-variable values on the same data
-    (:class:`metalearn.outer.TRPO`) holds fixed (:meth:`PolicyLearner.collect`).
+    (:class:`metalearn.rl.TRPO`) holds fixed (:meth:`PolicyLearner.collect`).
 
     Attributes:
       trajectories: :class:`~metalearn.rl.environments.Trajectories`.

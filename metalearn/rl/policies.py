@@ -8,7 +8,7 @@ called by the learner with whatever weights it has at that point (initial, adapt
 the same model serves the pre-update and the post-update policy.
 
 Both give the KL divergence between two sets of outputs (:meth:`~Categorical.kl`: what
-a trust region, :class:`metalearn.outer.TRPO`, bounds).
+a trust region, :class:`metalearn.rl.TRPO`, bounds).
 
 * :class:`Categorical`: the model's outputs are the logits of the actions.
 * :class:`Gaussian`: the outputs are a mean and a log standard deviation per action

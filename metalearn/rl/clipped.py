@@ -3,7 +3,7 @@ several epochs of a Keras optimizer on the clipped likelihood-ratio surrogate of
 same collected trajectories.
 
 Each step collects the batch's trajectories at the current meta-variables ``theta``
-(:class:`~metalearn.outer.trpo.TrustRegion`: every inner step's support trajectories
+(:class:`~metalearn.rl.trpo.TrustRegion`: every inner step's support trajectories
 and the adapted policy's query trajectories, held fixed), then runs ``epochs`` updates;
 in each, every task is adapted again on its collected support trajectories (their
 surrogates weighted by the likelihood ratio to the collecting policy, so the inner
@@ -35,15 +35,15 @@ import keras
 import tensorflow as tf
 
 from metalearn.outer.rule import Metrics, OptimizerRule
-from metalearn.outer.trpo import TRPO, TrustRegion, query_ratios
+from metalearn.rl.trpo import TRPO, TrustRegion, query_ratios
 from metalearn.pieces import COUNT, NON_NEGATIVE, POSITIVE, check_range
 from metalearn.tasks.episode import Episode
 
 
 def clipped_figures(learner, episode: Episode, old_outputs: tf.Tensor, clip: float
                     ) -> Metrics:
-    """:func:`~metalearn.outer.trpo.trust_region_figures` of one collected task (one
-    adaptation, :func:`~metalearn.outer.trpo.query_ratios`) and
+    """:func:`~metalearn.rl.trpo.trust_region_figures` of one collected task (one
+    adaptation, :func:`~metalearn.rl.trpo.query_ratios`) and
     ``"clipped"`` (the weighted mean over the query steps of ``min(r A, clip(r) A)``)
     and ``"inner_kl"`` (the mean over the first inner step's support steps of
     ``log pi_collected - log pi_current`` of the actions: the KL estimate from the
@@ -85,7 +85,7 @@ def adapted_kl_coefficient(coefficient: tf.Tensor, kl: tf.Tensor, target: float
 class ClippedRatio(OptimizerRule):
     """PPO / ProMP on the meta-objective: ``epochs`` updates of a Keras optimizer on
     the clipped surrogate of one collected batch (the module's docstring), for a
-    learner :class:`~metalearn.outer.TRPO` can run (:class:`metalearn.rl.PolicyLearner`).
+    learner :class:`~metalearn.rl.TRPO` can run (:class:`metalearn.rl.PolicyLearner`).
 
     The figures reported are the learner's per-task figures before the first update
     (on the collected trajectories, equal to the on-policy ones). Several updates per

@@ -39,6 +39,7 @@ from metalearn.learners.learner import Learner
 from metalearn.outer import replicas
 from metalearn.outer.rule import Directions, Metrics, OuterRule
 from metalearn.pieces import COUNT, NON_NEGATIVE, POSITIVE, Range, check_range
+from metalearn.rl.learner import PolicyLearner
 from metalearn.tasks.episode import Episode
 
 Vector = List[tf.Tensor]
@@ -255,18 +256,17 @@ class TRPO(OuterRule):
 
     @staticmethod
     def check(learner: Learner) -> None:
-        """Raises ``TypeError`` for a learner TRPO cannot run: one without ``collect``
-        and ``outputs_of`` (a :class:`metalearn.rl.PolicyLearner` has them) or whose
-        ``distribution`` has no ``kl``."""
-        missing = [name for name in ("collect", "outputs_of")
-                   if not callable(getattr(learner, name, None))]
-        if missing or not callable(getattr(getattr(learner, "distribution", None), "kl",
-                                           None)):
+        """Raises ``TypeError`` for a learner TRPO cannot run: one that is not a
+        :class:`~metalearn.rl.PolicyLearner` (whose trajectories it collects and
+        compares) or whose ``distribution`` has no ``kl``."""
+        if not isinstance(learner, PolicyLearner):
             raise TypeError(
-                f"TRPO needs a learner whose trajectories can be collected and compared "
-                f"(metalearn.rl.PolicyLearner: collect, outputs_of, a distribution "
-                f"with kl); {type(learner).__name__} lacks "
-                f"{missing or ['distribution.kl']}")
+                f"TRPO needs a learner whose trajectories can be collected and compared: "
+                f"TRPO and the clipped ratio run on a metalearn.rl.PolicyLearner "
+                f"(collect, outputs_of); got {type(learner).__name__}")
+        if not callable(getattr(learner.distribution, "kl", None)):
+            raise TypeError(f"TRPO needs a policy distribution with kl; "
+                            f"{type(learner.distribution).__name__} has none")
 
     def build(self, learner: Learner) -> None:
         self.check(learner)
