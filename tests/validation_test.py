@@ -799,6 +799,13 @@ def learned_rule_on_other_weights(tmp_path) -> None:
                 rule.init({"mlp/hidden0/kernel": tf.zeros([2, 3])}), {}, StepInfo(0, 2))
 
 
+def learned_rule_optimizer_climbing(tmp_path) -> None:
+    from metalearn.adapters import LearnedRule, LearnedRuleOptimizer
+    rule = LearnedRule(hidden=(4,))
+    rule.create()
+    LearnedRuleOptimizer(rule, learning_rate=-0.5)
+
+
 def learned_rule_of_another_shape(tmp_path) -> None:
     from metalearn.adapters import LearnedRule
     saved = LearnedRule(hidden=(16,))
@@ -1459,6 +1466,10 @@ CASES: List[Case] = [
          lambda p: run_gin(p, POINT_NAV + ["Experiment.outer_rule = @TRPO()",
                                            "Runtime.jit_compile = True"]), None,
          "the rule and the reason, before the first step"),
+    Case("learned-rule Keras optimizer of a negative learning rate",
+         "`LearnedRuleOptimizer(rule, learning_rate=-0.5)`", HyperparameterRangeError,
+         "LearnedRuleOptimizer.learning_rate must be > 0, got -0.5",
+         learned_rule_optimizer_climbing, None, "the value and the range"),
 ]
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
@@ -288,9 +289,15 @@ class LearnedRuleOptimizer(keras.optimizers.Optimizer):
 
     Args:
       rule: a built :class:`LearnedRule` (or one created with ``create``).
-      learning_rate: the base step; ``None``: the rule's.
+      learning_rate: the base step (> 0, or a Keras schedule); ``None``: the rule's.
       name: the optimizer's name; other keyword arguments go to
         ``keras.optimizers.Optimizer`` (``clipnorm``, ``weight_decay``, ...).
+
+    Raises:
+      TypeError: ``rule`` is not a :class:`LearnedRule`; ``learning_rate`` a value that
+        is no number (a string, a bool).
+      HyperparameterRangeError: a ``learning_rate`` number that is not > 0 (it would
+        climb the loss).
     """
 
     def __init__(self, rule: LearnedRule, learning_rate: Any = None,
@@ -303,8 +310,12 @@ class LearnedRuleOptimizer(keras.optimizers.Optimizer):
             raise TypeError(f"LearnedRuleOptimizer takes a metalearn LearnedRule, got "
                             f"{rule!r}")
         frozen = rule.values()
-        super().__init__(learning_rate=rule.learning_rate if learning_rate is None
-                         else learning_rate, name=name, **kwargs)
+        if learning_rate is None:
+            learning_rate = rule.learning_rate
+        elif isinstance(learning_rate, (numbers.Real, str)):  # a schedule passes as it is
+            learning_rate = check_range("LearnedRuleOptimizer", "learning_rate",
+                                        learning_rate, POSITIVE)
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.rule = LearnedRule(**{**rule.config(), "learning_rate": 1.0})
         self.frozen = frozen
 
