@@ -236,6 +236,32 @@ def undecodable_folder_image(tmp_path) -> None:
     load_image_folder(str(tmp_path / "images"))
 
 
+def dangling_folder_image(tmp_path) -> None:
+    (tmp_path / "images" / "cat").mkdir(parents=True)
+    (tmp_path / "images" / "cat" / "001.jpg").symlink_to(tmp_path / "moved.jpg")
+    load_image_folder(str(tmp_path / "images"))
+
+
+def leaked_test_image(tmp_path) -> None:
+    from tests import benchmark_fixtures
+    classes = benchmark_fixtures.write_mini_imagenet_csv(str(tmp_path / "mini"),
+                                                         per_class=1, size=8)
+    with open(tmp_path / "mini" / "train.csv", "a") as f:
+        f.write(f"{classes['test'][0]}00000001.jpg,{classes['train'][0]}\n")
+    load_mini_imagenet(str(tmp_path / "mini"), image_size=8)
+
+
+def classes_of_the_same_indices(tmp_path) -> None:
+    import pickle
+    (tmp_path / "mini").mkdir()
+    cache = {"image_data": np.zeros([2, 84, 84, 3], np.uint8),
+             "class_dict": {"n01": [0, 1], "n02": [1]}}
+    for split in ("train", "val", "test"):
+        (tmp_path / "mini" / f"mini-imagenet-cache-{split}.pkl").write_bytes(
+            pickle.dumps(cache, protocol=4))
+    load_mini_imagenet(str(tmp_path / "mini"))
+
+
 def malformed_split_csv(tmp_path) -> None:
     (tmp_path / "mini" / "images").mkdir(parents=True)
     (tmp_path / "mini" / "train.csv").write_text("filename,label\nn0153282900000005.jpg\n")
@@ -931,6 +957,19 @@ CASES: List[Case] = [
     Case("undecodable image in an image folder", "`cat/001.jpg` holding no JPEG", ValueError,
          "is not a decodable image", undecodable_folder_image,
          lambda p: str(p / "images" / "cat" / "001.jpg"), "the file"),
+    Case("dangling symbolic link in an image folder", "`cat/001.jpg` a link to a file "
+         "that was moved", FileNotFoundError, "is a dangling symbolic link",
+         dangling_folder_image, lambda p: str(p / "images" / "cat" / "001.jpg"),
+         "the link and its target"),
+    Case("test image listed for training", "a mini-ImageNet test image also listed in "
+         "`train.csv` (under a training class)", ValueError, "is in both class",
+         leaked_test_image, lambda p: str(p / "mini" / "test.csv"),
+         "the image, both classes, splits and files"),
+    Case("two classes of the same images", "`class_dict` of a mini-ImageNet cache giving "
+         "two classes the same image index", ValueError,
+         "of the 'train' split", classes_of_the_same_indices,
+         lambda p: str(p / "mini" / "mini-imagenet-cache-train.pkl"),
+         "the image, both classes and the file"),
     Case("malformed split CSV row", "a mini-ImageNet `train.csv` row without its label",
          ValueError, "line 2: expected 'filename,label'", malformed_split_csv,
          lambda p: str(p / "mini" / "train.csv"), "the file and line"),
