@@ -128,3 +128,30 @@ def test_two_mini_imagenet_classes_holding_the_same_images_are_refused(
         load_mini_imagenet(str(tmp_path), image_size=84)
     message = str(info.value)
     assert first in message and second in message and str(file) in message, message
+
+
+# --- 9. a float64 learned-rule optimizer saved in a .keras file -------------------
+
+
+def test_a_float64_learned_rule_optimizer_comes_back_exactly_from_a_keras_file(tmp_path):
+    rule = LearnedRule(0.02, hidden=(4,))
+    rule.create("float64")
+    rng = np.random.default_rng(1)
+    for variable in rule.network.values():  # trained: values float32 cannot hold
+        variable.assign(variable.numpy() + 0.05 * rng.standard_normal(variable.shape))
+    keras.utils.set_random_seed(0)
+    x = np.random.default_rng(0).normal(size=(32, 2))
+    y = x @ np.array([[1.0], [-2.0]]) + 0.5
+    model = models.mlp((2,), hidden=(8,), outputs=1, activation="tanh", dtype="float64")
+    model.compile(optimizer=LearnedRuleOptimizer(rule), loss="mse")
+    model.fit(x, y, epochs=2, batch_size=16, verbose=0, shuffle=False)
+    path = os.path.join(tmp_path, "model.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    for key, value in rule.values().items():
+        assert loaded.optimizer.frozen[key].dtype == np.float64
+        np.testing.assert_array_equal(loaded.optimizer.frozen[key], value)
+    model.fit(x, y, epochs=2, batch_size=16, verbose=0, shuffle=False)
+    loaded.fit(x, y, epochs=2, batch_size=16, verbose=0, shuffle=False)
+    for a, b in zip(model.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)

@@ -284,8 +284,9 @@ class LearnedRuleOptimizer(keras.optimizers.Optimizer):
     is ``iterations``, so ``apply_gradients`` ``n`` times gives what ``n`` inner steps of
     the rule give. The rule's ``learning_rate`` is the base step unless
     ``learning_rate`` is given (a number or a Keras schedule, as for any optimizer).
-    Saved with the model (``model.save``: the rule's configuration and arrays are in
-    the optimizer's config) and loaded with ``keras.saving.load_model``.
+    Saved with the model (``model.save``: the rule's configuration, arrays and their
+    dtype are in the optimizer's config) and loaded with ``keras.saving.load_model``,
+    exactly: a float64 rule comes back in float64.
 
     Args:
       rule: a built :class:`LearnedRule` (or one created with ``create``).
@@ -302,10 +303,11 @@ class LearnedRuleOptimizer(keras.optimizers.Optimizer):
 
     def __init__(self, rule: LearnedRule, learning_rate: Any = None,
                  name: str = "learned_rule", **kwargs):
-        if isinstance(rule, dict):  # from get_config
-            values = {k: np.asarray(v) for k, v in rule["values"].items()}
+        if isinstance(rule, dict):  # from get_config: in the dtype it was saved in
+            dtype = rule.get("dtype", "float32")  # files saved before the dtype was
+            values = {k: np.asarray(v, dtype) for k, v in rule["values"].items()}
             rule = LearnedRule(**rule["config"])
-            rule.create("float32", values)
+            rule.create(dtype, values)
         if not isinstance(rule, LearnedRule):
             raise TypeError(f"LearnedRuleOptimizer takes a metalearn LearnedRule, got "
                             f"{rule!r}")
@@ -341,7 +343,10 @@ class LearnedRuleOptimizer(keras.optimizers.Optimizer):
 
     def get_config(self):
         config = super().get_config()
+        dtypes = {a.dtype.name for a in self.frozen.values()}
         config["rule"] = {"config": self.rule.config(),
+                          # a float64 rule's values are exact in JSON; its dtype too
+                          "dtype": dtypes.pop() if len(dtypes) == 1 else "float32",
                           "values": {k: a.tolist() for k, a in self.frozen.items()}}
         config["rule"]["config"]["learning_rate"] = 1.0
         return config
