@@ -35,6 +35,7 @@ from metalearn.pieces import HyperparameterRangeError
 from metalearn.runs import validation
 from metalearn.runs.lock import WorkdirLockedError
 from metalearn.runs.modules import ModuleImportError
+from metalearn.runs.validation import RoleOrderError
 from metalearn.training.checkpoint import DamagedCheckpointError, UnmatchedCheckpointError
 from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.evaluation import evaluate
@@ -57,7 +58,8 @@ SINUSOID_TRUNCATED = ["include 'experiments/sinusoid/maml.gin'",
                       "include 'experiments/learners/truncated.gin'", "INNER_STEPS = 4",
                       "HORIZON = 4", "TRUNCATION = 2", "Loop.num_steps = 2",
                       "Loop.log_every = 1"]
-SINUSOID_PES = SINUSOID_TRUNCATED + ["include 'experiments/learners/pes.gin'"]
+SINUSOID_PES = [line for line in SINUSOID_TRUNCATED if "truncated.gin" not in line] + [
+    "include 'experiments/learners/pes.gin'"]  # one outer-rule learner (check_roles)
 LEARNED_OPTIMIZER = ["include 'experiments/sinusoid/learned_optimizer.gin'",
                      "Loop.num_steps = 2", "Loop.log_every = 1"]
 
@@ -1505,6 +1507,28 @@ CASES: List[Case] = [
          lambda p: run_gin(p, POINT_NAV + ["Experiment.outer_rule = @TRPO()",
                                            "Runtime.jit_compile = True"]), None,
          "the rule and the reason, before the first step"),
+    Case("a setup after a learner", "`--gin_file=experiments/learners/reptile.gin "
+         "--gin_file=experiments/setups/sinusoid.gin`", RoleOrderError,
+         "comes after the learner file 'experiments/learners/reptile.gin': give setups "
+         "before learners", lambda p: parse_config(["experiments/learners/reptile.gin",
+                                                    "experiments/setups/sinusoid.gin"]),
+         None, "both files and the key the setup re-binds"),
+    Case("a learner re-binding an earlier learner", "`--gin_file=experiments/setups/"
+         "sinusoid.gin --gin_file=experiments/learners/reptile.gin "
+         "--gin_file=experiments/learners/maml.gin`", RoleOrderError,
+         "learner file 'experiments/learners/maml.gin' re-binds",
+         lambda p: parse_config(["experiments/setups/sinusoid.gin",
+                                 "experiments/learners/reptile.gin",
+                                 "experiments/learners/maml.gin"]),
+         None, "both files, the key and its lines"),
+    Case("a budget leaving part of another", "`... --gin_file=experiments/budgets/smoke.gin "
+         "--gin_file=experiments/budgets/cpu.gin`", RoleOrderError,
+         "the later does not re-bind Loop.log_every",
+         lambda p: parse_config(["experiments/setups/sinusoid.gin",
+                                 "experiments/learners/maml.gin",
+                                 "experiments/budgets/smoke.gin",
+                                 "experiments/budgets/cpu.gin"]),
+         None, "both files and the key left over"),
     Case("learned-rule Keras optimizer of a negative learning rate",
          "`LearnedRuleOptimizer(rule, learning_rate=-0.5)`", HyperparameterRangeError,
          "LearnedRuleOptimizer.learning_rate must be > 0, got -0.5",

@@ -216,6 +216,10 @@ def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
         given.
       metalearn.runs.modules.ModuleImportError: a module file does not exist or fails
         to import (the message names it).
+      metalearn.runs.validation.RoleOrderError: role files (experiments/setups/,
+        learners/, budgets/) combined against the repository's rule
+        (:func:`~metalearn.runs.validation.check_roles`): a setup after a learner, a
+        learner re-binding an earlier learner's key, a budget leaving part of another.
     """
     gin.clear_config()
     recorded = user_modules.recorded(workdir) if workdir is not None else []
@@ -233,6 +237,7 @@ def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
             raise FileNotFoundError(f"no {Workdir.CONFIG} in workdir {workdir!r}: is it a "
                                     "metalearn run directory?")
     validation.record_sources(files, list(gin_params))  # syntax and includes first
+    validation.check_roles(files, list(gin_params))  # role files, however they are given
     try:
         gin.parse_config_files_and_bindings(files, list(gin_params),
                                             skip_unknown=skip_unknown)
