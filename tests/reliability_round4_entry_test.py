@@ -92,3 +92,27 @@ def test_evaluate_s_extra_files_are_checked_against_each_other(tmp_path):
     saved_run(str(tmp_path / "run"))
     with pytest.raises(RoleOrderError, match="give setups before learners"):
         run(str(tmp_path / "run"), gin_files=[REPTILE, SETUP])
+
+
+# --- 3. a module that exits on import ------------------------------------------------
+
+
+@pytest.mark.parametrize("code", ["0", "None", "'bye'"])
+def test_a_module_that_exits_on_import_is_an_error_naming_it(tmp_path, code):
+    quitter = tmp_path / f"quitter_{abs(hash(code))}.py"
+    quitter.write_text(f"import sys\nsys.exit({code})\n")
+    with pytest.raises(modules.ModuleImportError, match="sys.exit") as info:
+        parse_config(["experiments/sinusoid/maml.gin"], modules=[str(quitter)])
+    assert str(quitter) in str(info.value)
+    assert isinstance(info.value.__cause__, SystemExit)
+
+
+def test_train_with_a_module_that_exits_on_import_fails_naming_it(tmp_path):
+    (tmp_path / "quitter.py").write_text("import sys\nsys.exit(0)\n")
+    command = [sys.executable, "-m", "metalearn.train", "--module=quitter.py",
+               "--gin_file=sinusoid/maml.gin", f"--workdir={tmp_path / 'run'}",
+               *[f"--gin_param={p}" for p in TINY]]
+    out = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True)
+    assert out.returncode != 0, out.stderr[-2000:]
+    assert "ModuleImportError" in out.stderr and str(tmp_path / "quitter.py") in out.stderr, \
+        out.stderr[-2000:]

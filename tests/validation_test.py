@@ -427,6 +427,12 @@ def broken_module(tmp_path):
                  modules=[str(tmp_path / "broken_rule.py")])
 
 
+def exiting_module(tmp_path):
+    (tmp_path / "exiting_rule.py").write_text("import sys\n\nsys.exit(0)\n")
+    parse_config(["experiments/sinusoid/maml.gin"],
+                 modules=[str(tmp_path / "exiting_rule.py")])
+
+
 def gin_only(name, bad_line, error, excerpt, base=SINUSOID, points_to="the binding"):
     """A bad binding whose error names the parameter (not gin's file and line)."""
     lines = list(base) + [bad_line]
@@ -1370,6 +1376,10 @@ CASES: List[Case] = [
          "that raises", ModuleImportError, "failed: NameError",
          broken_module, lambda p: str(p / "broken_rule.py"),
          "the file and its error (chained, with the file's traceback)"),
+    Case("module file that exits on import", "`--module=<tmp>/exiting_rule.py`, a file "
+         "that calls `sys.exit(0)`", ModuleImportError, "it called sys.exit(0) on import",
+         exiting_module, lambda p: str(p / "exiting_rule.py"),
+         "the file (`train` exits non-zero)"),
     # issue 32: entry points and data
     Case("results file on a disk that fills", "`evaluate` whose `eval.json` cannot be "
          "written (`ENOSPC` when flushed), after the evaluation", OSError,

@@ -34,6 +34,15 @@ class ModuleImportError(ImportError):
     """A ``--module`` file does not exist, or importing it (or a dotted name) failed."""
 
 
+def _describe(error: BaseException) -> str:
+    """An import's error for the message; ``sys.exit`` named as such (``SystemExit`` is
+    no ``Exception``: let through, a ``train`` would exit 0 having trained nothing)."""
+    if isinstance(error, SystemExit):
+        return (f"it called sys.exit({error.code!r}) on import (a script's main code "
+                "outside `if __name__ == '__main__':`?); a module must only define")
+    return f"{type(error).__name__}: {error}"
+
+
 def _is_file(spec: str) -> bool:
     return spec.endswith(".py") or os.sep in spec or "/" in spec
 
@@ -71,10 +80,10 @@ def _import_file(path: str) -> None:
     try:
         with gin.unlock_config():
             spec.loader.exec_module(module)
-    except Exception as error:  # noqa: BLE001  (re-raised, naming the file)
+    except (Exception, SystemExit) as error:  # noqa: BLE001  (re-raised, naming the file)
         del sys.modules[name]
         raise ModuleImportError(f"importing module file {path!r} failed: "
-                                f"{type(error).__name__}: {error}") from error
+                                f"{_describe(error)}") from error
     _LOADED[path] = name
 
 
@@ -86,8 +95,9 @@ def import_modules(specs: Sequence[str]) -> List[str]:
       The specs as recorded (:func:`canonical`).
 
     Raises:
-      ModuleImportError: a file does not exist, or importing a file or a name failed;
-        the message names it (the import's own error is chained).
+      ModuleImportError: a file does not exist, or importing a file or a name failed
+        (an exception, or ``sys.exit`` called on import); the message names it (the
+        import's own error is chained).
     """
     done = []
     for spec in specs:
@@ -100,9 +110,9 @@ def import_modules(specs: Sequence[str]) -> List[str]:
             try:
                 with gin.unlock_config():
                     importlib.import_module(spec)
-            except Exception as error:  # noqa: BLE001  (re-raised, naming it)
+            except (Exception, SystemExit) as error:  # noqa: BLE001  (re-raised, naming it)
                 raise ModuleImportError(f"importing module {spec!r} failed: "
-                                        f"{type(error).__name__}: {error}") from error
+                                        f"{_describe(error)}") from error
         if spec not in done:
             done.append(spec)
     return done
