@@ -36,12 +36,15 @@ FLAGS = flags.FLAGS
 
 
 def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str] = (),
-        gin_params: Sequence[str] = (), modules: Sequence[str] = ()) -> Dict[str, object]:
+        gin_params: Sequence[str] = (), modules: Sequence[str] = (),
+        trust_workdir: bool = False) -> Dict[str, object]:
     """What ``python -m metalearn.evaluate`` does: restores the run, evaluates it and
     writes the report to ``output`` (relative to ``workdir``; its folder is created).
     The output's writability is checked before anything is restored or evaluated.
-    The modules the run recorded are imported again (``modules.json``); ``modules``
-    adds more (``--module``), e.g. the one a ``gin_files`` binding names.
+    ``modules`` (``--module``) are imported first, e.g. the one a ``gin_files`` binding
+    names; those the run recorded (``modules.json``) or its config imports are imported
+    only if among them, or with ``trust_workdir`` (``--trust_workdir``): a workdir is
+    data, and one named otherwise is refused (``UntrustedModulesError``).
 
     Returns:
       The report (``evaluate``'s, plus ``checkpoint_step``).
@@ -50,7 +53,8 @@ def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str]
     path = check_writable(Workdir(workdir).evaluation(output))  # before any work
     import_modules(modules)
     params = [f"include '{p}'" for p in resolve_gin_files(gin_files)]
-    experiment = restore(workdir, gin_params=params + list(gin_params))
+    experiment = restore(workdir, gin_params=params + list(gin_params), modules=modules,
+                         trust_workdir=trust_workdir)
     report = evaluate(experiment.learner, experiment.sampler,
                       formulation=experiment.formulation)
     report["checkpoint_step"] = experiment.restored_step
@@ -62,7 +66,7 @@ def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     report = run(FLAGS.workdir, FLAGS.output, FLAGS.gin_file, FLAGS.gin_param,
-                 FLAGS.module)  # logs the figures before it writes them
+                 FLAGS.module, FLAGS.trust_workdir)  # logs the figures before writing them
     print(json.dumps(report, sort_keys=True))
 
 

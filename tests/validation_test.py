@@ -34,7 +34,7 @@ from metalearn.heads.base import LabelOutsideClassesError
 from metalearn.pieces import HyperparameterRangeError
 from metalearn.runs import validation
 from metalearn.runs.lock import WorkdirLockedError
-from metalearn.runs.modules import ModuleImportError
+from metalearn.runs.modules import ModuleImportError, UntrustedModulesError
 from metalearn.runs.validation import RoleOrderError
 from metalearn.training.checkpoint import DamagedCheckpointError, UnmatchedCheckpointError
 from metalearn.training import build_experiment, parse_config, train
@@ -431,6 +431,14 @@ def exiting_module(tmp_path):
     (tmp_path / "exiting_rule.py").write_text("import sys\n\nsys.exit(0)\n")
     parse_config(["experiments/sinusoid/maml.gin"],
                  modules=[str(tmp_path / "exiting_rule.py")])
+
+
+def received_workdir(tmp_path):
+    from tests.run_fixtures import saved_run
+    saved_run(str(tmp_path / "run"))
+    (tmp_path / "run" / "modules.json").write_text(f'["{tmp_path / "their_rule.py"}"]')
+    from metalearn.training import restore
+    restore(str(tmp_path / "run"))
 
 
 def gin_only(name, bad_line, error, excerpt, base=SINUSOID, points_to="the binding"):
@@ -1376,6 +1384,12 @@ CASES: List[Case] = [
          "that raises", ModuleImportError, "failed: NameError",
          broken_module, lambda p: str(p / "broken_rule.py"),
          "the file and its error (chained, with the file's traceback)"),
+    Case("workdir naming modules not asked for", "`restore` (or `evaluate`, a resumed "
+         "`train`, a sweep's run) of a workdir whose `modules.json` names "
+         "`their_rule.py`, no `--module`", UntrustedModulesError,
+         "A workdir is data: nothing it names is imported unless you ask for it",
+         received_workdir, lambda p: str(p / "their_rule.py"),
+         "each module, `--module=...` and `--trust_workdir`"),
     Case("module file that exits on import", "`--module=<tmp>/exiting_rule.py`, a file "
          "that calls `sys.exit(0)`", ModuleImportError, "it called sys.exit(0) on import",
          exiting_module, lambda p: str(p / "exiting_rule.py"),
