@@ -45,12 +45,15 @@ FLAGS = flags.FLAGS
 
 def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str] = (),
         gin_params: Sequence[str] = (), modules: Sequence[str] = (),
+        trust_workdir: bool = False,
         show: Optional[Callable[[str], None]] = None) -> Dict[str, object]:
     """What ``python -m metalearn.evaluate`` does: restores the run, evaluates it and
     writes the report to ``output`` (relative to ``workdir``; its folder is created).
     The output's writability is checked before anything is restored or evaluated.
-    The modules the run recorded are imported again (``modules.json``); ``modules``
-    adds more (``--module``), e.g. the one a ``gin_files`` binding names. The figures
+    ``modules`` (``--module``) are imported first, e.g. the one a ``gin_files`` binding
+    names; those the run recorded (``modules.json``) or its config imports are imported
+    only if among them, or with ``trust_workdir`` (``--trust_workdir``): a workdir is
+    data, and one named otherwise is refused (``UntrustedModulesError``). The figures
     (:func:`~metalearn.training.evaluation.report_figures`: what was evaluated, each
     metric's mean ± 95% interval) go to ``show`` before the file is written (``print``
     at the command line); ``None``: to the log.
@@ -62,7 +65,8 @@ def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str]
     path = check_writable(Workdir(workdir).evaluation(output))  # before any work
     import_modules(modules)
     params = [f"include '{p}'" for p in resolve_gin_files(gin_files)]
-    experiment = restore(workdir, gin_params=params + list(gin_params))
+    experiment = restore(workdir, gin_params=params + list(gin_params), modules=modules,
+                         trust_workdir=trust_workdir)
     report = evaluate(experiment.learner, experiment.sampler,
                       formulation=experiment.formulation)
     report["checkpoint_step"] = experiment.restored_step
@@ -82,7 +86,7 @@ def main(argv) -> None:
     # per-task values go to the file only
     run(FLAGS.workdir, FLAGS.output, FLAGS.gin_file,
         list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic), FLAGS.module,
-        show=lambda figures: print(figures, flush=True))
+        FLAGS.trust_workdir, show=lambda figures: print(figures, flush=True))
     path = os.path.abspath(Workdir(FLAGS.workdir).evaluation(FLAGS.output))
     print(f"per-task values and the whole report: {path}")
 

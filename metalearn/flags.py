@@ -36,8 +36,14 @@ def define_gin_flags() -> None:
                               "parses, so that its @gin.configurable classes can be "
                               "bound: a file (--module=path/to/my_rule.py) or a dotted "
                               "name (--module=my_package.my_rule); repeatable. Recorded "
-                              "in the workdir (modules.json): restore, evaluation and "
-                              "a sweep's runs import it again.")
+                              "in the workdir (modules.json); a workdir is data: "
+                              "restore, evaluation, resuming and a sweep's runs import "
+                              "what it records only when given here again (or with "
+                              "--trust_workdir).")
+    flags.DEFINE_bool("trust_workdir", False, "Import whatever the workdir names (its "
+                      "modules.json, the import lines of its config.gin) without giving "
+                      "each as --module: only for a workdir you trust, as you would a "
+                      "script.")
 
 
 def define_determinism_flag() -> None:

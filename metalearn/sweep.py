@@ -75,7 +75,7 @@ def main(argv) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     if FLAGS.execute:
-        sweeps.train_and_evaluate(FLAGS.execute)
+        sweeps.train_and_evaluate(FLAGS.execute, FLAGS.module, FLAGS.trust_workdir)
         return 0
     if not FLAGS.root:
         raise app.UsageError("give --root, the sweep's directory")

@@ -37,7 +37,7 @@ from metalearn.flags import (define_determinism_flag, define_gin_flags,
                              determinism_params, resolve_gin_files)
 from metalearn.runs.experiment import apply_configured_threads
 from metalearn.runs.cluster import ClusterWaitInterrupted
-from metalearn.runs.modules import recorded as recorded_modules
+from metalearn.runs.modules import allowed as allowed_modules
 from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.loop import TrainingInterrupted
 from metalearn.training.distribute import STRATEGIES, make_strategy
@@ -59,11 +59,12 @@ def main(argv) -> None:
     if not FLAGS.gin_file:
         raise app.UsageError("give at least one --gin_file, e.g. "
                              "--gin_file=experiments/sinusoid/maml.gin")
-    # a resumed run imports the modules it recorded, as restore and evaluate do, so a
-    # rerun of the command without its --module resumes instead of failing in gin
+    # a resumed run's recorded modules are imported only if given again (--module) or
+    # trusted (--trust_workdir): a workdir is data, and what it names is refused, listed
     parse_config(resolve_gin_files(FLAGS.gin_file),
                  list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic),
-                 modules=[*recorded_modules(FLAGS.workdir), *FLAGS.module])
+                 modules=[*allowed_modules(FLAGS.workdir, FLAGS.module,
+                                           FLAGS.trust_workdir), *FLAGS.module])
     apply_configured_threads()  # before the strategy starts TensorFlow's runtime
     try:
         strategy = make_strategy(name=FLAGS.strategy) if FLAGS.strategy else \

@@ -1,6 +1,8 @@
 """A user's module (``--module``, ``parse_config(modules=...)``): imported before gin
 parses, recorded in the workdir, imported again by ``restore``, evaluation and a sweep's
-run processes; its records resolve whatever the working directory."""
+run processes when asked for (given again, or the workdir trusted: a workdir is data,
+tests/reliability_round4_entry_test.py); its records resolve whatever the working
+directory."""
 
 import json
 import os
@@ -78,16 +80,23 @@ def test_train_entry_point_records_the_module_and_restore_imports_it(tmp_path,
     assert out.returncode == 0, out.stderr[-3000:]
     with open(workdir / Workdir.MODULES) as f:
         assert json.load(f) == [str(tmp_path / "rule_train.py")]
-    # the same command without --module, from elsewhere, resumes: the recorded module
-    # is imported before gin parses the config that binds it
+    # the same command without --module, from elsewhere: a workdir is data, so the
+    # recorded module is refused, named; with --trust_workdir it resumes, the module
+    # imported before gin parses the config that binds it
     longer = [c for c in command if not c.startswith("--module")] + [
         "--gin_param=Loop.num_steps = 6", "--gin_file=experiments/sinusoid/maml.gin"]
     longer.remove("--gin_file=sinusoid/maml.gin")
     out = subprocess.run(longer, cwd=ROOT, env=_env(), capture_output=True, text=True)
+    assert out.returncode != 0 and "UntrustedModulesError" in out.stderr
+    assert str(tmp_path / "rule_train.py") in out.stderr, out.stderr[-3000:]
+    out = subprocess.run(longer + ["--trust_workdir"], cwd=ROOT, env=_env(),
+                         capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "rule_train" not in sys.modules
     monkeypatch.chdir(ROOT)
-    experiment = restore(str(workdir))
+    with pytest.raises(modules.UntrustedModulesError, match="rule_train.py"):
+        restore(str(workdir))
+    experiment = restore(str(workdir), modules=[str(tmp_path / "rule_train.py")])
     assert experiment.restored_step == 6
     assert experiment.learner.adapter.learning_rate == pytest.approx(0.05)
 
@@ -128,7 +137,7 @@ def test_sweep_runs_import_the_module_and_their_records_resolve_anywhere(tmp_pat
     monkeypatch.chdir(elsewhere)  # the run again from another directory: it resolves
     for name in ("metrics.json", "eval.json"):
         os.remove(workdir / name)
-    sweeps.train_and_evaluate(str(workdir))
+    sweeps.train_and_evaluate(str(workdir), modules=[str(here / "rule_sweep.py")])
     with open(workdir / "metrics.json") as f:
         assert json.load(f)["step"] == 4
     assert gin.query_parameter("rule_sweep_rate.scale") == 1.0

@@ -34,7 +34,8 @@ from metalearn.heads.base import LabelOutsideClassesError
 from metalearn.pieces import HyperparameterRangeError
 from metalearn.runs import validation
 from metalearn.runs.lock import WorkdirLockedError
-from metalearn.runs.modules import ModuleImportError
+from metalearn.runs.modules import ModuleImportError, UntrustedModulesError
+from metalearn.runs.validation import RoleOrderError
 from metalearn.training.checkpoint import DamagedCheckpointError, UnmatchedCheckpointError
 from metalearn.training import build_experiment, parse_config, train
 from metalearn.training.evaluation import evaluate
@@ -57,7 +58,8 @@ SINUSOID_TRUNCATED = ["include 'experiments/sinusoid/maml.gin'",
                       "include 'experiments/learners/truncated.gin'", "INNER_STEPS = 4",
                       "HORIZON = 4", "TRUNCATION = 2", "Loop.num_steps = 2",
                       "Loop.log_every = 1"]
-SINUSOID_PES = SINUSOID_TRUNCATED + ["include 'experiments/learners/pes.gin'"]
+SINUSOID_PES = [line for line in SINUSOID_TRUNCATED if "truncated.gin" not in line] + [
+    "include 'experiments/learners/pes.gin'"]  # one outer-rule learner (check_roles)
 LEARNED_OPTIMIZER = ["include 'experiments/sinusoid/learned_optimizer.gin'",
                      "Loop.num_steps = 2", "Loop.log_every = 1"]
 
@@ -236,6 +238,32 @@ def undecodable_folder_image(tmp_path) -> None:
     load_image_folder(str(tmp_path / "images"))
 
 
+def dangling_folder_image(tmp_path) -> None:
+    (tmp_path / "images" / "cat").mkdir(parents=True)
+    (tmp_path / "images" / "cat" / "001.jpg").symlink_to(tmp_path / "moved.jpg")
+    load_image_folder(str(tmp_path / "images"))
+
+
+def leaked_test_image(tmp_path) -> None:
+    from tests import benchmark_fixtures
+    classes = benchmark_fixtures.write_mini_imagenet_csv(str(tmp_path / "mini"),
+                                                         per_class=1, size=8)
+    with open(tmp_path / "mini" / "train.csv", "a") as f:
+        f.write(f"{classes['test'][0]}00000001.jpg,{classes['train'][0]}\n")
+    load_mini_imagenet(str(tmp_path / "mini"), image_size=8)
+
+
+def classes_of_the_same_indices(tmp_path) -> None:
+    import pickle
+    (tmp_path / "mini").mkdir()
+    cache = {"image_data": np.zeros([2, 84, 84, 3], np.uint8),
+             "class_dict": {"n01": [0, 1], "n02": [1]}}
+    for split in ("train", "val", "test"):
+        (tmp_path / "mini" / f"mini-imagenet-cache-{split}.pkl").write_bytes(
+            pickle.dumps(cache, protocol=4))
+    load_mini_imagenet(str(tmp_path / "mini"))
+
+
 def malformed_split_csv(tmp_path) -> None:
     (tmp_path / "mini" / "images").mkdir(parents=True)
     (tmp_path / "mini" / "train.csv").write_text("filename,label\nn0153282900000005.jpg\n")
@@ -403,6 +431,20 @@ def broken_module(tmp_path):
     (tmp_path / "broken_rule.py").write_text("import gin\n\nrate = learning_rat\n")
     parse_config(["experiments/sinusoid/maml.gin"],
                  modules=[str(tmp_path / "broken_rule.py")])
+
+
+def exiting_module(tmp_path):
+    (tmp_path / "exiting_rule.py").write_text("import sys\n\nsys.exit(0)\n")
+    parse_config(["experiments/sinusoid/maml.gin"],
+                 modules=[str(tmp_path / "exiting_rule.py")])
+
+
+def received_workdir(tmp_path):
+    from tests.run_fixtures import saved_run
+    saved_run(str(tmp_path / "run"))
+    (tmp_path / "run" / "modules.json").write_text(f'["{tmp_path / "their_rule.py"}"]')
+    from metalearn.training import restore
+    restore(str(tmp_path / "run"))
 
 
 def gin_only(name, bad_line, error, excerpt, base=SINUSOID, points_to="the binding"):
@@ -805,6 +847,13 @@ def learned_rule_on_other_weights(tmp_path) -> None:
                 rule.init({"mlp/hidden0/kernel": tf.zeros([2, 3])}), {}, StepInfo(0, 2))
 
 
+def learned_rule_optimizer_climbing(tmp_path) -> None:
+    from metalearn.adapters import LearnedRule, LearnedRuleOptimizer
+    rule = LearnedRule(hidden=(4,))
+    rule.create()
+    LearnedRuleOptimizer(rule, learning_rate=-0.5)
+
+
 def learned_rule_of_another_shape(tmp_path) -> None:
     from metalearn.adapters import LearnedRule
     saved = LearnedRule(hidden=(16,))
@@ -930,6 +979,19 @@ CASES: List[Case] = [
     Case("undecodable image in an image folder", "`cat/001.jpg` holding no JPEG", ValueError,
          "is not a decodable image", undecodable_folder_image,
          lambda p: str(p / "images" / "cat" / "001.jpg"), "the file"),
+    Case("dangling symbolic link in an image folder", "`cat/001.jpg` a link to a file "
+         "that was moved", FileNotFoundError, "is a dangling symbolic link",
+         dangling_folder_image, lambda p: str(p / "images" / "cat" / "001.jpg"),
+         "the link and its target"),
+    Case("test image listed for training", "a mini-ImageNet test image also listed in "
+         "`train.csv` (under a training class)", ValueError, "is in both class",
+         leaked_test_image, lambda p: str(p / "mini" / "test.csv"),
+         "the image, both classes, splits and files"),
+    Case("two classes of the same images", "`class_dict` of a mini-ImageNet cache giving "
+         "two classes the same image index", ValueError,
+         "of the 'train' split", classes_of_the_same_indices,
+         lambda p: str(p / "mini" / "mini-imagenet-cache-train.pkl"),
+         "the image, both classes and the file"),
     Case("malformed split CSV row", "a mini-ImageNet `train.csv` row without its label",
          ValueError, "line 2: expected 'filename,label'", malformed_split_csv,
          lambda p: str(p / "mini" / "train.csv"), "the file and line"),
@@ -1332,6 +1394,16 @@ CASES: List[Case] = [
          "that raises", ModuleImportError, "failed: NameError",
          broken_module, lambda p: str(p / "broken_rule.py"),
          "the file and its error (chained, with the file's traceback)"),
+    Case("workdir naming modules not asked for", "`restore` (or `evaluate`, a resumed "
+         "`train`, a sweep's run) of a workdir whose `modules.json` names "
+         "`their_rule.py`, no `--module`", UntrustedModulesError,
+         "A workdir is data: nothing it names is imported unless you ask for it",
+         received_workdir, lambda p: str(p / "their_rule.py"),
+         "each module, `--module=...` and `--trust_workdir`"),
+    Case("module file that exits on import", "`--module=<tmp>/exiting_rule.py`, a file "
+         "that calls `sys.exit(0)`", ModuleImportError, "it called sys.exit(0) on import",
+         exiting_module, lambda p: str(p / "exiting_rule.py"),
+         "the file (`train` exits non-zero)"),
     # issue 32: entry points and data
     Case("results file on a disk that fills", "`evaluate` whose `eval.json` cannot be "
          "written (`ENOSPC` when flushed), after the evaluation", OSError,
@@ -1469,6 +1541,32 @@ CASES: List[Case] = [
          lambda p: run_gin(p, POINT_NAV + ["Experiment.outer_rule = @TRPO()",
                                            "Runtime.jit_compile = True"]), None,
          "the rule and the reason, before the first step"),
+    Case("a setup after a learner", "`--gin_file=experiments/learners/reptile.gin "
+         "--gin_file=experiments/setups/sinusoid.gin`", RoleOrderError,
+         "comes after the learner file 'experiments/learners/reptile.gin': give setups "
+         "before learners", lambda p: parse_config(["experiments/learners/reptile.gin",
+                                                    "experiments/setups/sinusoid.gin"]),
+         None, "both files and the key the setup re-binds"),
+    Case("a learner re-binding an earlier learner", "`--gin_file=experiments/setups/"
+         "sinusoid.gin --gin_file=experiments/learners/reptile.gin "
+         "--gin_file=experiments/learners/maml.gin`", RoleOrderError,
+         "learner file 'experiments/learners/maml.gin' re-binds",
+         lambda p: parse_config(["experiments/setups/sinusoid.gin",
+                                 "experiments/learners/reptile.gin",
+                                 "experiments/learners/maml.gin"]),
+         None, "both files, the key and its lines"),
+    Case("a budget leaving part of another", "`... --gin_file=experiments/budgets/smoke.gin "
+         "--gin_file=experiments/budgets/cpu.gin`", RoleOrderError,
+         "the later does not re-bind Loop.log_every",
+         lambda p: parse_config(["experiments/setups/sinusoid.gin",
+                                 "experiments/learners/maml.gin",
+                                 "experiments/budgets/smoke.gin",
+                                 "experiments/budgets/cpu.gin"]),
+         None, "both files and the key left over"),
+    Case("learned-rule Keras optimizer of a negative learning rate",
+         "`LearnedRuleOptimizer(rule, learning_rate=-0.5)`", HyperparameterRangeError,
+         "LearnedRuleOptimizer.learning_rate must be > 0, got -0.5",
+         learned_rule_optimizer_climbing, None, "the value and the range"),
 ]
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
@@ -283,28 +284,40 @@ class LearnedRuleOptimizer(keras.optimizers.Optimizer):
     is ``iterations``, so ``apply_gradients`` ``n`` times gives what ``n`` inner steps of
     the rule give. The rule's ``learning_rate`` is the base step unless
     ``learning_rate`` is given (a number or a Keras schedule, as for any optimizer).
-    Saved with the model (``model.save``: the rule's configuration and arrays are in
-    the optimizer's config) and loaded with ``keras.saving.load_model``.
+    Saved with the model (``model.save``: the rule's configuration, arrays and their
+    dtype are in the optimizer's config) and loaded with ``keras.saving.load_model``,
+    exactly: a float64 rule comes back in float64.
 
     Args:
       rule: a built :class:`LearnedRule` (or one created with ``create``).
-      learning_rate: the base step; ``None``: the rule's.
+      learning_rate: the base step (> 0, or a Keras schedule); ``None``: the rule's.
       name: the optimizer's name; other keyword arguments go to
         ``keras.optimizers.Optimizer`` (``clipnorm``, ``weight_decay``, ...).
+
+    Raises:
+      TypeError: ``rule`` is not a :class:`LearnedRule`; ``learning_rate`` a value that
+        is no number (a string, a bool).
+      HyperparameterRangeError: a ``learning_rate`` number that is not > 0 (it would
+        climb the loss).
     """
 
     def __init__(self, rule: LearnedRule, learning_rate: Any = None,
                  name: str = "learned_rule", **kwargs):
-        if isinstance(rule, dict):  # from get_config
-            values = {k: np.asarray(v) for k, v in rule["values"].items()}
+        if isinstance(rule, dict):  # from get_config: in the dtype it was saved in
+            dtype = rule.get("dtype", "float32")  # files saved before the dtype was
+            values = {k: np.asarray(v, dtype) for k, v in rule["values"].items()}
             rule = LearnedRule(**rule["config"])
-            rule.create("float32", values)
+            rule.create(dtype, values)
         if not isinstance(rule, LearnedRule):
             raise TypeError(f"LearnedRuleOptimizer takes a metalearn LearnedRule, got "
                             f"{rule!r}")
         frozen = rule.values()
-        super().__init__(learning_rate=rule.learning_rate if learning_rate is None
-                         else learning_rate, name=name, **kwargs)
+        if learning_rate is None:
+            learning_rate = rule.learning_rate
+        elif isinstance(learning_rate, (numbers.Real, str)):  # a schedule passes as it is
+            learning_rate = check_range("LearnedRuleOptimizer", "learning_rate",
+                                        learning_rate, POSITIVE)
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.rule = LearnedRule(**{**rule.config(), "learning_rate": 1.0})
         self.frozen = frozen
 
@@ -330,7 +343,10 @@ class LearnedRuleOptimizer(keras.optimizers.Optimizer):
 
     def get_config(self):
         config = super().get_config()
+        dtypes = {a.dtype.name for a in self.frozen.values()}
         config["rule"] = {"config": self.rule.config(),
+                          # a float64 rule's values are exact in JSON; its dtype too
+                          "dtype": dtypes.pop() if len(dtypes) == 1 else "float32",
                           "values": {k: a.tolist() for k, a in self.frozen.items()}}
         config["rule"]["config"]["learning_rate"] = 1.0
         return config

@@ -18,6 +18,21 @@ def solve_flat(matrix: tf.Tensor, b: tf.Tensor, adjoint: bool = False) -> tf.Ten
     return tf.reshape(tf.linalg.solve(matrix, flat, adjoint=adjoint), tf.shape(b))
 
 
+def solve_semidefinite_flat(matrix: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """``(matrix + delta I)^-1 b`` for a symmetric positive semidefinite ``matrix`` and
+    ``b`` ``[..., n, ways]`` flattened row by row, ``delta`` the matrix's rounding error
+    (``size * eps`` times its largest diagonal entry): ``matrix^-1 b`` to working
+    precision when the matrix is invertible, and finite when it is not (a kernel of
+    identical support rows makes a head's system singular, and a plain solve raises
+    "Input matrix is not invertible", which no policy can skip)."""
+    size = tf.shape(matrix)[-1]
+    eps = np.finfo(matrix.dtype.as_numpy_dtype).eps
+    scale = tf.reduce_max(tf.abs(tf.linalg.diag_part(matrix)), -1)[..., None, None]
+    delta = tf.cast(size, matrix.dtype) * eps * tf.maximum(scale, 1)
+    shifted = matrix + delta * tf.eye(size, dtype=matrix.dtype)
+    return solve_flat(shifted, b)
+
+
 class LabelOutsideClassesError(ValueError):
     """A support label is not one of the task's classes ``0 .. ways - 1``."""
 

@@ -16,7 +16,8 @@ reaches ``X`` through the face's stationarity condition ``P (K alpha - Y) = 0`` 
 the projector onto the face's tangent space) by
 :func:`~metalearn.pieces.implicit_diff.implicit_solution`, not by unrolling; that
 condition's Jacobian is the ``n * ways`` face matrix, so the linear system is solved
-directly.
+directly (shifted by its rounding error, so that a singular face system, as identical
+support rows make it, gives a finite solution instead of an error).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import gin
 import keras
 import tensorflow as tf
 
-from metalearn.heads.base import Head, solve_flat, support_targets
+from metalearn.heads.base import Head, solve_semidefinite_flat, support_targets
 from metalearn.pieces import (COUNT, NON_NEGATIVE, POSITIVE, Capabilities, Range,
                               check_range, implicit_solution)
 
@@ -139,10 +140,15 @@ def face_matrix(alpha: tf.Tensor, kernel: tf.Tensor, targets: tf.Tensor, c: floa
 def newton_step_on_face(alpha: tf.Tensor, kernel: tf.Tensor, targets: tf.Tensor,
                         c: float) -> tf.Tensor:
     """The step to the minimiser of the dual on ``alpha``'s face (the quadratic is exact
-    in one Newton step), by a direct solve of the ``n * ways`` face system."""
+    in one Newton step), by a direct solve of the ``n * ways`` face system (finite when
+    the system is singular, as a kernel of identical support rows makes it:
+    :func:`~metalearn.heads.base.solve_semidefinite_flat`)."""
     project = face_projector(c * targets - alpha > 0)
     gradient = project(tf.matmul(kernel, alpha) - targets)
-    return -solve_flat(face_matrix(alpha, kernel, targets, c), gradient)
+    # projected: the step lies on the face, its entries off the face exactly zero (the
+    # solve's rounding would move them off, and the polished point would be infeasible)
+    return -project(solve_semidefinite_flat(face_matrix(alpha, kernel, targets, c),
+                                            gradient))
 
 
 def svm_kernel(embeddings: tf.Tensor, ridge: float) -> tf.Tensor:
@@ -214,7 +220,7 @@ class SVMHead(Head):
         jacobian = face_matrix(alpha_hat, tf.stop_gradient(svm_kernel(embeddings, self.ridge)),
                                targets, self.c)
         alpha = implicit_solution(stationarity, [alpha_hat], [embeddings],
-                                  lambda _, b: [solve_flat(jacobian, b[0])])[0]
+                                  lambda _, b: [solve_semidefinite_flat(jacobian, b[0])])[0]
         return tf.matmul(embeddings, alpha, transpose_a=True)              # [d, ways]
 
     def logits(self, state: Any, embeddings: tf.Tensor) -> tf.Tensor:

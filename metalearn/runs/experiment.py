@@ -14,7 +14,7 @@ from metalearn import configurables
 from metalearn.learners.learner import Learner
 from metalearn.outer import MetaGradient, OuterRule
 from metalearn.tasks.base import TaskSampler
-from metalearn.runs import modules as user_modules, validation
+from metalearn.runs import gin_text, modules as user_modules, validation
 from metalearn.runs.workdir import Workdir
 
 LOG_AVERAGES = ("window", "running")
@@ -199,7 +199,7 @@ def build_experiment(strategy: Optional[tf.distribute.Strategy] = None) -> Exper
 
 def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
                  skip_unknown: bool = False, saved_config: Optional[str] = None,
-                 modules: Sequence[str] = ()) -> None:
+                 modules: Sequence[str] = (), trust_workdir: bool = False) -> None:
     """Clears gin and parses a run's config: the workdir's saved one first (if any), then
     ``gin_files`` and ``gin_params`` on top.
 
@@ -210,19 +210,32 @@ def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
         the config binds, imported first (:mod:`metalearn.runs.modules`); with a
         ``workdir``, the modules it records are imported before them. They are part
         of the config: ``train`` records them in its workdir.
+      trust_workdir: import whatever the ``workdir`` names (its ``modules.json``, the
+        ``import`` lines of its config); without it, only those also in ``modules``.
 
     Raises:
       FileNotFoundError: ``workdir`` has no ``config.gin`` and no ``saved_config`` is
         given.
       metalearn.runs.modules.ModuleImportError: a module file does not exist or fails
         to import (the message names it).
+      metalearn.runs.modules.UntrustedModulesError: the workdir names modules the user
+        did not give (listed, with how to allow them); nothing is imported.
+      metalearn.runs.validation.RoleOrderError: role files (experiments/setups/,
+        learners/, budgets/) combined against the repository's rule
+        (:func:`~metalearn.runs.validation.check_roles`): a setup after a learner, a
+        learner re-binding an earlier learner's key, a budget leaving part of another.
     """
     gin.clear_config()
-    recorded = user_modules.recorded(workdir) if workdir is not None else []
+    recorded = []
+    if workdir is not None:  # a workdir is data: what it names, only if asked for
+        saved = Workdir(workdir).config
+        text, name = saved_config, "the config its checkpoint carries"
+        if os.path.exists(saved):
+            text, name = gin_text.read_gin_file(saved), saved
+        recorded = user_modules.allowed(workdir, modules, trust_workdir, text, name)
     user_modules.use(user_modules.import_modules(list(recorded) + list(modules)))
     files = list(gin_files)
     if workdir is not None:
-        saved = Workdir(workdir).config
         if os.path.exists(saved):
             files.insert(0, saved)
         elif saved_config:
@@ -233,6 +246,7 @@ def parse_config(gin_files=(), gin_params=(), workdir: Optional[str] = None,
             raise FileNotFoundError(f"no {Workdir.CONFIG} in workdir {workdir!r}: is it a "
                                     "metalearn run directory?")
     validation.record_sources(files, list(gin_params))  # syntax and includes first
+    validation.check_roles(files, list(gin_params))  # role files, however they are given
     try:
         gin.parse_config_files_and_bindings(files, list(gin_params),
                                             skip_unknown=skip_unknown)

@@ -158,6 +158,57 @@ def _bindings_of(text_or_file, filename: Optional[str],
     return found
 
 
+@dataclasses.dataclass(frozen=True)
+class KeyedStatement:
+    """A binding or macro of a config, includes followed: its key (``[scope/]Name.param``
+    with the configurable's short name, or a macro's name), where it was made, and the
+    files that led there (the file given first, the file itself last; empty for a
+    ``--gin_param``)."""
+    key: str
+    source: Source
+    files: Tuple[str, ...]
+
+
+def _keyed_of(text_or_file, filename: Optional[str], files: Tuple[str, ...]
+              ) -> List[KeyedStatement]:
+    found: List[KeyedStatement] = []
+    for statement in statements(text_or_file, filename):
+        location = statement.location
+        if isinstance(statement, config_parser.BindingStatement):
+            if statement.arg_name:
+                scope = f"{statement.scope}/" if statement.scope else ""
+                key = f"{scope}{statement.selector.rsplit('.', 1)[-1]}.{statement.arg_name}"
+            else:
+                key = statement.selector  # a macro
+            found.append(KeyedStatement(key, Source(filename, location.line_num,
+                                                    location.line_content), files))
+        elif isinstance(statement, config_parser.IncludeStatement):
+            path = find_file(statement.filename)
+            if path is None or os.path.realpath(path) in map(os.path.realpath, files):
+                continue  # gin names a missing include; binding_sources a cycle
+            found += _keyed_of(read_gin_file(path), path, files + (path,))
+    return found
+
+
+def keyed_statements(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()
+                     ) -> List[KeyedStatement]:
+    """Every binding and macro of ``gin_files`` and ``gin_params`` (includes followed,
+    an ``include`` given as a ``--gin_param`` too), in parse order, with the files that
+    led to it: what the rule of role files (``validation.check_roles``) reads.
+
+    Raises:
+      SyntaxError: bad gin syntax (see :func:`statements`).
+    """
+    found: List[KeyedStatement] = []
+    for path in gin_files:
+        located = find_file(path)
+        if located is not None:
+            found += _keyed_of(read_gin_file(located), located, (located,))
+    for param in gin_params:
+        found += _keyed_of(param, None, ())
+    return found
+
+
 def binding_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = (),
                     strict: bool = False) -> List[Binding]:
     """Every binding made by ``gin_files`` (includes followed) and ``gin_params``, in

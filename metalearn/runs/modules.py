@@ -6,9 +6,12 @@ before a gin file that binds them is parsed. Every entry point takes it as
 repeatable), and :func:`metalearn.runs.experiment.parse_config` as ``modules=``: it
 imports each (:func:`import_modules`) before gin parses, and remembers them as part of
 the config being parsed (:func:`current`). ``train`` writes them into the workdir
-(``modules.json``, files as absolute paths), and ``parse_config(workdir=...)`` imports
-the recorded ones first: ``restore``, ``python -m metalearn.evaluate`` and a sweep's
-run processes find the run's classes with no flag of their own.
+(``modules.json``, files as absolute paths). A workdir is data: ``parse_config(
+workdir=...)`` (``restore``, ``python -m metalearn.evaluate``, a resumed ``train``, a
+sweep's run processes) imports a recorded module only if the user gives it again
+(``--module``) or trusts the workdir (``--trust_workdir``), and so for the gin
+``import`` lines of its saved config (:func:`allowed`); otherwise
+:class:`UntrustedModulesError` lists them, and nothing is imported.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import importlib.util
 import json
 import os
 import sys
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import gin
 
@@ -32,6 +35,75 @@ _CURRENT: List[str] = []
 
 class ModuleImportError(ImportError):
     """A ``--module`` file does not exist, or importing it (or a dotted name) failed."""
+
+
+class UntrustedModulesError(ModuleImportError):
+    """A workdir names modules (``modules.json``, ``import`` lines of its config) that the
+    user did not ask for: a workdir is data, and nothing it names is imported unless
+    given on the command line (``--module``) or trusted (``--trust_workdir``)."""
+
+
+def _trusted_import(module: str, given: Sequence[str]) -> bool:
+    """Whether a gin ``import`` line of a workdir's config may run: the library itself,
+    gin's own, a module imported already (importing it runs nothing), or one the user
+    named (``--module``)."""
+    top = module.split(".")[0]
+    return (top in ("metalearn", "__gin__") or module in sys.modules
+            or module in given or any(module.startswith(g + ".") for g in given))
+
+
+def allowed(workdir: str, given: Sequence[str] = (), trust: bool = False,
+            config: Optional[str] = None, config_name: Optional[str] = None) -> List[str]:
+    """The modules ``workdir`` records (``modules.json``), once each is one the user
+    asked for: a workdir is data (docs/errors.md, "Untrusted files").
+
+    Args:
+      given: the user's modules (``--module``, ``modules=``): a recorded one among them
+        (by its recorded spelling: a file by absolute path) is allowed.
+      trust: allow whatever the workdir names (``--trust_workdir``).
+      config: the workdir's config text about to be parsed (its ``config.gin``, or the
+        checkpoint's copy); its gin ``import`` lines follow the same rule.
+      config_name: that config's file, for the message.
+
+    Returns:
+      The recorded modules, to import.
+
+    Raises:
+      UntrustedModulesError: listing each module the workdir names and the user did not
+        give, and how to allow them; nothing is imported.
+    """
+    records = recorded(workdir)
+    if trust:
+        return records
+    given = {canonical(g) for g in given if g.strip()}
+    refused = [m for m in records if canonical(m) not in given]
+    lines = []
+    if config is not None:
+        from metalearn.runs import gin_text  # the one reader of gin text
+        for statement in gin_text.statements(config, config_name):
+            if isinstance(statement, gin_text.config_parser.ImportStatement) and \
+                    not _trusted_import(statement.module, given):
+                lines.append(statement)
+    if not refused and not lines:
+        return records
+    named = [f"{m} (in {Workdir(workdir).modules})" for m in refused] + [
+        f"{s.module} (an import line of {config_name or 'the saved config'}, line "
+        f"{s.location.line_num})" for s in lines]
+    flags = " ".join(f"--module={m}" for m in refused + [s.module for s in lines])
+    raise UntrustedModulesError(
+        f"workdir {workdir!r} names code to import: {'; '.join(named)}. A workdir is data: "
+        "nothing it names is imported unless you ask for it. If you trust it, give each "
+        f"on the command line ({flags}; modules=[...] from Python), or pass "
+        "--trust_workdir (trust_workdir=True) to import whatever it names")
+
+
+def _describe(error: BaseException) -> str:
+    """An import's error for the message; ``sys.exit`` named as such (``SystemExit`` is
+    no ``Exception``: let through, a ``train`` would exit 0 having trained nothing)."""
+    if isinstance(error, SystemExit):
+        return (f"it called sys.exit({error.code!r}) on import (a script's main code "
+                "outside `if __name__ == '__main__':`?); a module must only define")
+    return f"{type(error).__name__}: {error}"
 
 
 def _is_file(spec: str) -> bool:
@@ -71,10 +143,10 @@ def _import_file(path: str) -> None:
     try:
         with gin.unlock_config():
             spec.loader.exec_module(module)
-    except Exception as error:  # noqa: BLE001  (re-raised, naming the file)
+    except (Exception, SystemExit) as error:  # noqa: BLE001  (re-raised, naming the file)
         del sys.modules[name]
         raise ModuleImportError(f"importing module file {path!r} failed: "
-                                f"{type(error).__name__}: {error}") from error
+                                f"{_describe(error)}") from error
     _LOADED[path] = name
 
 
@@ -86,8 +158,9 @@ def import_modules(specs: Sequence[str]) -> List[str]:
       The specs as recorded (:func:`canonical`).
 
     Raises:
-      ModuleImportError: a file does not exist, or importing a file or a name failed;
-        the message names it (the import's own error is chained).
+      ModuleImportError: a file does not exist, or importing a file or a name failed
+        (an exception, or ``sys.exit`` called on import); the message names it (the
+        import's own error is chained).
     """
     done = []
     for spec in specs:
@@ -100,9 +173,9 @@ def import_modules(specs: Sequence[str]) -> List[str]:
             try:
                 with gin.unlock_config():
                     importlib.import_module(spec)
-            except Exception as error:  # noqa: BLE001  (re-raised, naming it)
+            except (Exception, SystemExit) as error:  # noqa: BLE001  (re-raised, naming it)
                 raise ModuleImportError(f"importing module {spec!r} failed: "
-                                        f"{type(error).__name__}: {error}") from error
+                                        f"{_describe(error)}") from error
         if spec not in done:
             done.append(spec)
     return done

@@ -37,8 +37,10 @@ from metalearn import configurables as gin_plumbing
 from metalearn.learners.learner import Learner, name_of
 from metalearn.outer.rule import check_compiles
 from metalearn.runs.gin_text import (Binding, GinIncludeError, Source,  # noqa: F401
-                                     binding_sources, config_bindings, config_text_bindings,
+                                     KeyedStatement, binding_sources, config_bindings,
+                                     config_text_bindings, keyed_statements,
                                      substitute_macros)
+from metalearn.repository import EXPERIMENTS_DIR
 from metalearn.runs.workdir import Workdir
 from metalearn.tasks.episode import unmask
 
@@ -67,6 +69,106 @@ class RunLengthError(ValueError):
 
 
 _SOURCES: List[Binding] = []
+
+
+class RoleOrderError(ValueError):
+    """Role files (``experiments/setups/``, ``learners/``, ``budgets/``) combined so
+    that one silently changes another's algorithm: a key a learner bound re-bound by a
+    later learner, a setup after a learner, a budget that leaves part of an earlier one
+    in force."""
+
+
+ROLES = ("setups", "learners", "budgets")
+"""The folders of experiments/ whose files have a role (experiments/README.md)."""
+
+_ROLE_NAMES = {"setups": "setup", "learners": "learner", "budgets": "budget"}
+
+
+def role_of(path: Optional[str]) -> Optional[str]:
+    """``"setups"``, ``"learners"`` or ``"budgets"`` for a file of the repository's
+    role folders (however it is given: a relative path, a link), else ``None``."""
+    if not path:
+        return None
+    real, top = os.path.realpath(path), os.path.realpath(EXPERIMENTS_DIR)
+    if os.path.commonpath([real, top]) != top:
+        return None
+    folder = os.path.relpath(real, top).split(os.sep)[0]
+    return folder if folder in ROLES else None
+
+
+def _unit(statement: KeyedStatement) -> Optional[Tuple[str, str]]:
+    """``(role, file)`` of the outermost role file a statement comes from: a learner
+    including another (reptile.gin on maml.gin) is one learner, a setup including its
+    common file one setup."""
+    for file in statement.files:
+        role = role_of(file)
+        if role is not None:
+            return role, file
+    return None
+
+
+def check_roles(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()) -> None:
+    """The rule the repository's own files obey (tests/experiments_test.py, and
+    experiments/README.md), for role files however they are given (``--gin_file``s in
+    any order, ``include`` lines of the user's files or ``--gin_param``s, a sweep's or
+    an evaluation's files): setups before learners; no key a learner file bound is
+    bound again by a later learner (a second learner may add bindings, as
+    learners/es.gin adds to learners/maml.gin, never re-bind the first's); a later
+    budget re-binds every key an earlier one bound (budgets/smoke.gin after a file that
+    includes budgets/paper.gin replaces it whole; a budget that keeps part of another
+    is a hybrid). A learner may re-bind a setup's defaults (the outer rule, the
+    optimiser), and a budget a learner's sizes (budgets/smoke.gin shrinks any run). Files outside experiments/'s role folders, and ``--gin_param``
+    bindings, may set anything: they are the user's own overrides.
+
+    Raises:
+      RoleOrderError: naming both files and the key (with its lines).
+    """
+    keyed = keyed_statements(gin_files, gin_params)
+    units = [_unit(s) for s in keyed]
+    order: List[Tuple[str, str]] = []  # the role files, in the order they begin
+    keys: Dict[Tuple[str, str], Dict[str, Source]] = {}
+    bound: Dict[str, Tuple[Tuple[str, str], Source]] = {}  # key -> (unit, source)
+
+    def shared_key(later: Tuple[str, str], earlier: Tuple[str, str]) -> str:
+        mine = [s for s, u in zip(keyed, units) if u == later]
+        theirs = keys.get(earlier, {})
+        shared = next((s for s in mine if s.key in theirs), None)
+        return "" if shared is None else (
+            f"; it re-binds {shared.key} ({shared.source}), bound by {earlier[1]!r} "
+            f"({theirs[shared.key]})")
+
+    for statement, unit in zip(keyed, units):
+        if unit is None:
+            continue
+        role, file = unit
+        if unit not in keys:
+            learner = next((u for u in order if u[0] == "learners"), None)
+            if role == "setups" and learner is not None:
+                raise RoleOrderError(
+                    f"setup file {file!r} comes after the learner file {learner[1]!r}: give "
+                    "setups before learners (a setup parsed later re-binds what the learner "
+                    f"chose, e.g. its outer rule){shared_key(unit, learner)}")
+            order.append(unit)
+            keys[unit] = {}
+        keys[unit].setdefault(statement.key, statement.source)
+        before = bound.get(statement.key)
+        if before is not None and before[0] != unit and before[0][0] == "learners" \
+                and role == "learners":
+            raise RoleOrderError(
+                f"learner file {file!r} re-binds {statement.key} "
+                f"({statement.source}), which the learner file {before[0][1]!r} bound "
+                f"({before[1]}): the config would silently mix two algorithms. Give one "
+                "learner (a learner file may add to another, never re-bind it), and set a "
+                "learner's value in a file of your own or by --gin_param")
+        bound[statement.key] = (unit, statement.source)
+    budgets = [u for u in order if u[0] == "budgets"]
+    for earlier, later in zip(budgets, budgets[1:]):
+        left = [k for k in keys[earlier] if k not in keys[later]]
+        if left:
+            raise RoleOrderError(
+                f"two budget files, {earlier[1]!r} and {later[1]!r}: the later does not "
+                f"re-bind {left[0]} ({keys[earlier][left[0]]}), so the run would be a hybrid "
+                "of both budgets; give one budget")
 
 
 def record_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()) -> None:

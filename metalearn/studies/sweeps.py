@@ -50,7 +50,7 @@ from metalearn.runs.experiment import build_experiment, parse_config
 from metalearn import repository
 from metalearn.repository import from_repository, portable
 from metalearn.runs.files import read_json, write_json_results, write_text
-from metalearn.runs.modules import import_modules
+from metalearn.runs.modules import UntrustedModulesError, canonical, import_modules
 from metalearn.runs.validation import check_tasks_and_outputs
 from metalearn.runs.workdir import Workdir
 from metalearn.studies.results import is_evaluated, is_trained
@@ -329,13 +329,18 @@ def _is_done(run: Mapping[str, Any]) -> bool:
                                            is_evaluated(workdir, steps))
 
 
-def train_and_evaluate(workdir: str) -> None:
+def train_and_evaluate(workdir: str, modules: Sequence[str] = (),
+                       trust_workdir: bool = False) -> None:
     """Trains the run described by ``workdir/sweep_run.json`` (resuming from its latest
     checkpoint) unless it is finished, then evaluates it if asked and not done yet.
 
     This is what each run's process does (``python -m metalearn.sweep --execute=WORKDIR``):
     the same calls as ``metalearn.train`` followed by ``metalearn.evaluate``, in one
-    process.
+    process. The record is data: the modules it names are imported only if among
+    ``modules`` (the sweep passes its own as ``--module``) or with ``trust_workdir``.
+
+    Raises:
+      UntrustedModulesError: the record (or the workdir) names modules not given.
     """
     path = Workdir(workdir).sweep_run
     if not os.path.isfile(path):
@@ -348,15 +353,29 @@ def train_and_evaluate(workdir: str) -> None:
         raise ValueError(f"{path} is not a sweep run record: it lacks {missing}; the sweep "
                          "writes it (rerun python -m metalearn.sweep on its root)")
     steps = int(run["num_steps"])
+    named = run.get("modules", ())
+    if not isinstance(named, list) or not all(isinstance(m, str) for m in named):
+        raise ValueError(f"{path} is not a sweep run record: 'modules' must be a list of "
+                         f"module files and names, got {named!r}")
+    given = {canonical(m) for m in modules}
+    refused = [m for m in named if canonical(m) not in given]
+    if refused and not trust_workdir:
+        raise UntrustedModulesError(
+            f"sweep run record {path} names code to import: {refused}. A workdir is data: "
+            "nothing it names is imported unless you ask for it. If you trust it, give "
+            f"each on the command line ({' '.join(f'--module={m}' for m in refused)}), or "
+            "pass --trust_workdir to import whatever it names")
     if not is_trained(workdir, steps):  # gin files recorded by repository.portable
         parse_config([from_repository(f) for f in run["gin_files"]],
                      list(run["gin_params"]) + [f"{key} = {value}" for key, value in
                                                 run["bindings"].items()],
-                     modules=run.get("modules", ()))
+                     modules=named)
         metrics = train(build_experiment(), workdir)
         print("final metrics: " + json.dumps(metrics, sort_keys=True), flush=True)
     if run["evaluate"] and not is_evaluated(workdir, steps):
-        experiment = restore(workdir, gin_params=run["eval_params"])
+        experiment = restore(workdir, gin_params=run["eval_params"],
+                             modules=list(named) + list(modules),
+                             trust_workdir=trust_workdir)
         report = evaluate(experiment.learner, experiment.sampler)
         report["checkpoint_step"] = experiment.restored_step
         print("evaluation: " + json.dumps(report["results"], sort_keys=True), flush=True)
@@ -429,8 +448,11 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
         if _is_done(saved):
             return {"name": run["name"], "status": "done", "pid": os.getpid()}
         log = Workdir(workdir).train_log
+        # the run's modules asked for on its command line (its record is data)
         code = _call(["-m", "metalearn.sweep", "--alsologtostderr",
-                      f"--execute={workdir}"], log, pass_fds=(lock,))
+                      f"--execute={workdir}",
+                      *[f"--module={m}" for m in run.get("modules", ())]],
+                     log, pass_fds=(lock,))
         status = "failed" if code != 0 or not _is_done(saved) else "ran"
         # The outcome, for metalearn.report (a rerun's record replaces it).
         write_text(Workdir(workdir).sweep_run, json.dumps(

@@ -447,7 +447,8 @@ def _check_matched(experiment: Experiment, path: str) -> None:
 
 
 def restore(workdir: str, gin_params: Sequence[str] = (),
-            checkpoint: Optional[str] = None) -> Experiment:
+            checkpoint: Optional[str] = None, modules: Sequence[str] = (),
+            trust_workdir: bool = False) -> Experiment:
     """Rebuilds a run's experiment from its workdir and loads its newest intact
     checkpoint.
 
@@ -461,6 +462,10 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
       checkpoint: a specific checkpoint path; defaults to the newest intact one in the
         workdir (:func:`find_checkpoint`: a damaged latest checkpoint is passed over,
         with a warning naming it and why).
+      modules: the user's modules (``--module``): imported first, and those the workdir
+        records (``modules.json``) or its config imports are imported only if given
+        here (a workdir is data).
+      trust_workdir: import whatever the workdir names (``--trust_workdir``).
 
     Returns:
       The experiment, whose ``.learner`` holds the trained weights and whose
@@ -473,6 +478,8 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
       DamagedCheckpointError: checkpoints, none intact (or ``checkpoint`` damaged).
       UnmatchedCheckpointError: the checkpoint's variables and the config's differ
         (the message names them by layer and shape).
+      UntrustedModulesError: the workdir names modules not given in ``modules``
+        (listed, with how to allow them); nothing is imported.
       ConfigChangeError: the workdir's ``config.gin`` was edited after its checkpoint
         was written (a binding other than the loop's and evaluation's settings differs
         from the config the checkpoint carries): the message names each binding, as
@@ -492,8 +499,10 @@ def restore(workdir: str, gin_params: Sequence[str] = (),
     if own:  # config.gin edited since: refused, as train refuses (before any loading)
         validation.check_config_unedited(workdir, config)
     if path is None and not os.path.isfile(Workdir(workdir).config):
-        parse_config(workdir=workdir, gin_params=gin_params)  # names the missing file
-    parse_config(workdir=workdir, gin_params=gin_params, saved_config=config)
+        parse_config(workdir=workdir, gin_params=gin_params, modules=modules,
+                     trust_workdir=trust_workdir)  # names the missing file
+    parse_config(workdir=workdir, gin_params=gin_params, saved_config=config,
+                 modules=modules, trust_workdir=trust_workdir)
     experiment = build_experiment()
     if path is None:
         raise FileNotFoundError(f"no checkpoint in {directory!r}")

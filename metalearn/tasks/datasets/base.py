@@ -155,10 +155,24 @@ def select_classes(data: LabelledImages, names: Sequence[str]) -> LabelledImages
                           preprocessing=dict(data.preprocessing))
 
 
+Example = Tuple[str, str, str]
+"""An example as :func:`check_split_sizes` checks it: ``(what it is, its class, the
+file that puts it there)``, e.g. ``("image 'n0153282900000005.jpg'", "n01532829",
+"/data/mini/train.csv")``."""
+
+
 def check_split_sizes(splits: Mapping[str, LabelledImages], expected: Mapping[str, int],
-                      what: str, files: str) -> None:
-    """Raises if a split's class count is not the canonical one (a truncated or
-    mismatched split file), naming ``files``."""
+                      what: str, files: str,
+                      examples: Optional[Mapping[str, Sequence[Example]]] = None) -> None:
+    """The loaders' one validation of splits: each split's class count is the canonical
+    one (a truncated or mismatched split file), no class is in two splits, and, given
+    ``examples`` (per split, each example as an :data:`Example`), no example is in two
+    classes or two splits (a test image also listed for training, two classes of the
+    same images). Errors name ``files`` (and the files of both places an example is).
+
+    Raises:
+      ValueError: any of these.
+    """
     for split, count in expected.items():
         found = splits[split].num_classes
         if found != count:
@@ -172,6 +186,27 @@ def check_split_sizes(splits: Mapping[str, LabelledImages], expected: Mapping[st
                 raise ValueError(f"{what}: class {name!r} is in both the {owner[name]!r} "
                                  f"and the {split!r} split ({files})")
             owner[name] = split
+    if examples is not None:
+        _check_examples_unique(examples, what)
+
+
+def _check_examples_unique(examples: Mapping[str, Sequence[Example]], what: str) -> None:
+    seen: Dict[str, Tuple[str, str, str]] = {}
+    for split, members in examples.items():
+        for example, name, source in members:
+            place = (split, name, source)
+            if example not in seen:
+                seen[example] = place
+                continue
+            first = seen[example]
+            describe = lambda p: f"class {p[1]!r} of the {p[0]!r} split ({p[2]!r})"
+            if first[:2] == place[:2]:
+                raise ValueError(f"{what}: {example} is listed twice in {describe(place)}")
+            raise ValueError(
+                f"{what}: {example} is in both {describe(first)} and {describe(place)}; "
+                "an example belongs to one class of one split (a test example seen in "
+                "training, or two classes of the same examples, would silently inflate "
+                "accuracy): fix the split files")
 
 
 def source_fingerprint(sources: Sequence[str], exclude: Optional[str] = None) -> str:

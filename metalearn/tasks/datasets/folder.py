@@ -6,7 +6,8 @@
       ...
 
 Classes are the sub-folders (sorted by name), examples the image files in each (sorted
-by name; JPEG, PNG, BMP or GIF, by extension; hidden files and other files are skipped).
+by name; JPEG, PNG, BMP or GIF, by extension; hidden files and other files are skipped;
+an image name that is a dangling symbolic link is an error).
 The class split is given by class lists or fractions, and is deterministic.
 """
 
@@ -28,7 +29,13 @@ _CACHE: Dict[Tuple, LabelledImages] = {}
 
 def list_image_folder(path: str, extensions: Sequence[str] = image_files.IMAGE_EXTENSIONS
                       ) -> Dict[str, Tuple[str, ...]]:
-    """``{class name: sorted image files}`` of a folder with one sub-folder per class."""
+    """``{class name: sorted image files}`` of a folder with one sub-folder per class.
+
+    Raises:
+      FileNotFoundError: ``path`` is no folder; an image file is a dangling symbolic
+        link (named, with its target).
+      ValueError: no class sub-folders, or a class folder without images.
+    """
     if not os.path.isdir(path):
         raise FileNotFoundError(f"image folder {path!r} does not exist; give a folder with "
                                 "one sub-folder of images per class")
@@ -41,9 +48,16 @@ def list_image_folder(path: str, extensions: Sequence[str] = image_files.IMAGE_E
     found = {}
     for name in classes:
         folder = os.path.join(path, name)
-        files = sorted(f for f in os.listdir(folder)
-                       if image_files.is_image_file(f, extensions)
-                       and os.path.isfile(os.path.join(folder, f)))
+        named = sorted(f for f in os.listdir(folder) if image_files.is_image_file(f, extensions))
+        dangling = [f for f in named if not os.path.exists(os.path.join(folder, f))]
+        if dangling:  # an image the user put there and lost: never skipped silently
+            link = os.path.join(folder, dangling[0])
+            raise FileNotFoundError(
+                f"image file {link!r} is a dangling symbolic link (to "
+                f"{os.readlink(link)!r}, which does not exist)"
+                f"{f'; so are {dangling[1:10]}' if len(dangling) > 1 else ''}: restore "
+                "its target or remove the link")
+        files = [f for f in named if os.path.isfile(os.path.join(folder, f))]
         if not files:
             raise ValueError(f"class folder {folder!r} holds no image files (extensions "
                              f"{tuple(extensions)}); remove it or add images")

@@ -67,10 +67,19 @@ def _from_csv(path: str, image_size: Optional[int]) -> Dict[str, LabelledImages]
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"mini-ImageNet images folder {folder!r} not found; the "
                                 "CSV layout is images/ beside train.csv, val.csv, test.csv")
+    rows_of = {}
+    for split in SPLIT_NAMES:
+        file = os.path.join(path, FILE_SPLITS[split] + ".csv")
+        rows_of[split] = _read_split_csv(file)
+    # before any image is decoded: each image in one class of one split
+    check_split_sizes({}, {}, "mini-ImageNet", _files("csv", path), examples={
+        split: [(f"image {os.path.normpath(name)!r}", label,
+                 os.path.join(path, FILE_SPLITS[split] + ".csv")) for name, label in rows]
+        for split, rows in rows_of.items()})
     splits = {}
     for split in SPLIT_NAMES:
         file = os.path.join(path, FILE_SPLITS[split] + ".csv")
-        rows = _read_split_csv(file)
+        rows = rows_of[split]
         names = sorted({label for _, label in rows})
         index = {n: i for i, n in enumerate(names)}
         rows.sort(key=lambda r: (index[r[1]], r[0]))
@@ -106,7 +115,7 @@ def _from_pickles(path: str, image_size: Optional[int]) -> Dict[str, LabelledIma
                              "class names to lists of indices")
         names = sorted(str(n) for n in classes)
         by_name = {str(n): v for n, v in classes.items()}
-        order, labels = [], []
+        order, labels, examples = [], [], []
         for label, name in enumerate(names):
             indices = np.asarray(by_name[name]).reshape(-1)
             if indices.dtype.kind not in "iu" or indices.size == 0 or \
@@ -115,12 +124,23 @@ def _from_pickles(path: str, image_size: Optional[int]) -> Dict[str, LabelledIma
                                  f"indices outside the {len(data)} images")
             order.append(indices.astype(np.int64))
             labels.append(np.full(indices.size, label, np.int64))
+            examples += [(f"image {int(i)} of {file!r}", name, file) for i in indices]
+        # each image in one class (the indices are into this file's images only)
+        check_split_sizes({}, {}, "mini-ImageNet", _files("pickle", path),
+                          examples={split: examples})
         images = data[np.concatenate(order)]
         if image_size is not None and images.shape[1:3] != (image_size, image_size):
             images = _resize(images, image_size)
         splits[split] = LabelledImages(images, np.concatenate(labels), tuple(names),
                                        preprocessing=_preprocessing(image_size, "pickle"))
     return splits
+
+
+def _files(source: str, path: str) -> str:
+    """The files of a layout, for errors."""
+    files = ("train.csv, val.csv, test.csv" if source == "csv"
+             else "mini-imagenet-cache-{train,val,test}.pkl")
+    return f"{files} in {path!r}"
 
 
 def _resize(images: np.ndarray, size: int) -> np.ndarray:
@@ -156,11 +176,13 @@ def load_mini_imagenet(path: str = gin.REQUIRED, source: str = "auto",
 
     Returns:
       ``{"train", "validation", "test"}`` to ``LabelledImages`` (uint8 ``[examples,
-      size, size, 3]``), no class in two splits.
+      size, size, 3]``), no class in two splits, no image in two classes or splits.
 
     Raises:
       FileNotFoundError: a missing folder, split file, cache file or image (named).
-      ValueError: a damaged or unsafe file (named), a split of other class counts.
+      ValueError: a damaged or unsafe file (named), a split of other class counts, an
+        image listed in two splits or two classes (a test image in ``train.csv``, two
+        classes of the same cache indices: the image and both files named).
     """
     path = data_path(path)  # relative: the working directory, else the repository root
     if source not in ("auto", "csv", "pickle"):
@@ -182,9 +204,7 @@ def load_mini_imagenet(path: str = gin.REQUIRED, source: str = "auto",
         reader = _from_csv if source == "csv" else _from_pickles
         splits = cached_splits(cache_dir, "mini_imagenet", key,
                                lambda: reader(path, image_size), sources)
-        files = ("train.csv, val.csv, test.csv" if source == "csv"
-                 else "mini-imagenet-cache-{train,val,test}.pkl")
         check_split_sizes(splits, RAVI_SPLIT_SIZES if strict else {}, "mini-ImageNet",
-                          f"{files} in {path!r}")
+                          _files(source, path))
         _CACHE[key, sources] = splits
     return dict(_CACHE[key, sources])
