@@ -40,6 +40,13 @@ def _private(name):
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
+def _package_module(module, name):
+    """Whether ``from module import name`` imports one of metalearn's own modules (such
+    as ``metalearn._compat`` or ``metalearn._quiet``): a module private to the package is
+    the package's to import, not a reach into another module's names."""
+    return module == "metalearn" and os.path.exists(os.path.join(PACKAGE, name + ".py"))
+
+
 def _own(node):
     """``self``, ``cls`` or ``super()``: the object whose class this module defines."""
     return (isinstance(node, ast.Name) and node.id in ("self", "cls")) or (
@@ -77,7 +84,7 @@ def private_reaches(source):
                     for a in node.names):
                 reach(node, f"from {module} import ...")
             for alias in node.names:
-                if _private(alias.name) and alias.name != "_compat":
+                if _private(alias.name) and not _package_module(module, alias.name):
                     reach(node, f"from {module} import {alias.name}")
         elif isinstance(node, ast.Import):
             for alias in node.names:
@@ -128,6 +135,8 @@ def test_no_module_but_compat_reaches_into_a_private_name():
     ("class A:\n    def f(self):\n        return self._inherited + super()._g()\n", None),
     ("def f(pair):\n    return pair._replace(x=1)\n", None),
     ("from metalearn import _compat\nrate = _compat.optimizer_learning_rate\n", None),
+    ("from metalearn import _quiet\n_quiet.is_entry_point()\n", None),
+    ("from metalearn import _not_a_module\n", "from metalearn import _not_a_module"),
 ])
 def test_the_guard_flags_a_planted_reach(source, reached):
     found = private_reaches(source)

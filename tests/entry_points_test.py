@@ -16,6 +16,8 @@ from metalearn.flags import gin_file_candidates, resolve_gin_files
 from metalearn.repository import ROOT
 from metalearn.training.evaluation import report_figures, task_description
 
+pytestmark = pytest.mark.xdist_group(__name__)
+
 # Every module under metalearn/ that runs as `python -m metalearn.<name>`.
 ENTRY_POINTS = sorted(
     os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "metalearn", "*.py"))

@@ -20,6 +20,7 @@ from metalearn.outer.evolution import centred_ranks, noise
 from metalearn.tasks import Episode
 from metalearn.testing import OuterRuleContract, evolution_estimate, mse, values
 from metalearn.training import build_experiment, parse_config, restore, train
+from tests.neural_process_fixtures import latent_learner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ES_GIN = os.path.join(ROOT, "experiments", "sinusoid", "maml_es.gin")
@@ -232,3 +233,57 @@ def test_a_resumed_run_draws_the_same_noise(tmp_path):
 def test_bad_input_is_named(keyword, value, message):
     with pytest.raises(ValueError, match=f"EvolutionStrategies.{message}"):
         EvolutionStrategies(**{keyword: value})
+
+
+class ShiftedObjective(metalearn.Learner):
+    """A research subclass that changes what is minimised (objective_of): the query loss
+    plus a tenth of the squared mean of the query predictions."""
+
+    def objective_of(self, run):
+        extra = 0.1 * tf.square(tf.reduce_mean(run.predictions))
+        return {**run.metrics, "loss": run.metrics["loss"] + tf.cast(extra, tf.float64)}
+
+
+def objective_learner(kind):
+    """Three inner steps on a float64 linear model (so every objective below is a
+    quadratic of the meta-variables), or the latent NP (its ELBO, smooth)."""
+    keras.utils.set_random_seed(1)
+    if kind == "latent np":
+        return latent_learner(x_size=2, representation=3, latent=2, hidden=(3,),
+                              dtype="float64")
+    model = metalearn.models.mlp((2,), hidden=(), outputs=1, dtype="float64")
+    if kind == "maml++":
+        return metalearn.MultiStepLossLearner(model, GradientDescent(3, 0.2), loss=mse,
+                                              anneal_steps=10 ** 6)
+    cls = ShiftedObjective if kind == "subclass" else metalearn.Learner
+    return cls(model, GradientDescent(3, 0.2), loss=mse)
+
+
+@pytest.mark.parametrize("kind, sigma, tolerance", [
+    ("plain", 0.3, 1e-10), ("maml++", 0.3, 1e-10), ("subclass", 0.3, 1e-10),
+    ("latent np", 1e-4, 1e-6)])
+def test_an_objective_changing_learner_s_expectation_is_the_meta_gradient(
+        kind, sigma, tolerance):
+    """ES descends the learner's own objective (objective_of), the one MetaGradient
+    differentiates. On a quadratic objective each antithetic difference is exactly
+    ``2 sigma eps . g``, so with the rule's own noise the estimate is
+    ``mean_j eps_j eps_j^T g`` (whose expectation is ``g``) for any sigma, to rounding
+    (1e-10 relative); for the latent NP's smooth ELBO, to ``O(sigma^2)`` (1e-6 at
+    sigma = 1e-4). A rule that measured the last step's query loss instead would miss
+    by the objective's change, which the plain learner's gradient shows is not small."""
+    learner = objective_learner(kind)
+    episodes = linear_tasks(tasks=3, shots=4)
+    formulation = metalearn.execution.MapFn()
+    exact = flat(formulation.gradients(learner, episodes, learner.meta_variables)[0])
+    rule = EvolutionStrategies(keras.optimizers.SGD(0.1), population=6, sigma=sigma, seed=3)
+    found, _ = rule.directions(learner, episodes, formulation)
+    seed = rule.step_seed(learner)
+    eps = np.array([flat(rule.perturbations(learner, seed, j))
+                    for j in range(rule.population)])
+    expected = eps.T @ (eps @ exact) / rule.population
+    scale = np.linalg.norm(expected)
+    np.testing.assert_allclose(flat(found), expected, rtol=0, atol=tolerance * scale)
+    if kind in ("maml++", "subclass"):  # the objective matters
+        plain = objective_learner("plain")
+        other = flat(formulation.gradients(plain, episodes, plain.meta_variables)[0])
+        assert np.linalg.norm(other - exact) > 1e-3 * np.linalg.norm(exact)

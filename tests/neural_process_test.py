@@ -26,6 +26,7 @@ from metalearn.testing import (DIM, WAYS, LearnerContract, RegressionContract,
                                assert_sampler_is_seeded_and_stateless,
                                assert_meta_gradient_matches_finite_differences,
                                synthetic_classification)
+from tests.neural_process_fixtures import latent_learner
 
 KINDS = {"cnp": ConditionalNeuralProcess, "anp": AttentiveNeuralProcess}
 
@@ -104,25 +105,6 @@ class TestLatentNeuralProcessRegression(GaussianRegressionContract):
 
     def make_learner(self):
         return latent_learner(x_size=DIM)
-
-
-def latent_learner(x_size=1, y_size=1, representation=8, latent=3, hidden=(16,),
-                   output="gaussian", dtype=None):
-    """A small NP: encoder and latent encoder [x, y] -> r, 2 z; decoder [x, r, z] -> y."""
-    keras.utils.set_random_seed(0)
-    mlp = lambda inputs, outputs, name: models.mlp(  # noqa: E731
-        (inputs,), hidden=hidden, outputs=outputs, activation="tanh", dtype=dtype, name=name)
-    outputs = 2 * y_size if output == "gaussian" else y_size
-    adapter = LatentNeuralProcess(mlp(x_size + y_size, representation, "encoder"),
-                                  mlp(x_size + y_size, 2 * latent, "latent_encoder"),
-                                  output=output)
-    decoder = mlp(x_size + representation + latent, outputs, "decoder")
-    if output == "gaussian":
-        return LatentNeuralProcessLearner(decoder, adapter, loss=gaussian_nll,
-                                          metrics={"mse": predictive_mse})
-    return LatentNeuralProcessLearner(decoder, adapter,
-                                      loss=metalearn.testing.softmax_cross_entropy,
-                                      metrics={"accuracy": "accuracy"})
 
 
 # --- a regression contract: the Gaussian prediction -------------------------------------

@@ -282,10 +282,11 @@ def test_mini_imagenet_cache_is_rebuilt_when_a_split_file_changes(tmp_path, monk
     cache = str(tmp_path / "cache")
     first = load_mini_imagenet(data, image_size=16, cache_dir=cache)
     lines = open(os.path.join(data, "test.csv")).read().splitlines()
-    # the first test class's two images swapped: other data, the same file size
-    lines[1], lines[2] = lines[2], lines[1]
-    lines[1] = lines[1].split(",")[0].replace("00000002", "00000001") + "," + \
-        lines[1].split(",")[1]
+    # an image of the first test class and one of the second trade classes: other data,
+    # the same file size, and still each image in one class
+    (a, label_a), (b, label_b) = lines[1].split(","), lines[3].split(",")
+    assert label_a != label_b
+    lines[1], lines[3] = f"{a},{label_b}", f"{b},{label_a}"
     with open(os.path.join(data, "test.csv"), "w") as f:
         f.write("\n".join(lines) + "\n")
     os.utime(os.path.join(data, "test.csv"), ns=(1, 1))  # and a new time

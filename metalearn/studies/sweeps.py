@@ -353,7 +353,7 @@ def train_and_evaluate(workdir: str, modules: Sequence[str] = (),
         raise ValueError(f"{path} is not a sweep run record: it lacks {missing}; the sweep "
                          "writes it (rerun python -m metalearn.sweep on its root)")
     steps = int(run["num_steps"])
-    named = run.get("modules", ())
+    named = run.get("modules", [])  # a record from before modules were recorded names none
     if not isinstance(named, list) or not all(isinstance(m, str) for m in named):
         raise ValueError(f"{path} is not a sweep run record: 'modules' must be a list of "
                          f"module files and names, got {named!r}")
