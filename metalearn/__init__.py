@@ -86,7 +86,7 @@ try:
 except _compat.PrivateAPIMoved as _error:  # only the first trace is slower then
     _logging.getLogger(__name__).warning("%s", _error)
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["Adapted", "ClassifierBaseline", "EmbeddingLearner", "Experiment", "Learner", "MetaGradient",
            "MetaOptimizer", "execution",

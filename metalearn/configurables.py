@@ -111,7 +111,7 @@ MOVED: Dict[str, Dict[str, str]] = {}
 spelling}`` (filled by :func:`moved_keywords`; read by ``metalearn.runs.validation``
 for a gin binding that gin refuses at parse time)."""
 
-MOVED_MESSAGE = "{owner}({name}=...) moved in metalearn 0.3: use {new} (BUILD.md, 'Migration')"
+MOVED_MESSAGE = "{owner}({name}=...) moved in metalearn 0.3: use {new} (CHANGELOG.md, 'Migration')"
 
 
 def moved_keywords(table: Mapping[str, str], message: str = MOVED_MESSAGE):
@@ -145,7 +145,7 @@ def moved_keywords(table: Mapping[str, str], message: str = MOVED_MESSAGE):
     return decorate
 
 
-MEMBER_MESSAGE = "{owner}.{name} moved in metalearn 0.3: use {new} (BUILD.md, 'Migration')"
+MEMBER_MESSAGE = "{owner}.{name} moved in metalearn 0.3: use {new} (CHANGELOG.md, 'Migration')"
 
 
 def moved_members(table: Mapping[str, str], message: str = MEMBER_MESSAGE):

@@ -6,7 +6,7 @@ r"""Meta-trains an experiment described by gin.
 Classes of your own (an outer rule, a learner) in a file: add --module=my_rule.py
 (imported before gin parses; recorded in the workdir, so evaluate and restore import it
 too). Several GPUs: add --strategy=mirrored. Several machines: run the same command on each
-with --strategy=multi_worker and TF_CONFIG set (see BUILD.md). Rerunning the same command resumes from the workdir's latest checkpoint. The workdir
+with --strategy=multi_worker and TF_CONFIG set (see docs/concepts/execution.md). Rerunning the same command resumes from the workdir's latest checkpoint. The workdir
 receives config.gin (the operative config), checkpoints/, TensorBoard summaries in
 train/ and metrics.json. --deterministic turns on TensorFlow's op determinism (the
 binding Runtime.deterministic=True): a run killed at any moment then resumes to the

@@ -143,10 +143,11 @@ def test_readme_is_a_front_door():
     with open(os.path.join(ROOT, ".ci", "run")) as f:
         ci = f.read()
     test_command = "pip install -e '.[test]' && python -m pytest -n 2 -q"
-    assert test_command in text and test_command in ci  # CI runs exactly the README's command
+    pasted = re.sub(r" *\\\n *", " ", text)  # a shell joins lines ending in a backslash
+    assert test_command in pasted and test_command in ci  # CI runs exactly the README's command
     assert ("pip install -e . && python -m metalearn.train "
             "--gin_file=experiments/sinusoid/maml.gin --workdir=runs/sinusoid_maml && "
-            "python -m metalearn.evaluate --workdir=runs/sinusoid_maml") in text
+            "python -m metalearn.evaluate --workdir=runs/sinusoid_maml") in pasted
     assert "mkdocs serve" in text
     broken = [link for link in _links(README) if not link.startswith("http") and link
               and not os.path.exists(os.path.join(ROOT, link))]

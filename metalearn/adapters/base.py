@@ -55,7 +55,7 @@ class Adapter(Piece, abc.ABC):
             if name in cls.__dict__:
                 raise TypeError(f"{cls.__name__} defines {name!r}, which metalearn 0.2 "
                                 f"computes from an adapter's parts: define {instead} "
-                                "instead (BUILD.md, 'Migration')")
+                                "instead (CHANGELOG.md, 'Migration')")
 
     def __init__(self, name: Optional[str] = None):
         super().__init__(name=name)

@@ -34,7 +34,7 @@ MOVED = {
 """Options of metalearn 0.1 that became pieces, with the piece that replaced each."""
 
 MOVED_MESSAGE = ("{owner}({name}=...) is a piece since metalearn 0.2: use {owner}({new}) "
-                 "(metalearn.adapters; BUILD.md, 'Migration')")
+                 "(metalearn.adapters; CHANGELOG.md, 'Migration')")
 
 
 @gin.configurable

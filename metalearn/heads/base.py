@@ -130,7 +130,7 @@ class Head(Piece):
             raise TypeError(f"{cls.__name__} defines 'supports_padding', which metalearn "
                             "0.3 asks of a head's capabilities: define own_capabilities() "
                             "returning Capabilities(task_axis=False, padding=True) instead "
-                            "(BUILD.md, 'Migration')")
+                            "(CHANGELOG.md, 'Migration')")
 
     def own_capabilities(self) -> Capabilities:
         return Capabilities(task_axis=False, padding=False)

@@ -213,7 +213,7 @@ def MetaOptimizer(*args: Any, **kwargs: Any) -> OuterRule:  # noqa: N802  (the o
     raise TypeError("MetaOptimizer is MetaGradient since metalearn 0.3: "
                     "MetaGradient(optimizer) (gin: Experiment.outer_rule = @MetaGradient(), "
                     "MetaGradient.optimizer = ...); clipnorm is the guard "
-                    "ClipDirections(MetaGradient(optimizer), max_norm) (BUILD.md, "
+                    "ClipDirections(MetaGradient(optimizer), max_norm) (CHANGELOG.md, "
                     "'Migration')")
 
 

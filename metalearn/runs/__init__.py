@@ -9,7 +9,7 @@ _MOVED = {"sweeps": "metalearn.studies.sweeps", "results": "metalearn.studies.re
 
 def __getattr__(name: str):
     """``from metalearn.runs import sweeps`` (or ``results``): an error naming where it
-    moved (BUILD.md, "Migration"), instead of a bare "cannot import name"."""
+    moved (CHANGELOG.md, "Migration"), instead of a bare "cannot import name"."""
     if name in _MOVED:
         raise ImportError(f"metalearn.runs.{name} moved to {_MOVED[name]} (sweeps and "
                           f"results are above training now): from metalearn.studies "

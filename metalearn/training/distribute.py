@@ -100,7 +100,8 @@ def make_strategy(name: str = "default", devices: Optional[Sequence[str]] = None
     if name == "multi_worker":
         if "TF_CONFIG" not in os.environ:
             raise ValueError("strategy 'multi_worker' needs the TF_CONFIG environment "
-                             "variable (cluster and task of this process); see BUILD.md")
+                             "variable (cluster and task of this process); see "
+                             "docs/concepts/execution.md")
         try:
             tf_config = json.loads(os.environ["TF_CONFIG"])
         except ValueError as error:
