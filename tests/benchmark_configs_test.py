@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from metalearn.tasks.datasets import cifar
+from metalearn.tasks.datasets import clear_caches
 from metalearn.training import build_experiment, evaluate, parse_config, train
 from tests import benchmark_fixtures as fixtures
 
@@ -52,7 +52,7 @@ def data_dirs(tmp_path_factory):
 
 @pytest.fixture
 def mocked_cifar100():
-    cifar._CACHE.clear()
+    clear_caches()
     served = {"train": fixtures.cifar100_examples("train", 1),
               "test": fixtures.cifar100_examples("test", 1)}
 
@@ -61,7 +61,7 @@ def mocked_cifar100():
 
     with tfds.testing.mock_data(as_dataset_fn=as_dataset):
         yield
-    cifar._CACHE.clear()
+    clear_caches()
 
 
 # Every file is built (gin bindings, loader, learner, sampler's class split); each

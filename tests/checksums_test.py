@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from metalearn.tasks.datasets import (ChecksumError, checksums, load_mnist, load_omniglot,
-                                      omniglot, verify_download)
+from metalearn.tasks.datasets import (ChecksumError, checksums, clear_caches, load_mnist,
+                                      load_omniglot, verify_download)
 from metalearn.tasks.datasets.checksums import PUBLISHED
 
 
 @pytest.fixture(autouse=True)
 def _fresh_caches():
-    omniglot._CACHE.clear()
+    clear_caches()
     checksums._DIGESTS.clear()
     yield
-    omniglot._CACHE.clear()
+    clear_caches()
     checksums._DIGESTS.clear()
 
 
@@ -104,7 +104,7 @@ def test_unchecked_arrays_are_cached_apart_from_checked_ones(tmp_path):
     _omniglot_zip(str(tmp_path / "data"))
     load_omniglot(str(tmp_path / "data"), archives=("images_background_small1",),
                   cache_dir=str(tmp_path / "cache"), verify_checksums=False)
-    omniglot._CACHE.clear()
+    clear_caches()
     with pytest.raises(ChecksumError):  # neither the memory nor the file cache serves it
         load_omniglot(str(tmp_path / "data"), archives=("images_background_small1",),
                       cache_dir=str(tmp_path / "cache"))

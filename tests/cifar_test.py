@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from metalearn.tasks.datasets import cifar, load_cifar_fs, load_fc100
+from metalearn.tasks.datasets import clear_caches, cifar, load_cifar_fs, load_fc100
 from tests import benchmark_fixtures as fixtures
 
 
@@ -13,7 +13,7 @@ from tests import benchmark_fixtures as fixtures
 def mocked_cifar100():
     """TFDS's cifar100 as ``tfds.testing.mock_data`` serves it: 3 training and 1 test
     image per class (TFDS: 500 and 100)."""
-    cifar._CACHE.clear()
+    clear_caches()
     served = {"train": fixtures.cifar100_examples("train", 3),
               "test": fixtures.cifar100_examples("test", 1)}
     asked = []
@@ -25,7 +25,7 @@ def mocked_cifar100():
 
     with tfds.testing.mock_data(as_dataset_fn=as_dataset):
         yield served, asked
-    cifar._CACHE.clear()
+    clear_caches()
 
 
 def test_published_class_lists_partition_cifar100():

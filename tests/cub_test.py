@@ -5,15 +5,15 @@ import os
 import numpy as np
 import pytest
 
-from metalearn.tasks.datasets import cub, load_cub
+from metalearn.tasks.datasets import clear_caches, load_cub
 from tests import benchmark_fixtures as fixtures
 
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    cub._CACHE.clear()
+    clear_caches()
     yield
-    cub._CACHE.clear()
+    clear_caches()
 
 
 def test_chen_s_split(tmp_path):
@@ -55,7 +55,7 @@ def test_bad_archive_files_are_named(tmp_path):
 def test_decoded_arrays_cache_round_trip(tmp_path):
     base = fixtures.write_cub(str(tmp_path / "data"), per_class=1)
     first = load_cub(base, image_size=16, cache_dir=str(tmp_path / "cache"))
-    cub._CACHE.clear()
+    clear_caches()
     second = load_cub(base, image_size=16, cache_dir=str(tmp_path / "cache"))
     for split in first:
         np.testing.assert_array_equal(first[split].images, second[split].images)

@@ -4,15 +4,15 @@
 import numpy as np
 import pytest
 
-from metalearn.tasks.datasets import load_mini_imagenet, mini_imagenet
+from metalearn.tasks.datasets import clear_caches, load_mini_imagenet, mini_imagenet
 from tests import benchmark_fixtures as fixtures
 
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    mini_imagenet._CACHE.clear()
+    clear_caches()
     yield
-    mini_imagenet._CACHE.clear()
+    clear_caches()
 
 
 def test_csv_layout_gives_ravi_s_split(tmp_path):
@@ -76,7 +76,7 @@ def test_decoded_arrays_cache_round_trip(tmp_path):
     first = load_mini_imagenet(str(tmp_path / "data"), image_size=16,
                                cache_dir=str(tmp_path / "cache"))
     assert len(list((tmp_path / "cache").glob("mini_imagenet_*.npz"))) == 3
-    mini_imagenet._CACHE.clear()
+    clear_caches()
     # from the cache now, not the images (the cache is kept while the images it was made
     # from are unchanged: tests/reliability_round3_entry_test.py changes them)
     with pytest.MonkeyPatch.context() as patch:

@@ -11,7 +11,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from metalearn.tasks import FewShotClassification
-from metalearn.tasks.datasets import MINIMAL_SPLIT, load_omniglot
+from metalearn.tasks.datasets import MINIMAL_SPLIT, clear_caches, load_omniglot
 from metalearn.tasks.datasets import omniglot
 
 SMALL1 = "images_background_small1"
@@ -75,7 +75,7 @@ def test_npz_cache_round_trip(omniglot_dir, tmp_path):
     first = load_omniglot(omniglot_dir, archives=(SMALL1,), image_size=14,
                           cache_dir=str(tmp_path))
     assert len(list(tmp_path.glob("omniglot_*.npz"))) == 1
-    omniglot._CACHE.clear()
+    clear_caches()
     second = load_omniglot(omniglot_dir, archives=(SMALL1,), image_size=14,
                            cache_dir=str(tmp_path))
     np.testing.assert_array_equal(first.images, second.images)

@@ -27,9 +27,8 @@ from metalearn.runs import files
 from metalearn.runs.workdir import Workdir
 from metalearn.studies import results, sweeps
 from metalearn.tasks import MetaDataset
-from metalearn.tasks.datasets import (cub, load_cub, load_image_folder, load_mini_imagenet,
-                                      load_omniglot, load_tiered_imagenet, mini_imagenet,
-                                      omniglot, tiered_imagenet)
+from metalearn.tasks.datasets import (clear_caches, cub, load_cub, load_image_folder,
+                                      load_mini_imagenet, load_omniglot, load_tiered_imagenet)
 from metalearn.tasks.datasets import images as image_files
 from metalearn.training import build_experiment, parse_config
 from tests import benchmark_fixtures as fixtures
@@ -268,7 +267,7 @@ def test_cub_cache_is_rebuilt_when_an_image_changes(tmp_path, monkeypatch):
     image = os.path.join(image, os.listdir(image)[0])
     _rewrite_jpeg(image, 7)
     again = load_cub(base, image_size=16, cache_dir=cache)  # the in-memory cache
-    monkeypatch.setattr(cub, "_CACHE", {})  # a new process: only the files
+    clear_caches()  # a new process: only the files
     fresh = load_cub(base, image_size=16, cache_dir=cache)
     for second in (again, fresh):
         assert not np.array_equal(first["train"].images[0], second["train"].images[0])
@@ -290,7 +289,7 @@ def test_mini_imagenet_cache_is_rebuilt_when_a_split_file_changes(tmp_path, monk
     with open(os.path.join(data, "test.csv"), "w") as f:
         f.write("\n".join(lines) + "\n")
     os.utime(os.path.join(data, "test.csv"), ns=(1, 1))  # and a new time
-    monkeypatch.setattr(mini_imagenet, "_CACHE", {})
+    clear_caches()
     second = load_mini_imagenet(data, image_size=16, cache_dir=cache)
     assert not np.array_equal(first["test"].images, second["test"].images)
     np.testing.assert_array_equal(first["train"].images, second["train"].images)
@@ -305,7 +304,7 @@ def test_tiered_imagenet_cache_is_rebuilt_when_the_pickles_change(tmp_path, monk
     fixtures.write_tiered_imagenet(other, per_class=1)
     for name in os.listdir(other):
         os.replace(os.path.join(other, name), os.path.join(data, name))
-    monkeypatch.setattr(tiered_imagenet, "_CACHE", {})
+    clear_caches()
     second = load_tiered_imagenet(data, cache_dir=cache, strict=False)
     assert len(second["train"].images) == len(first["train"].images) // 2
 
@@ -327,7 +326,7 @@ def test_omniglot_cache_is_rebuilt_when_an_archive_changes(tmp_path, monkeypatch
     first = load_omniglot(str(folder), **options)
     archive(255)
     os.utime(folder / "images_background_small1.zip", ns=(1, 1))
-    monkeypatch.setattr(omniglot, "_CACHE", {})
+    clear_caches()
     second = load_omniglot(str(folder), **options)
     assert first.images.max() == 1.0 and second.images.max() == 0.0  # inverted
 
@@ -336,7 +335,7 @@ def test_a_cache_inside_the_data_folder_is_still_served(tmp_path, monkeypatch):
     base = fixtures.write_cub(str(tmp_path / "data"), per_class=1)
     cache = os.path.join(base, "images", ".cache")  # a hidden folder among the sources
     load_cub(base, image_size=16, cache_dir=cache)
-    monkeypatch.setattr(cub, "_CACHE", {})
+    clear_caches()
     monkeypatch.setattr(cub.image_files, "read_image_files",
                         lambda *a, **k: pytest.fail("decoded again"))
     load_cub(base, image_size=16, cache_dir=cache)
@@ -463,12 +462,12 @@ def test_a_cache_that_cannot_be_written_names_its_file_and_the_data_still_load(
         tmp_path, monkeypatch, caplog):
     base = fixtures.write_cub(str(tmp_path / "data"), per_class=1)
     cache = tmp_path / "cache"
-    monkeypatch.setattr(cub, "_CACHE", {})
+    clear_caches()
     built = load_cub(base, image_size=16, cache_dir=str(cache))  # the cache's names
     names = sorted(p.name for p in cache.glob("cub_*.npz"))
     for p in cache.glob("cub_*.npz"):
         p.unlink()
-    monkeypatch.setattr(cub, "_CACHE", {})
+    clear_caches()
     with replace_fails(names[0]):
         loaded = load_cub(base, image_size=16, cache_dir=str(cache))
     np.testing.assert_array_equal(loaded["train"].images, built["train"].images)
@@ -486,8 +485,8 @@ def test_an_omniglot_cache_that_cannot_be_written_names_its_file(tmp_path, caplo
     with zipfile.ZipFile(folder / "images_background_small1.zip", "w") as zf:
         zf.writestr("images_background_small1/Greek/character01/0101_00.png", png)
     cache = tmp_path / "cache"
-    with pytest.MonkeyPatch.context() as patch, replace_fails("omniglot_"):
-        patch.setattr(omniglot, "_CACHE", {})
+    with replace_fails("omniglot_"):
+        clear_caches()
         data = load_omniglot(str(folder), archives=("images_background_small1",),
                              image_size=None, verify_checksums=False,
                              cache_dir=str(cache))

@@ -74,12 +74,12 @@ def _image_folder(root, classes=3, per_class=3):
 
 
 def test_a_dangling_symlink_in_an_image_folder_class_is_named(tmp_path):
-    from metalearn.tasks.datasets import folder, load_image_folder
+    from metalearn.tasks.datasets import clear_caches, load_image_folder
     root = str(tmp_path / "images")
     _image_folder(root)
     link = os.path.join(root, "class1", "003.png")
     os.symlink(os.path.join(str(tmp_path), "moved_away.png"), link)
-    folder._CACHE.clear()
+    clear_caches()
     with pytest.raises(FileNotFoundError, match="dangling symbolic link") as info:
         load_image_folder(root, image_size=6, split_fractions=(0.34, 0.33, 0.33))
     assert link in str(info.value) and "moved_away.png" in str(info.value)
@@ -90,10 +90,10 @@ def test_a_dangling_symlink_in_an_image_folder_class_is_named(tmp_path):
 
 @pytest.fixture
 def _fresh_mini_imagenet():
-    from metalearn.tasks.datasets import mini_imagenet
-    mini_imagenet._CACHE.clear()
+    from metalearn.tasks.datasets import clear_caches
+    clear_caches()
     yield
-    mini_imagenet._CACHE.clear()
+    clear_caches()
 
 
 def test_a_mini_imagenet_test_image_also_listed_in_train_csv_is_refused(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from metalearn.tasks import FewShotClassification
-from metalearn.tasks.datasets import load_tiered_imagenet, plain_pickle, tiered_imagenet
+from metalearn.tasks.datasets import clear_caches, load_tiered_imagenet, plain_pickle
 from tests import benchmark_fixtures as fixtures
 
 # Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
@@ -15,9 +15,9 @@ pytestmark = pytest.mark.xdist_group(__name__)
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    tiered_imagenet._CACHE.clear()
+    clear_caches()
     yield
-    tiered_imagenet._CACHE.clear()
+    clear_caches()
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_damaged_and_mismatched_files_are_named(tmp_path, tiered_dir):
 def test_decoded_arrays_cache_keeps_the_categories(tmp_path, tiered_dir):
     root, _ = tiered_dir
     first = load_tiered_imagenet(root, cache_dir=str(tmp_path))
-    tiered_imagenet._CACHE.clear()
+    clear_caches()
     second = load_tiered_imagenet(root, cache_dir=str(tmp_path))
     assert len(list(tmp_path.glob("tiered_imagenet_*.npz"))) == 3
     for split in first:

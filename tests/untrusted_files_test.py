@@ -24,9 +24,8 @@ import pytest
 import tensorflow as tf
 
 import metalearn
-from metalearn.tasks.datasets import (load_mini_imagenet, load_omniglot,
-                                      load_tiered_imagenet, mini_imagenet, plain_pickle,
-                                      tiered_imagenet)
+from metalearn.tasks.datasets import (clear_caches, load_mini_imagenet, load_omniglot,
+                                      load_tiered_imagenet, plain_pickle)
 from metalearn.runs.workdir import Workdir
 from metalearn.studies import results, sweeps
 from metalearn.training import build_experiment, parse_config
@@ -205,7 +204,7 @@ def test_benchmark_caches_with_a_pickle_payload_are_rejected(tmp_path, payload):
         cache = {"image_data": np.zeros([1, 84, 84, 3], np.uint8),
                  "class_dict": {"n01": _Payload(marker)}}
         (mini / f"mini-imagenet-cache-{split}.pkl").write_bytes(pickle.dumps(cache))
-    mini_imagenet._CACHE.clear()
+    clear_caches()
     with pytest.raises(ValueError, match="mini-ImageNet cache file .* is not a pickle of "
                                          "plain data: it refers to") as info:
         load_mini_imagenet(str(mini), source="pickle")
@@ -217,7 +216,7 @@ def test_benchmark_caches_with_a_pickle_payload_are_rejected(tmp_path, payload):
             {"label_specific": np.zeros(1, np.int64), "label_general": _Payload(marker),
              "label_specific_str": ["n01"], "label_general_str": ["c"]}, protocol=2))
         (tiered / f"{split}_images_png.pkl").write_bytes(pickle.dumps([_Payload(marker)]))
-    tiered_imagenet._CACHE.clear()
+    clear_caches()
     with pytest.raises(ValueError, match="tiered-ImageNet labels file .* is not a pickle of "
                                          "plain data") as info:
         load_tiered_imagenet(str(tiered))

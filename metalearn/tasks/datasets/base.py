@@ -11,6 +11,31 @@ import numpy as np
 from metalearn import atomic
 
 
+class MemoryCache(dict):
+    """A loader's in-process cache of decoded data (a dict keyed on what the data were
+    made from), registered so that :func:`clear_caches` empties every loader's at once."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+        _MEMORY_CACHES.append(self)
+
+    def __repr__(self) -> str:
+        return f"MemoryCache({self.name!r}, {len(self)} entries)"
+
+
+_MEMORY_CACHES: list = []
+
+
+def clear_caches() -> None:
+    """Empties every loader's in-process cache of decoded data, so that the next load
+    reads (and checks) the files again, as a new process would. The on-disk caches
+    (``cache_dir``) are kept: they are keyed on the files' fingerprints and rebuilt
+    when a file changes."""
+    for cache in _MEMORY_CACHES:
+        cache.clear()
+
+
 def folder_contents(folder: str):
     """What ``folder`` holds (sorted names), or ``"no such folder"``: for errors."""
     return sorted(os.listdir(folder)) if os.path.isdir(folder) else "no such folder"

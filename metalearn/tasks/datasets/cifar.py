@@ -15,13 +15,13 @@ Read through tensorflow-datasets' ``cifar100`` builder, which downloads the data
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence
 
 import gin
 import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
-from metalearn.tasks.datasets.base import LabelledImages, check_split_sizes
+from metalearn.tasks.datasets.base import LabelledImages, MemoryCache, check_split_sizes
 
 CIFAR100_LABELS = (
     "apple", "aquarium_fish", "baby", "bear", "beaver", "bed", "bee", "beetle", "bicycle",
@@ -79,7 +79,7 @@ FC100_SPLIT = {
 """Oreshkin et al.'s FC100 superclass split (superclasses 1-6, 9, 10, 15, 17-19 / 8, 11,
 13, 16 / 0, 7, 12, 14)."""
 
-_CACHE: Dict[Tuple, Tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+_CACHE = MemoryCache("cifar")  # keyed on what the data were made from
 
 
 def _cifar100(data_dir: Optional[str], download: bool):

@@ -26,14 +26,14 @@ import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
 from metalearn.repository import data_path
-from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
-                                           check_split_sizes, require_file,
-                                           source_fingerprint)
+from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, MemoryCache,
+                                           cached_splits, check_split_sizes,
+                                           require_file, source_fingerprint)
 from metalearn.tasks.datasets.images import check_image_size
 
 CHEN_SPLIT_SIZES = {"train": 100, "validation": 50, "test": 50}
 INDEX_FILES = ("images.txt", "image_class_labels.txt", "classes.txt")
-_CACHE: Dict[Tuple, Mapping[str, LabelledImages]] = {}
+_CACHE = MemoryCache("cub")  # keyed on what the data were made from
 
 
 def chen_split(index: int) -> str:

@@ -21,10 +21,10 @@ import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
 from metalearn.repository import data_path
-from metalearn.tasks.datasets.base import (LabelledImages, select_classes,
+from metalearn.tasks.datasets.base import (LabelledImages, MemoryCache, select_classes,
                                            source_fingerprint, split_class_names)
 
-_CACHE: Dict[Tuple, LabelledImages] = {}
+_CACHE = MemoryCache("folder")  # keyed on what the data were made from
 
 
 def list_image_folder(path: str, extensions: Sequence[str] = image_files.IMAGE_EXTENSIONS

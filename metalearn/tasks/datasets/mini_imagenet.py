@@ -30,9 +30,9 @@ import numpy as np
 from metalearn.tasks.datasets import images as image_files
 from metalearn.tasks.datasets import plain_pickle
 from metalearn.repository import data_path
-from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
-                                           check_split_sizes, require_file,
-                                           source_fingerprint)
+from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, MemoryCache,
+                                           cached_splits, check_split_sizes,
+                                           require_file, source_fingerprint)
 from metalearn.tasks.datasets.images import check_image_size
 
 RAVI_SPLIT_SIZES = {"train": 64, "validation": 16, "test": 20}
@@ -42,7 +42,7 @@ FILE_SPLITS = {"train": "train", "validation": "val", "test": "test"}
 """The name each split has in the published file names."""
 
 IMAGE_SIZE = 84
-_CACHE: Dict[Tuple, Mapping[str, LabelledImages]] = {}
+_CACHE = MemoryCache("mini_imagenet")  # keyed on what the data were made from
 
 
 def _read_split_csv(file: str) -> List[Tuple[str, str]]:

@@ -41,7 +41,8 @@ import tensorflow as tf
 
 from metalearn.tasks.datasets import checksums
 from metalearn.repository import data_path
-from metalearn.tasks.datasets.base import LabelledImages, source_fingerprint, write_cache
+from metalearn.tasks.datasets.base import (LabelledImages, MemoryCache, source_fingerprint,
+                                           write_cache)
 from metalearn.tasks.datasets.images import check_image_size
 
 ARCHIVES = ("images_background", "images_evaluation", "images_background_small1",
@@ -61,7 +62,7 @@ on the ``small2`` alphabets that ``small1`` lacks (no alphabet shared)."""
 
 ORIGINAL_SIZE = 105
 _PNG = re.compile(r"^([^/]+)/([^/]+)/(character\d+)/(\d+)_(\d+)\.png$")
-_CACHE: Dict[Tuple, LabelledImages] = {}
+_CACHE = MemoryCache("omniglot")  # keyed on what the data were made from
 
 
 def preprocess(images: Any, image_size: Optional[int] = 28, invert: bool = True) -> tf.Tensor:

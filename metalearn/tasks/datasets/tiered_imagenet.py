@@ -36,9 +36,9 @@ import numpy as np
 from metalearn.tasks.datasets import images as image_files
 from metalearn.tasks.datasets import plain_pickle
 from metalearn.repository import data_path
-from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, cached_splits,
-                                           check_split_sizes, require_file,
-                                           source_fingerprint)
+from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, MemoryCache,
+                                           cached_splits, check_split_sizes,
+                                           require_file, source_fingerprint)
 from metalearn.tasks.datasets.images import check_image_size
 from metalearn.tasks.datasets.folder import list_image_folder
 
@@ -51,7 +51,7 @@ REN_CATEGORY_SIZES = {"train": 20, "validation": 6, "test": 8}
 FILE_SPLITS = {"train": "train", "validation": "val", "test": "test"}
 IMAGE_SIZE = 84
 _LABEL_KEYS = ("label_specific", "label_general", "label_specific_str", "label_general_str")
-_CACHE: Dict[Tuple, Mapping[str, LabelledImages]] = {}
+_CACHE = MemoryCache("tiered_imagenet")  # keyed on what the data were made from
 
 
 def _file(path: str, name: str) -> str:
