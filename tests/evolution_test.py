@@ -21,6 +21,7 @@ from metalearn.tasks import Episode
 from metalearn.testing import OuterRuleContract, evolution_estimate, mse, values
 from metalearn.training import build_experiment, parse_config, restore, train
 from tests.neural_process_fixtures import latent_learner
+from tests.objective_fixtures import ShiftedObjective
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ES_GIN = os.path.join(ROOT, "experiments", "sinusoid", "maml_es.gin")
@@ -233,15 +234,6 @@ def test_a_resumed_run_draws_the_same_noise(tmp_path):
 def test_bad_input_is_named(keyword, value, message):
     with pytest.raises(ValueError, match=f"EvolutionStrategies.{message}"):
         EvolutionStrategies(**{keyword: value})
-
-
-class ShiftedObjective(metalearn.Learner):
-    """A research subclass that changes what is minimised (objective_of): the query loss
-    plus a tenth of the squared mean of the query predictions."""
-
-    def objective_of(self, run):
-        extra = 0.1 * tf.square(tf.reduce_mean(run.predictions))
-        return {**run.metrics, "loss": run.metrics["loss"] + tf.cast(extra, tf.float64)}
 
 
 def objective_learner(kind):

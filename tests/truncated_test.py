@@ -23,6 +23,7 @@ from metalearn.testing import (carried_segment_gradients, evolution_noise, relat
 from metalearn.testing.tasks import mse, regression_episodes
 from metalearn.training import (build_experiment, distribute, make_meta_step, parse_config,
                                 restore, train)
+from tests.objective_fixtures import ShiftedObjective
 
 
 def learner(adapter, hidden=(4,)):
@@ -51,15 +52,6 @@ def test_truncation_covering_the_horizon_is_the_meta_gradient(formulation):
     for path, value in found["gradient"].items():
         assert not np.allclose(value, start[path])
         np.testing.assert_allclose(found["truncated"][path], value, rtol=1e-10, atol=1e-10)
-
-
-class ShiftedObjective(metalearn.Learner):
-    """A research subclass that changes what is minimised (objective_of): the query loss
-    plus a tenth of the squared query mean of the predictions."""
-
-    def objective_of(self, run):
-        extra = 0.1 * tf.square(tf.reduce_mean(run.predictions))
-        return {**run.metrics, "loss": run.metrics["loss"] + tf.cast(extra, tf.float64)}
 
 
 def objective_learner(kind):
