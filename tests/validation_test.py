@@ -29,6 +29,7 @@ from metalearn.tasks.datasets import (ChecksumError, LabelledImages, load_cub,
                                       load_tiered_imagenet)
 
 from metalearn.flags import resolve_gin_files
+from metalearn.repository import MovedGinFileError
 from metalearn.adapters.learned_optimizer import RuleMismatchError
 from metalearn.heads.base import LabelOutsideClassesError
 from metalearn.pieces import HyperparameterRangeError
@@ -1182,6 +1183,10 @@ CASES: List[Case] = [
     Case("gin file not found", "`--gin_file=nowhere.gin`", FileNotFoundError,
          "gin file 'nowhere.gin' not found", lambda p: resolve_gin_files(["nowhere.gin"]),
          None, "the places looked in"),
+    Case("gin file that moved", "`--gin_file=experiments/omniglot/base.gin`",
+         MovedGinFileError, "moved to experiments/setups/omniglot_common.gin",
+         lambda p: resolve_gin_files(["experiments/omniglot/base.gin"]), None,
+         "the new path (CHANGELOG.md's table, as data)"),
     Case("restore of a directory that is no run", "`metalearn.restore(<empty folder>)`",
          FileNotFoundError, "is not a run directory: it has neither config.gin", lambda p: metalearn.restore(str(p)),
          lambda p: str(p), "the folder"),
@@ -1262,6 +1267,10 @@ CASES: List[Case] = [
     Case("gin include not found", "`include 'nowhere.gin'`", OSError,
          "Unable to open file: nowhere.gin", gin_text("top.gin", "include 'nowhere.gin'\n"),
          lambda p: f'In file "{p / "top.gin"}", line 1', "gin file and line (gin's own)"),
+    Case("gin include of a file that moved", "`include 'experiments/mini_imagenet/smoke.gin'`",
+         MovedGinFileError, "moved to experiments/budgets/smoke.gin",
+         gin_text("top.gin", "include 'experiments/mini_imagenet/smoke.gin'\n"),
+         lambda p: f'In file "{p / "top.gin"}", line 1', "the new path, the include's file and line"),
     gin_case("gin macro never given a value", "Sinusoid.shots = %SHOTZ", ValueError,
              "gin macro %SHOTZ is used but never given a value"),
     Case("Omniglot archive of another layout", "a zip of `Greek_character01_0101_01.png` "
