@@ -191,3 +191,49 @@ def test_runs_as_ray_tasks_on_a_local_ray_instance(tmp_path):
     assert results[0]["pid"] != os.getpid()  # ran in a Ray worker process
     with open(os.path.join(root, "Runtime.seed=1", "metrics.json")) as f:
         assert json.load(f)["step"] == 4
+
+
+def _fake_run_process(files, exit_code):
+    """A stand-in for a run's process: writes ``files`` into the workdir, then exits
+    with ``exit_code`` (e.g. -15: killed by the sweep's SIGTERM after its last write)."""
+    def call(args, log_path, pass_fds=()):
+        workdir = os.path.dirname(log_path)
+        for name, content in files.items():
+            with open(os.path.join(workdir, name), "w") as f:
+                json.dump(content, f)
+        return exit_code
+    return call
+
+
+@pytest.mark.parametrize("evaluate", [False, True])
+def test_a_run_whose_files_are_complete_is_finished_whatever_its_exit_code(
+        tmp_path, monkeypatch, evaluate):
+    from metalearn.studies import results
+    run = dict(name="r", bindings=[], workdir=str(tmp_path / "r"), num_steps=5,
+               gin_files=[], gin_params=[], evaluate=evaluate, eval_params=[])
+    files = {"metrics.json": {"step": 5, "loss": 0.5}}
+    if evaluate:
+        files["eval.json"] = {"checkpoint_step": 5, "results": {"1": {"loss": 0.4}}}
+    monkeypatch.setattr(sweeps, "_call", _fake_run_process(files, -15))
+    result = sweeps.execute_run(run)
+    assert result["status"] == "ran", result  # stopped after its results: finished
+    with open(Workdir(run["workdir"]).sweep_run) as f:
+        outcome = json.load(f)["outcome"]
+    assert outcome == {"status": "ran", "exit_code": -15}
+    assert results.run_state(run["workdir"]).status == "finished"
+    assert sweeps.execute_run(run)["status"] == "done"  # and a rerun skips it
+
+
+def test_a_run_whose_files_are_incomplete_failed_whatever_its_exit_code(tmp_path,
+                                                                        monkeypatch):
+    from metalearn.studies import results
+    run = dict(name="r", bindings=[], workdir=str(tmp_path / "r"), num_steps=5,
+               gin_files=[], gin_params=[], evaluate=True, eval_params=[])
+    # trained, not evaluated, though the process says it succeeded
+    monkeypatch.setattr(sweeps, "_call", _fake_run_process(
+        {"metrics.json": {"step": 5, "loss": 0.5}}, 0))
+    assert sweeps.execute_run(run)["status"] == "failed"
+    state = results.run_state(run["workdir"])
+    assert state.status == "failed" and "trained, not evaluated" in state.detail
+    assert not results.is_finished(run["workdir"], 5, evaluate=True)
+    assert results.is_finished(run["workdir"], 5, evaluate=False)

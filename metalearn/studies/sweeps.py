@@ -53,7 +53,7 @@ from metalearn.runs.files import read_json, write_json_results, write_text
 from metalearn.runs.modules import UntrustedModulesError, canonical, import_modules
 from metalearn.runs.validation import check_tasks_and_outputs
 from metalearn.runs.workdir import Workdir
-from metalearn.studies.results import is_evaluated, is_trained
+from metalearn.studies.results import is_evaluated, is_finished, is_trained
 from metalearn.training import evaluate, restore, train
 from metalearn.training.evaluation import report_figures
 
@@ -324,9 +324,9 @@ def validate(spec: SweepSpec, runs: Sequence[Run]) -> List[Run]:
 
 
 def _is_done(run: Mapping[str, Any]) -> bool:
-    workdir, steps = run["workdir"], int(run["num_steps"])
-    return is_trained(workdir, steps) and (not run["evaluate"] or
-                                           is_evaluated(workdir, steps))
+    """Whether the run's files are complete (:func:`results.is_finished`, the rule
+    ``metalearn.report`` reads too)."""
+    return is_finished(run["workdir"], int(run["num_steps"]), bool(run["evaluate"]))
 
 
 def train_and_evaluate(workdir: str, modules: Sequence[str] = (),
@@ -432,7 +432,9 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
       ``{"name", "status", "pid"}``: status ``"done"`` (nothing to do), ``"ran"``,
       ``"failed"`` (with ``"log"``, ``"exit_code"`` and ``"workdir"``; the outcome is
       recorded in ``sweep_run.json`` too, for ``metalearn.report``) or ``"locked"``
-      (with ``"workdir"``); ``pid``, the process that ran this call.
+      (with ``"workdir"``); ``pid``, the process that ran this call. ``"ran"`` or
+      ``"failed"`` is what the run's files say
+      (:func:`metalearn.studies.results.is_finished`), whatever the process's exit code.
     """
     workdir = run["workdir"]
     os.makedirs(workdir, exist_ok=True)
@@ -453,7 +455,9 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
                       f"--execute={workdir}",
                       *[f"--module={m}" for m in run.get("modules", ())]],
                      log, pass_fds=(lock,))
-        status = "failed" if code != 0 or not _is_done(saved) else "ran"
+        # Finished is what its files say, not its exit code: a run the sweep stopped
+        # (SIGTERM, -15) after its last write is finished; one exiting 0 without them not.
+        status = "ran" if _is_done(saved) else "failed"
         # The outcome, for metalearn.report (a rerun's record replaces it).
         write_text(Workdir(workdir).sweep_run, json.dumps(
             dict(saved, outcome={"status": status, "exit_code": code}), indent=2))
