@@ -237,3 +237,35 @@ def test_a_run_whose_files_are_incomplete_failed_whatever_its_exit_code(tmp_path
     assert state.status == "failed" and "trained, not evaluated" in state.detail
     assert not results.is_finished(run["workdir"], 5, evaluate=True)
     assert results.is_finished(run["workdir"], 5, evaluate=False)
+
+
+@pytest.mark.parametrize("where", ["axes", "zipped"])
+def test_a_gin_param_on_a_swept_key_is_refused_before_any_run_starts(tmp_path, where):
+    swept = {"GradientDescent.learning_rate": ["0.01", "0.1"]}
+    spec = sweeps.SweepSpec(gin_files=["sinusoid/maml.gin"],
+                            gin_params=TINY + ["GradientDescent.learning_rate=0.1"],
+                            **({"axes": swept} if where == "axes" else {"zipped": [swept]}))
+    root = tmp_path / "root"
+    with pytest.raises(sweeps.SweepError) as info:
+        sweeps.run_sweep(spec, str(root))
+    message = str(info.value)
+    assert "GradientDescent.learning_rate" in message
+    assert "'GradientDescent.learning_rate=0.1'" in message  # the --gin_param
+    assert "['0.01', '0.1']" in message  # the axis and its values
+    assert not root.exists()  # nothing ran
+
+
+def test_sweep_entry_point_refuses_a_gin_param_on_a_swept_key(tmp_path):
+    root = tmp_path / "root"
+    result = subprocess.run(
+        [sys.executable, "-m", "metalearn.sweep", "--gin_file=sinusoid/maml.gin",
+         *[f"--gin_param={p}" for p in TINY], "--gin_param=GradientDescent.learning_rate=0.1",
+         "--axis=GradientDescent.learning_rate=[0.01, 0.1]", f"--root={root}"],
+        env=dict(os.environ, PYTHONPATH=ROOT), cwd=str(tmp_path), capture_output=True,
+        text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "sweep error: GradientDescent.learning_rate is both swept and bound" in \
+        result.stderr
+    assert "--gin_param (or sweep.gin_params) 'GradientDescent.learning_rate=0.1'" in \
+        result.stderr and "(--axis or sweep.axes)" in result.stderr
+    assert not root.exists()

@@ -1180,6 +1180,14 @@ CASES: List[Case] = [
     Case("sweep axis without values", "`--axis='Runtime.seed=[]'`", sweeps_error(),
          "has no values", lambda p: sweeps_module().parse_axis("Runtime.seed=[]"), None,
          "the axis"),
+    Case("sweep binding on a swept key", "`--gin_param=GradientDescent.learning_rate=0.1 "
+         "--axis='GradientDescent.learning_rate=[0.01, 0.1]'`", sweeps_error(),
+         "GradientDescent.learning_rate is both swept and bound",
+         lambda p: sweeps_module().check_params_against_axes(sweeps_module().SweepSpec(
+             gin_params=["GradientDescent.learning_rate=0.1"],
+             axes={"GradientDescent.learning_rate": ["0.01", "0.1"]})),
+         lambda p: "'GradientDescent.learning_rate=0.1' binds it, and the axis",
+         "the key, the binding and the axis with its values"),
     Case("gin file not found", "`--gin_file=nowhere.gin`", FileNotFoundError,
          "gin file 'nowhere.gin' not found", lambda p: resolve_gin_files(["nowhere.gin"]),
          None, "the places looked in"),
