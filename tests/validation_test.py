@@ -1579,7 +1579,7 @@ CASES: List[Case] = [
                                  "experiments/learners/maml.gin",
                                  "experiments/budgets/smoke.gin",
                                  "experiments/budgets/cpu.gin"]),
-         None, "both files and the key left over"),
+         None, "both files and every key left over"),
     Case("learned-rule Keras optimizer of a negative learning rate",
          "`LearnedRuleOptimizer(rule, learning_rate=-0.5)`", HyperparameterRangeError,
          "LearnedRuleOptimizer.learning_rate must be > 0, got -0.5",
