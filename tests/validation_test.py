@@ -1278,7 +1278,8 @@ CASES: List[Case] = [
     Case("gin include of a file that moved", "`include 'experiments/mini_imagenet/smoke.gin'`",
          MovedGinFileError, "moved to experiments/budgets/smoke.gin",
          gin_text("top.gin", "include 'experiments/mini_imagenet/smoke.gin'\n"),
-         lambda p: f'In file "{p / "top.gin"}", line 1', "the new path, the include's file and line"),
+         lambda p: f'In file "{p / "top.gin"}", line 1',
+         "the new path, the include's file and line"),
     gin_case("gin macro never given a value", "Sinusoid.shots = %SHOTZ", ValueError,
              "gin macro %SHOTZ is used but never given a value"),
     Case("Omniglot archive of another layout", "a zip of `Greek_character01_0101_01.png` "
