@@ -14,7 +14,7 @@ from typing import List, Sequence
 
 from absl import flags
 
-from metalearn.repository import EXPERIMENTS_DIR, ROOT
+from metalearn.repository import EXPERIMENTS_DIR, ROOT, MovedGinFileError, moved_gin_file
 
 # The flags defined below are the calling entry point's: defined by it and key to it,
 # so that its --help (not only --helpfull) lists them.
@@ -77,6 +77,9 @@ def resolve_gin_files(paths: Sequence[str]) -> List[str]:
     directory.
 
     Raises:
+      MovedGinFileError: a path is in none of the places and is one of the gin files
+        that moved (:data:`metalearn.repository.MOVED_GIN_FILES`); the message names
+        the new path. A ``FileNotFoundError``.
       FileNotFoundError: a path is in none of the places; the message lists them.
     """
     resolved = []
@@ -84,6 +87,10 @@ def resolve_gin_files(paths: Sequence[str]) -> List[str]:
         candidates = gin_file_candidates(os.fspath(path))
         found = next((c for c in candidates if os.path.isfile(c)), None)
         if found is None:
+            moved = moved_gin_file(os.fspath(path))
+            if moved is not None:
+                raise MovedGinFileError(f"gin file {path!r} not found: {moved} (looked in "
+                                        f"{candidates})")
             raise FileNotFoundError(f"gin file {path!r} not found (looked in {candidates})")
         resolved.append(found)
     return resolved

@@ -21,7 +21,7 @@ working directory these resolve as written; from anywhere else:
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Dict, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """The folder holding the ``metalearn`` package (the repository root in a checkout)."""
@@ -71,3 +71,53 @@ def from_repository(path: str) -> str:
     if not os.path.exists(candidate) and os.path.exists(path):
         return os.path.abspath(path)
     return candidate
+
+
+# --- gin files that moved ----------------------------------------------------------
+
+_IMAGE_SETUPS = ("mini_imagenet", "tiered_imagenet", "cifar_fs", "fc100", "cub")
+
+MOVED_GIN_FILES: Dict[str, str] = {
+    "experiments/omniglot/base.gin": "experiments/setups/omniglot_common.gin",
+    "experiments/omniglot/full.gin": "experiments/setups/omniglot.gin",
+    "experiments/omniglot/minimal/base.gin": "experiments/setups/omniglot_minimal.gin",
+    **{f"experiments/{name}/base.gin": f"experiments/setups/{name}.gin"
+       for name in _IMAGE_SETUPS},
+    "experiments/meta_dataset/base.gin": "experiments/setups/meta_dataset.gin",
+    "experiments/resnet12.gin": "experiments/setups/resnet12.gin",
+    **{f"experiments/{name}/smoke.gin": "experiments/budgets/smoke.gin"
+       for name in _IMAGE_SETUPS + ("meta_dataset",)},
+}
+"""Gin files of ``experiments/`` that moved (old path -> new path, both from the
+repository root): CHANGELOG.md's table "Experiments: where the gin files went", as data
+(tests/moved_gin_files_test.py keeps the two in step). :func:`moved_gin_file` reads it
+wherever a gin file is looked up (``--gin_file``, an ``include`` line)."""
+
+_MOVED_NOTES: Dict[str, str] = {
+    **{f"experiments/setups/{name}.gin": "its shared part is "
+       "experiments/setups/image_classification.gin" for name in _IMAGE_SETUPS},
+    "experiments/setups/resnet12.gin": "RFS's backbone is "
+    "experiments/setups/resnet12_rfs.gin",
+}
+
+
+class MovedGinFileError(FileNotFoundError):
+    """A gin file is missing because it moved (:data:`MOVED_GIN_FILES`); the message
+    names the new path."""
+
+
+def moved_gin_file(path: str) -> Optional[str]:
+    """Where the gin file ``path`` went, if it is one of :data:`MOVED_GIN_FILES` (as
+    given from the repository root, under ``experiments/`` as ``--gin_file`` takes it,
+    or absolute inside this checkout): a sentence naming the new path, else ``None``."""
+    path = os.path.normpath(os.fspath(path))
+    if os.path.isabs(path):
+        path = os.path.relpath(path, ROOT)
+    for old in (path, os.path.join("experiments", path)):
+        new = MOVED_GIN_FILES.get(old.replace(os.sep, "/"))
+        if new is not None:
+            note = _MOVED_NOTES.get(new)
+            return (f"{old} moved to {new}{f' ({note})' if note else ''}: give "
+                    f"--gin_file={new}, or include '{new}' (CHANGELOG.md, \"Experiments: "
+                    "where the gin files went\")")
+    return None

@@ -13,7 +13,8 @@ r"""Runs a sweep over gin bindings: one ``metalearn.train`` process per run.
 ``--axis`` axes combine as a cartesian product; all ``--zip`` axes advance together
 (equal lengths) as one more factor. Every run trains in ``ROOT/<bindings>``. Rerunning
 the same command skips finished runs and resumes the others from their checkpoints.
-Every binding is checked (gin parse and experiment build) before any run starts.
+Every binding is checked (gin parse and experiment build) before any run starts, and a
+``--gin_param`` on a key an axis varies is refused (the axis would silently win).
 ``--module=my_rule.py`` (a file or a dotted name, repeatable) is imported before gin
 parses, here and in every run's process. ``--ray_address`` runs each run as a Ray task instead (``pip install 'metalearn[ray]'``;
 the root must be on a file system every node sees). Then: ``python -m metalearn.report

@@ -67,6 +67,38 @@ def test_a_budget_that_leaves_part_of_another_is_refused():
     assert "smoke.gin" in str(info.value) and "Loop.log_every" in str(info.value)
 
 
+BUDGETS = sorted(os.path.relpath(p, ROOT) for p in __import__("glob").glob(
+    os.path.join(ROOT, "experiments", "budgets", "*.gin")))
+
+
+def _budget_keys(budget):
+    from metalearn.runs.gin_text import keyed_statements
+    return {s.key for s in keyed_statements([budget])}
+
+
+@pytest.mark.parametrize("earlier, later", [(a, b) for a in BUDGETS for b in BUDGETS
+                                            if a != b])
+@pytest.mark.parametrize("base", [[SETUP, MAML], ["experiments/sinusoid/maml.gin"]])
+def test_two_budgets_give_no_hybrid(base, earlier, later):
+    """Every pair of the repository's budget files, after a setup and a learner or a
+    runnable file: refused naming both files and every key the later leaves over, or
+    the later re-binds all of the earlier and the config is the later's alone."""
+    left = sorted(_budget_keys(earlier) - _budget_keys(later))
+    if left:
+        with pytest.raises(RoleOrderError, match="two budget files") as info:
+            parse_config(base + [earlier, later])
+        message = str(info.value)
+        assert repr(earlier) in message and repr(later) in message, message
+        for key in left:
+            assert key in message, (key, message)
+    else:
+        parse_config(base + [earlier, later])
+        both = gin.config_str()
+        parse_config(base + [later])
+        assert both == gin.config_str()
+    gin.clear_config()
+
+
 def test_the_repository_s_combinations_still_parse():
     """The README's: a setup, a learner, a budget; smoke after a runnable file; a
     learner adding to another (maml + es); --gin_param and the user's files override."""

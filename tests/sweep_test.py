@@ -191,3 +191,81 @@ def test_runs_as_ray_tasks_on_a_local_ray_instance(tmp_path):
     assert results[0]["pid"] != os.getpid()  # ran in a Ray worker process
     with open(os.path.join(root, "Runtime.seed=1", "metrics.json")) as f:
         assert json.load(f)["step"] == 4
+
+
+def _fake_run_process(files, exit_code):
+    """A stand-in for a run's process: writes ``files`` into the workdir, then exits
+    with ``exit_code`` (e.g. -15: killed by the sweep's SIGTERM after its last write)."""
+    def call(args, log_path, pass_fds=()):
+        workdir = os.path.dirname(log_path)
+        for name, content in files.items():
+            with open(os.path.join(workdir, name), "w") as f:
+                json.dump(content, f)
+        return exit_code
+    return call
+
+
+@pytest.mark.parametrize("evaluate", [False, True])
+def test_a_run_whose_files_are_complete_is_finished_whatever_its_exit_code(
+        tmp_path, monkeypatch, evaluate):
+    from metalearn.studies import results
+    run = dict(name="r", bindings=[], workdir=str(tmp_path / "r"), num_steps=5,
+               gin_files=[], gin_params=[], evaluate=evaluate, eval_params=[])
+    files = {"metrics.json": {"step": 5, "loss": 0.5}}
+    if evaluate:
+        files["eval.json"] = {"checkpoint_step": 5, "results": {"1": {"loss": 0.4}}}
+    monkeypatch.setattr(sweeps, "_call", _fake_run_process(files, -15))
+    result = sweeps.execute_run(run)
+    assert result["status"] == "ran", result  # stopped after its results: finished
+    with open(Workdir(run["workdir"]).sweep_run) as f:
+        outcome = json.load(f)["outcome"]
+    assert outcome == {"status": "ran", "exit_code": -15}
+    assert results.run_state(run["workdir"]).status == "finished"
+    assert sweeps.execute_run(run)["status"] == "done"  # and a rerun skips it
+
+
+def test_a_run_whose_files_are_incomplete_failed_whatever_its_exit_code(tmp_path,
+                                                                        monkeypatch):
+    from metalearn.studies import results
+    run = dict(name="r", bindings=[], workdir=str(tmp_path / "r"), num_steps=5,
+               gin_files=[], gin_params=[], evaluate=True, eval_params=[])
+    # trained, not evaluated, though the process says it succeeded
+    monkeypatch.setattr(sweeps, "_call", _fake_run_process(
+        {"metrics.json": {"step": 5, "loss": 0.5}}, 0))
+    assert sweeps.execute_run(run)["status"] == "failed"
+    state = results.run_state(run["workdir"])
+    assert state.status == "failed" and "trained, not evaluated" in state.detail
+    assert not results.is_finished(run["workdir"], 5, evaluate=True)
+    assert results.is_finished(run["workdir"], 5, evaluate=False)
+
+
+@pytest.mark.parametrize("where", ["axes", "zipped"])
+def test_a_gin_param_on_a_swept_key_is_refused_before_any_run_starts(tmp_path, where):
+    swept = {"GradientDescent.learning_rate": ["0.01", "0.1"]}
+    spec = sweeps.SweepSpec(gin_files=["sinusoid/maml.gin"],
+                            gin_params=TINY + ["GradientDescent.learning_rate=0.1"],
+                            **({"axes": swept} if where == "axes" else {"zipped": [swept]}))
+    root = tmp_path / "root"
+    with pytest.raises(sweeps.SweepError) as info:
+        sweeps.run_sweep(spec, str(root))
+    message = str(info.value)
+    assert "GradientDescent.learning_rate" in message
+    assert "'GradientDescent.learning_rate=0.1'" in message  # the --gin_param
+    assert "['0.01', '0.1']" in message  # the axis and its values
+    assert not root.exists()  # nothing ran
+
+
+def test_sweep_entry_point_refuses_a_gin_param_on_a_swept_key(tmp_path):
+    root = tmp_path / "root"
+    result = subprocess.run(
+        [sys.executable, "-m", "metalearn.sweep", "--gin_file=sinusoid/maml.gin",
+         *[f"--gin_param={p}" for p in TINY], "--gin_param=GradientDescent.learning_rate=0.1",
+         "--axis=GradientDescent.learning_rate=[0.01, 0.1]", f"--root={root}"],
+        env=dict(os.environ, PYTHONPATH=ROOT), cwd=str(tmp_path), capture_output=True,
+        text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "sweep error: GradientDescent.learning_rate is both swept and bound" in \
+        result.stderr
+    assert "--gin_param (or sweep.gin_params) 'GradientDescent.learning_rate=0.1'" in \
+        result.stderr and "(--axis or sweep.axes)" in result.stderr
+    assert not root.exists()

@@ -29,6 +29,7 @@ from metalearn.tasks.datasets import (ChecksumError, LabelledImages, load_cub,
                                       load_tiered_imagenet)
 
 from metalearn.flags import resolve_gin_files
+from metalearn.repository import MovedGinFileError
 from metalearn.adapters.learned_optimizer import RuleMismatchError
 from metalearn.heads.base import LabelOutsideClassesError
 from metalearn.pieces import HyperparameterRangeError
@@ -1179,9 +1180,21 @@ CASES: List[Case] = [
     Case("sweep axis without values", "`--axis='Runtime.seed=[]'`", sweeps_error(),
          "has no values", lambda p: sweeps_module().parse_axis("Runtime.seed=[]"), None,
          "the axis"),
+    Case("sweep binding on a swept key", "`--gin_param=GradientDescent.learning_rate=0.1 "
+         "--axis='GradientDescent.learning_rate=[0.01, 0.1]'`", sweeps_error(),
+         "GradientDescent.learning_rate is both swept and bound",
+         lambda p: sweeps_module().check_params_against_axes(sweeps_module().SweepSpec(
+             gin_params=["GradientDescent.learning_rate=0.1"],
+             axes={"GradientDescent.learning_rate": ["0.01", "0.1"]})),
+         lambda p: "'GradientDescent.learning_rate=0.1' binds it, and the axis",
+         "the key, the binding and the axis with its values"),
     Case("gin file not found", "`--gin_file=nowhere.gin`", FileNotFoundError,
          "gin file 'nowhere.gin' not found", lambda p: resolve_gin_files(["nowhere.gin"]),
          None, "the places looked in"),
+    Case("gin file that moved", "`--gin_file=experiments/omniglot/base.gin`",
+         MovedGinFileError, "moved to experiments/setups/omniglot_common.gin",
+         lambda p: resolve_gin_files(["experiments/omniglot/base.gin"]), None,
+         "the new path (CHANGELOG.md's table, as data)"),
     Case("restore of a directory that is no run", "`metalearn.restore(<empty folder>)`",
          FileNotFoundError, "is not a run directory: it has neither config.gin", lambda p: metalearn.restore(str(p)),
          lambda p: str(p), "the folder"),
@@ -1262,6 +1275,11 @@ CASES: List[Case] = [
     Case("gin include not found", "`include 'nowhere.gin'`", OSError,
          "Unable to open file: nowhere.gin", gin_text("top.gin", "include 'nowhere.gin'\n"),
          lambda p: f'In file "{p / "top.gin"}", line 1', "gin file and line (gin's own)"),
+    Case("gin include of a file that moved", "`include 'experiments/mini_imagenet/smoke.gin'`",
+         MovedGinFileError, "moved to experiments/budgets/smoke.gin",
+         gin_text("top.gin", "include 'experiments/mini_imagenet/smoke.gin'\n"),
+         lambda p: f'In file "{p / "top.gin"}", line 1',
+         "the new path, the include's file and line"),
     gin_case("gin macro never given a value", "Sinusoid.shots = %SHOTZ", ValueError,
              "gin macro %SHOTZ is used but never given a value"),
     Case("Omniglot archive of another layout", "a zip of `Greek_character01_0101_01.png` "
@@ -1562,7 +1580,7 @@ CASES: List[Case] = [
                                  "experiments/learners/maml.gin",
                                  "experiments/budgets/smoke.gin",
                                  "experiments/budgets/cpu.gin"]),
-         None, "both files and the key left over"),
+         None, "both files and every key left over"),
     Case("learned-rule Keras optimizer of a negative learning rate",
          "`LearnedRuleOptimizer(rule, learning_rate=-0.5)`", HyperparameterRangeError,
          "LearnedRuleOptimizer.learning_rate must be > 0, got -0.5",

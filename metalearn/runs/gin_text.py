@@ -20,6 +20,7 @@ import tokenize
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from metalearn import _compat
+from metalearn.repository import MovedGinFileError, moved_gin_file
 
 config_parser = _compat.gin_parser()
 
@@ -120,6 +121,18 @@ def read_gin_file(path: str, chain: Tuple[Tuple[str, int, str], ...] = ()) -> st
                           f"character){_included(chain)}") from None
 
 
+def _raise_if_moved(path: str, including: Optional[str] = None, line: int = 0,
+                    text: str = "", chain: Tuple[Tuple[str, int, str], ...] = ()) -> None:
+    """Raises :class:`MovedGinFileError` if the missing gin file ``path`` is one that
+    moved, naming the new path and, for an include, the file and line including it."""
+    moved = moved_gin_file(path)
+    if moved is None:
+        return
+    where = "" if not text else f"\n  In --gin_param: {text.strip()}" if including is None \
+        else f'\n  In file "{including}", line {line}: {text.strip()}{_included(chain)}'
+    raise MovedGinFileError(f"gin file {path!r} not found: {moved}{where}")
+
+
 def find_file(path: str) -> Optional[str]:
     """A gin file path as gin's ``include`` finds it (the given path, then the search
     path that ``metalearn.configurables`` adds); ``None`` if neither has it."""
@@ -146,6 +159,8 @@ def _bindings_of(text_or_file, filename: Optional[str],
         elif isinstance(statement, config_parser.IncludeStatement):
             path = find_file(statement.filename)
             if path is None:
+                _raise_if_moved(statement.filename, filename, statement.location.line_num,
+                                statement.location.line_content, chain)
                 continue  # gin names the file and line of the include itself
             here = (filename, statement.location.line_num,
                     statement.location.line_content.strip())
@@ -221,16 +236,21 @@ def binding_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = (
       SyntaxError: (``strict``) bad gin syntax; the message names the file (full
         path), the line and its text, and the includes that led to it.
       GinIncludeError: (``strict``) a file includes itself; the message shows the cycle.
+      MovedGinFileError: (``strict``) a gin file given, or included, is missing because
+        it moved (:data:`metalearn.repository.MOVED_GIN_FILES`); the message names the
+        new path (and the file and line of the include).
     """
     bindings: List[Binding] = []
     try:
         for path in gin_files:
             found = find_file(path)
-            if found is not None:
+            if found is None:
+                _raise_if_moved(path)
+            else:
                 bindings += _bindings_of(read_gin_file(found), found)
         for param in gin_params:
             bindings += _bindings_of(param, None)
-    except (SyntaxError, GinIncludeError):
+    except (SyntaxError, GinIncludeError, MovedGinFileError):
         if strict:
             raise
         return []

@@ -121,7 +121,8 @@ def check_roles(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()) -
     bindings, may set anything: they are the user's own overrides.
 
     Raises:
-      RoleOrderError: naming both files and the key (with its lines).
+      RoleOrderError: naming both files and the key (with its lines); for two budgets,
+        every key of the earlier that the later leaves.
     """
     keyed = keyed_statements(gin_files, gin_params)
     units = [_unit(s) for s in keyed]
@@ -165,10 +166,13 @@ def check_roles(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()) -
     for earlier, later in zip(budgets, budgets[1:]):
         left = [k for k in keys[earlier] if k not in keys[later]]
         if left:
+            more = f", nor {', '.join(left[1:])} ({len(left)} keys in all)" \
+                if left[1:] else ""
             raise RoleOrderError(
                 f"two budget files, {earlier[1]!r} and {later[1]!r}: the later does not "
-                f"re-bind {left[0]} ({keys[earlier][left[0]]}), so the run would be a hybrid "
-                "of both budgets; give one budget")
+                f"re-bind {left[0]} ({keys[earlier][left[0]]}){more}, so the run would be a "
+                "hybrid of both budgets; give one budget (or a later one that re-binds all "
+                "of the earlier, as budgets/smoke.gin does after budgets/paper.gin)")
 
 
 def record_sources(gin_files: Sequence[str] = (), gin_params: Sequence[str] = ()) -> None:

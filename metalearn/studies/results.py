@@ -130,6 +130,16 @@ def is_evaluated(workdir: str, num_steps: int, output: str = Workdir.EVALUATION)
     return isinstance(report, dict) and _step(report.get("checkpoint_step")) >= num_steps
 
 
+def is_finished(workdir: str, num_steps: int, evaluate: bool) -> bool:
+    """The one rule for a sweep's run being finished, read from its files alone (the
+    sweep's skip and outcome, :func:`run_state`, ``metalearn.report``): ``metrics.json``
+    reports ``num_steps`` and, if the sweep evaluates, ``eval.json`` is of that step.
+    How its process exited does not count: a run stopped after writing them (a sweep's
+    SIGTERM, exit -15) is finished; one that exited 0 without them is not."""
+    return is_trained(workdir, num_steps) and (not evaluate or
+                                               is_evaluated(workdir, num_steps))
+
+
 def _checkpoint_step(workdir: str) -> Optional[int]:
     """The step of the latest checkpoint the state file records (``ckpt-<step>``)."""
     try:
@@ -144,8 +154,8 @@ def _checkpoint_step(workdir: str) -> Optional[int]:
 def run_state(workdir: str, name: Optional[str] = None) -> RunState:
     """What the run in ``workdir`` is (see :class:`RunState`).
 
-    A sweep's run (``sweep_run.json``) is finished when ``metrics.json`` reports its
-    ``num_steps`` and, if the sweep evaluates, ``eval.json`` is of that step; a run of
+    A sweep's run (``sweep_run.json``) is finished when its files are complete
+    (:func:`is_finished`, whatever exit code the sweep recorded); a run of
     ``metalearn.train`` when it has ``metrics.json`` (written at its end). Otherwise it
     is running if a live process holds its training lock, failed if the sweep recorded
     its process's error, never started if its folder holds no run, else unfinished.
@@ -160,7 +170,7 @@ def run_state(workdir: str, name: Optional[str] = None) -> RunState:
     steps = _step(record.get("num_steps"))
     if steps >= 0:
         trained = is_trained(workdir, steps)
-        finished = trained and (not record.get("evaluate") or is_evaluated(workdir, steps))
+        finished = is_finished(workdir, steps, bool(record.get("evaluate")))
     else:
         trained = finished = os.path.isfile(folder.metrics)
     if finished:

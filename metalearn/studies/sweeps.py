@@ -51,9 +51,10 @@ from metalearn import repository
 from metalearn.repository import from_repository, portable
 from metalearn.runs.files import read_json, write_json_results, write_text
 from metalearn.runs.modules import UntrustedModulesError, canonical, import_modules
+from metalearn.runs.gin_text import keyed_statements
 from metalearn.runs.validation import check_tasks_and_outputs
 from metalearn.runs.workdir import Workdir
-from metalearn.studies.results import is_evaluated, is_trained
+from metalearn.studies.results import is_evaluated, is_finished, is_trained
 from metalearn.training import evaluate, restore, train
 from metalearn.training.evaluation import report_figures
 
@@ -279,6 +280,41 @@ def _check(files: Sequence[str], params: Sequence[str], tasks: bool = False) -> 
         gin.clear_config()
 
 
+def _short_key(key: str) -> str:
+    """``[scope/]Name.param`` with the configurable's short name, as gin_text keys it."""
+    scope, _, rest = key.rpartition("/")
+    selector, _, param = rest.rpartition(".")
+    return f"{scope + '/' if scope else ''}{selector.rsplit('.', 1)[-1]}.{param}"
+
+
+def check_params_against_axes(spec: SweepSpec) -> None:
+    """Refuses a binding of the sweep's ``gin_params`` (``--gin_param``,
+    ``sweep.gin_params``) on a key an axis varies: every run applies its axis value
+    after the ``gin_params``, so the ``--gin_param`` would be silently dropped.
+
+    Raises:
+      SweepError: naming the key, the binding and the axis with its values.
+    """
+    swept = {_short_key(k): (k, values, "--axis or sweep.axes")
+             for k, values in spec.axes.items()}
+    swept.update({_short_key(k): (k, values, "--zip or sweep.zipped")
+                  for group in spec.zipped for k, values in group.items()})
+    for param in spec.gin_params:
+        try:
+            statements = keyed_statements((), [param])
+        except Exception:  # noqa: BLE001  (bad syntax: the base config's check names it)
+            continue
+        for statement in statements:
+            if statement.source.filename is not None or statement.key not in swept:
+                continue  # bound in an included file (a base file may bind a swept key)
+            key, values, source = swept[statement.key]
+            raise SweepError(
+                f"{key} is both swept and bound: --gin_param (or sweep.gin_params) "
+                f"{param.strip()!r} binds it, and the axis {key!r} ({source}) varies it "
+                f"over {values}. Each run applies its axis value last, so the --gin_param "
+                "would be silently dropped: remove it, or remove the axis")
+
+
 def validate(spec: SweepSpec, runs: Sequence[Run]) -> List[Run]:
     """Parses and builds every run's experiment, and checks its tasks against its
     model's outputs (:func:`metalearn.runs.validation.check_tasks_and_outputs`),
@@ -288,7 +324,9 @@ def validate(spec: SweepSpec, runs: Sequence[Run]) -> List[Run]:
       The runs with ``num_steps`` filled in.
 
     Raises:
-      SweepError: naming the base config or the binding that fails, with gin's message.
+      SweepError: naming the base config or the binding that fails, with gin's message;
+        or a ``gin_params`` binding on a key an axis varies
+        (:func:`check_params_against_axes`).
     """
     files = _resolve(spec.gin_files)
     import_modules(spec.modules)
@@ -297,6 +335,7 @@ def validate(spec: SweepSpec, runs: Sequence[Run]) -> List[Run]:
     except Exception as error:  # noqa: BLE001  (any failure is the base config's)
         raise SweepError(f"the sweep's base config ({files}, {spec.gin_params}) does not "
                          f"build: {type(error).__name__}: {error}") from error
+    check_params_against_axes(spec)
     if spec.eval_params:
         try:
             _check(files, spec.gin_params + spec.eval_params)
@@ -324,9 +363,9 @@ def validate(spec: SweepSpec, runs: Sequence[Run]) -> List[Run]:
 
 
 def _is_done(run: Mapping[str, Any]) -> bool:
-    workdir, steps = run["workdir"], int(run["num_steps"])
-    return is_trained(workdir, steps) and (not run["evaluate"] or
-                                           is_evaluated(workdir, steps))
+    """Whether the run's files are complete (:func:`results.is_finished`, the rule
+    ``metalearn.report`` reads too)."""
+    return is_finished(run["workdir"], int(run["num_steps"]), bool(run["evaluate"]))
 
 
 def train_and_evaluate(workdir: str, modules: Sequence[str] = (),
@@ -432,7 +471,9 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
       ``{"name", "status", "pid"}``: status ``"done"`` (nothing to do), ``"ran"``,
       ``"failed"`` (with ``"log"``, ``"exit_code"`` and ``"workdir"``; the outcome is
       recorded in ``sweep_run.json`` too, for ``metalearn.report``) or ``"locked"``
-      (with ``"workdir"``); ``pid``, the process that ran this call.
+      (with ``"workdir"``); ``pid``, the process that ran this call. ``"ran"`` or
+      ``"failed"`` is what the run's files say
+      (:func:`metalearn.studies.results.is_finished`), whatever the process's exit code.
     """
     workdir = run["workdir"]
     os.makedirs(workdir, exist_ok=True)
@@ -453,7 +494,9 @@ def execute_run(run: Dict[str, Any]) -> Dict[str, Any]:
                       f"--execute={workdir}",
                       *[f"--module={m}" for m in run.get("modules", ())]],
                      log, pass_fds=(lock,))
-        status = "failed" if code != 0 or not _is_done(saved) else "ran"
+        # Finished is what its files say, not its exit code: a run the sweep stopped
+        # (SIGTERM, -15) after its last write is finished; one exiting 0 without them not.
+        status = "ran" if _is_done(saved) else "failed"
         # The outcome, for metalearn.report (a rerun's record replaces it).
         write_text(Workdir(workdir).sweep_run, json.dumps(
             dict(saved, outcome={"status": status, "exit_code": code}), indent=2))
