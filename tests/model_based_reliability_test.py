@@ -1,0 +1,136 @@
+"""Issue 43, the model-based learners and learned-rule files of the fourth reliability
+round, each kept as a test that failed before its fix:
+
+* a neural process or in-context learner whose task would need more memory than its
+  budget (by default this machine's) is refused before the work, naming the estimate,
+  the sizes and the limit (it was killed by the system with no Python error);
+* an empty CNP context predicts from the zero representation, finite as the
+  attentive NP's (the mean over nothing was 0 / 0);
+* padded regression episodes (real ``[n, 1]`` targets in ``MaskedLabels``) run the
+  neural processes and ``InContext(targets=1)`` (the mask broadcast the targets to
+  ``[n, n]``; ``InContext`` read their classes as ways);
+* a damaged learned-rule ``.npz`` is an error naming the file and what was expected,
+  and non-finite rule weights are refused naming the file and the array.
+"""
+
+from __future__ import annotations
+
+import re
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import metalearn
+from metalearn import models
+from metalearn.adapters import (AttentiveNeuralProcess, ConditionalNeuralProcess,
+                                InContext, LatentNeuralProcess)
+from metalearn.functional import gaussian_nll, predictive_mse
+from metalearn.functional.memory import MemoryBudgetError, parse_memory
+from metalearn.learners import LatentNeuralProcessLearner
+
+NP_KINDS = {"cnp": ConditionalNeuralProcess, "anp": AttentiveNeuralProcess}
+
+
+def neural_process(kind, memory_budget=None, x_size=1, y_size=1, representation=8):
+    """A small Gaussian neural process: encoder [x, y] -> r, decoder [x, r] -> 2 y."""
+    keras.utils.set_random_seed(0)
+    mlp = lambda inputs, outputs, name: models.mlp(  # noqa: E731
+        (inputs,), hidden=(16,), outputs=outputs, activation="tanh", name=name)
+    encoder = mlp(x_size + y_size, representation, "encoder")
+    if kind == "latent":
+        adapter = LatentNeuralProcess(encoder, mlp(x_size + y_size, 6, "latent_encoder"),
+                                      memory_budget=memory_budget)
+        return LatentNeuralProcessLearner(mlp(x_size + representation + 3, 2 * y_size,
+                                              "decoder"), adapter, loss=gaussian_nll,
+                                          metrics={"mse": predictive_mse})
+    extra = {"heads": 2} if kind == "anp" else {}
+    adapter = NP_KINDS[kind](encoder, memory_budget=memory_budget, **extra)
+    return metalearn.Learner(mlp(x_size + representation, 2 * y_size, "decoder"), adapter,
+                             loss=gaussian_nll, metrics={"mse": predictive_mse})
+
+
+def in_context(memory_budget=None, x_size=1, output="gaussian"):
+    keras.utils.set_random_seed(0)
+    model = models.mlp((x_size,), hidden=(16,), outputs=8, activation="tanh",
+                       name="embedding")
+    adapter = InContext(targets=1, output=output, width=16, depth=1, heads=2,
+                        memory_budget=memory_budget)
+    return metalearn.Learner(model, adapter, loss=gaussian_nll,
+                             metrics={"mse": predictive_mse})
+
+
+def regression_task(support=5, queries=7, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-3, 3, [support + queries, 1]).astype(np.float32)
+    y = np.sin(x).astype(np.float32)
+    return (tf.constant(x[:support]), tf.constant(y[:support]), tf.constant(x[support:]),
+            tf.constant(y[support:]))
+
+
+# --- 1. a memory estimate before the work ------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["anp", "cnp", "latent", "in_context"])
+def test_a_task_beyond_the_memory_budget_is_refused_before_the_work(kind):
+    """2000 context points and 2000 targets against a small budget: refused, naming the
+    estimate, the sizes and the limit; 5 and 7 pass the same learner. The attention
+    (ANP, InContext) is refused with both sizes, before any query is read; the CNPs'
+    encoding, linear in the context, is refused before it runs."""
+    budget = "1MiB" if kind in ("anp", "in_context") else "64KiB"
+    learner = in_context(budget) if kind == "in_context" else neural_process(kind, budget)
+    support_x, support_y, query_x, _ = regression_task()
+    prediction = learner.predict(learner.adapt(support_x, support_y), query_x)
+    assert np.all(np.isfinite(prediction.mean.numpy()))
+    big_x = tf.zeros([2000, 1])
+    with pytest.raises(MemoryBudgetError) as info:
+        learner.predict(learner.adapt(big_x, tf.zeros([2000, 1])), big_x)
+    message = str(info.value)
+    sizes = "2000 support examples" if kind == "in_context" else "2000 context points"
+    assert sizes in message, message
+    if kind in ("anp", "in_context"):
+        assert "2000 targets" in message or "2000 queries" in message, message
+    limit = parse_memory(budget)
+    assert f"more than the limit of {budget[:-3]}.0 {budget[-3:]} ({limit} B) " \
+           f"(memory_budget)" in message, message
+    estimate = int(re.search(r"need an estimated [0-9.]+ [KMG]iB \(([0-9]+) B\)",
+                             message).group(1))
+    assert estimate > limit
+
+
+def test_the_attention_is_the_estimate_s_largest_term():
+    """20 000 context points and 50 000 targets, two heads: three [targets, context]
+    float32 matrices per head, about 22 GiB, the figure the kernel killed at."""
+    learner = neural_process("anp")
+    learner.predict(learner.adapt(*regression_task()[:2]), regression_task()[2])  # built
+    estimate = learner.adapter.memory_estimate(20000, 50000)
+    attention = 2 * 3 * 20000 * 50000 * 4
+    assert attention <= estimate < 1.1 * attention
+
+
+def test_sizes_known_only_when_the_graph_runs_are_checked_before_the_work():
+    learner = neural_process("anp", memory_budget=2 ** 20)
+    spec = tf.TensorSpec([None, 1])
+    predict = tf.function(lambda sx, sy, x: learner.predict(learner.adapt(sx, sy), x).mean,
+                          input_signature=[spec] * 3)
+    support_x, support_y, query_x, _ = regression_task()
+    assert predict(support_x, support_y, query_x).shape == (7, 1)
+    big = tf.zeros([2000, 1])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"AttentiveNeuralProcess: the estimated memory of one task .* "
+                             r"exceeds the limit of 1.0 MiB"):
+        predict(big, big, big)
+
+
+def test_the_default_budget_is_this_machine_s_memory_and_spelled_as_auto_s():
+    from metalearn import execution
+    assert execution.parse_memory is parse_memory  # one parser of budgets
+    assert ConditionalNeuralProcess(models.mlp((2,), outputs=4),
+                                    memory_budget="2 GiB").memory_budget == 2 * 2 ** 30
+    with pytest.raises(ValueError, match=r"memory_budget must be bytes or a size like "
+                                         r"'2GiB'.*got '2 gigs'"):
+        InContext(targets=1, memory_budget="2 gigs")
+    learner = neural_process("anp")  # no budget: the machine's memory
+    with pytest.raises(MemoryBudgetError, match=r"\(this machine's memory\)"):
+        learner.adapter.check_memory(10 ** 6, 10 ** 6)
