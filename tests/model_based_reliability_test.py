@@ -134,3 +134,29 @@ def test_the_default_budget_is_this_machine_s_memory_and_spelled_as_auto_s():
     learner = neural_process("anp")  # no budget: the machine's memory
     with pytest.raises(MemoryBudgetError, match=r"\(this machine's memory\)"):
         learner.adapter.check_memory(10 ** 6, 10 ** 6)
+
+
+# --- 2. an empty context ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["cnp", "anp", "latent"])
+def test_an_empty_context_predicts_from_the_zero_representation(kind):
+    """No support pair: the CNP's mean over nothing is the zero representation (the
+    attentive NP attends to nothing, a zero mix of values), so the prediction is the
+    prior's, finite, with a finite meta-gradient."""
+    learner = neural_process(kind)
+    support_x, support_y, query_x, query_y = regression_task()
+    empty = learner.adapt(support_x[:0], support_y[:0])
+    prediction = learner.predict(empty, query_x)
+    assert np.all(np.isfinite(prediction.mean.numpy()))
+    assert np.all(np.isfinite(prediction.scale.numpy()))
+    if kind == "cnp":
+        zero = tf.zeros([7, learner.adapter.representation_size])
+        expected = learner.model(tf.concat([query_x, zero], axis=-1)).numpy()[:, :1]
+        np.testing.assert_allclose(prediction.mean.numpy(), expected, rtol=1e-5, atol=1e-6)
+    variables = learner.meta_variables
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(gaussian_nll(query_y, learner.predict(
+            learner.adapt(support_x[:0], support_y[:0]), query_x)))
+    gradients = tape.gradient(loss, variables)
+    assert all(np.all(np.isfinite(g.numpy())) for g in gradients if g is not None)

@@ -82,9 +82,13 @@ def context_of(state: Optional[Dict[str, Any]]) -> Dict[str, tf.Tensor]:
 
 
 def pooled(features: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """The mean of ``features [examples, d]`` over the real examples (``mask``): ``[d]``."""
+    """The mean of ``features [examples, d]`` over the real examples (``mask``): ``[d]``;
+    zeros where there is none (an empty context, or one of padding alone: the
+    representation of no evidence, as the attentive NP's mix of no values is; the
+    prediction is then the decoder's prior, finite, with a finite gradient)."""
     weights = tf.cast(mask, features.dtype)[:, None]
-    return tf.reduce_sum(features * weights, 0) / tf.reduce_sum(weights)
+    return tf.math.divide_no_nan(tf.reduce_sum(features * weights, 0),
+                                 tf.reduce_sum(weights))
 
 
 def encoded_targets(y: Any, classes: Optional[int], dtype: tf.DType, owner: str
