@@ -160,3 +160,62 @@ def test_an_empty_context_predicts_from_the_zero_representation(kind):
             learner.adapt(support_x[:0], support_y[:0]), query_x)))
     gradients = tape.gradient(loss, variables)
     assert all(np.all(np.isfinite(g.numpy())) for g in gradients if g is not None)
+
+
+# --- 3. padded regression episodes ----------------------------------------------------------
+
+
+def regression_episode(support, queries, seed):
+    from metalearn.tasks import Episode
+    return Episode(*regression_task(support, queries, seed))
+
+
+def test_pad_episodes_pads_real_targets():
+    from metalearn.tasks import pad_episodes
+    padded = pad_episodes([regression_episode(3, 4, 0), regression_episode(5, 2, 1)],
+                          max_support=6, max_query=4, max_ways=0)
+    labels = padded.support_y
+    assert labels.labels.shape == (2, 6, 1) and labels.labels.dtype == tf.float32
+    np.testing.assert_array_equal(labels.mask, [[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]])
+    assert labels.classes.shape == (2, 0)  # real targets: no classes
+    np.testing.assert_allclose(labels.labels[1, :5], regression_episode(5, 2, 1).support_y)
+    assert padded.query_y.labels.shape == (2, 4, 1)
+
+
+@pytest.mark.parametrize("kind", ["cnp", "anp", "latent", "in_context"])
+def test_a_padded_regression_context_gives_the_unpadded_predictions(kind):
+    """Real [n, 1] targets in MaskedLabels: padding (junk inputs and targets) is left out
+    of the context; the padded batch's loss is the unpadded one's."""
+    from metalearn.tasks import pad_episodes
+    from metalearn.tasks.episode import MaskedLabels
+    learner = in_context() if kind == "in_context" else neural_process(kind)
+    support_x, support_y, query_x, query_y = regression_task()
+    expected = learner.predict(learner.adapt(support_x, support_y), query_x).mean.numpy()
+    junk_x = tf.concat([support_x, 100.0 * tf.ones([4, 1])], axis=0)
+    junk_y = tf.concat([support_y, -50.0 * tf.ones([4, 1])], axis=0)
+    mask = tf.range(9) < 5
+    for classes in (tf.zeros([0], tf.bool), tf.ones([3], tf.bool)):  # any classes: none read
+        got = learner.predict(learner.adapt(junk_x, MaskedLabels(junk_y, mask, classes)),
+                              query_x).mean.numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    episode = regression_episode(5, 7, 0)
+    batch = tf.nest.map_structure(lambda t: t[None], episode)
+    padded = pad_episodes([episode], max_support=9, max_query=10, max_ways=0)
+    if kind == "latent":  # its ELBO is refused padded episodes by name
+        with pytest.raises(ValueError, match="does not take padded episodes"):
+            learner.meta_metrics(padded)
+        return
+    np.testing.assert_allclose(learner.meta_metrics(padded)["loss"],
+                               learner.meta_metrics(batch)["loss"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["cnp", "anp"])
+def test_a_padded_context_of_no_real_pair_is_the_empty_context(kind):
+    from metalearn.tasks.episode import MaskedLabels
+    learner = neural_process(kind)
+    support_x, support_y, query_x, _ = regression_task()
+    empty = learner.predict(learner.adapt(support_x[:0], support_y[:0]), query_x)
+    padded = learner.adapt(support_x, MaskedLabels(support_y, tf.zeros([5], tf.bool),
+                                                   tf.zeros([0], tf.bool)))
+    np.testing.assert_allclose(learner.predict(padded, query_x).mean.numpy(),
+                               empty.mean.numpy(), rtol=1e-5, atol=1e-6)

@@ -490,11 +490,20 @@ class AttentiveNeuralProcess(NeuralProcess):
                 "mask": mask}
 
     def condition(self, context: Dict[str, tf.Tensor], x: tf.Tensor) -> tf.Tensor:
+        """Each query's attention over the real support pairs; where there is none (an
+        empty context, or one of padding alone) the attention over no pair, as for an
+        empty support set (a softmax over masked keys alone would spread over the
+        padding)."""
         keys = tf.cast(context["keys"], x.dtype)
+        values = context["values"]
         mask = tf.tile(context["mask"][None, None, :], [1, tf.shape(x)[0], 1])
         attended = functional.call(self.attention, {}, [x[None], keys[None],
-                                                        context["values"][None], mask])
-        return attended[0]
+                                                        values[None], mask])[0]
+        if keys.shape[0] == 0:
+            return attended
+        nothing = functional.call(self.attention, {}, [
+            x[None], keys[None, :0], values[None, :0], mask[:, :, :0]])[0]
+        return tf.where(tf.reduce_any(context["mask"]), attended, nothing)
 
 
 LATENT_SCALE_FLOOR = 0.1  # sigma = 0.1 + 0.9 sigmoid(raw), as in Le et al. (2018)
