@@ -29,10 +29,20 @@ meta-variables; the decoder's are the learner's model weights. There is no inner
 so the meta-gradient is the plain gradient of the query loss (second order is trivially
 exact).
 
-The support set may have any size. Padded episodes (:class:`~metalearn.tasks.MaskedLabels`
-support labels, from a variable-way variable-shot sampler) leave their padding out of
-the pooling and the attention. Integer labels (classification) are one-hot encoded for
-the encoder, with ``num_classes`` classes (by default the decoder's outputs).
+The support set may have any size, none included: an empty context (or one of padding
+alone) is the representation of no evidence (zeros for the CNP's mean, the attention
+over no pair for the attentive NP), so the prediction is the decoder's prior, finite.
+Padded episodes (:class:`~metalearn.tasks.MaskedLabels` support labels, from a
+variable-way variable-shot sampler, or real targets padded by
+:func:`~metalearn.tasks.pad_episodes`) leave their padding out of the pooling and the
+attention. Integer labels (classification) are one-hot encoded for the encoder, with
+``num_classes`` classes (by default the decoder's outputs).
+
+Before the work, each task's memory estimate (:meth:`NeuralProcess.memory_estimate`; the
+attentive NP's ``[targets, context]`` matrices per head are its largest term) is held
+to ``memory_budget`` (by default this machine's memory): a task that would not fit is
+refused with :class:`~metalearn.functional.memory.MemoryBudgetError` naming the sizes,
+the estimate and the limit, instead of the process being killed.
 
 :class:`LatentNeuralProcess` adds the NP's global latent ``z`` (Garnelo et al., 2018b):
 its prediction reads the prior's mean ``z``; its loss, the negative ELBO with the
