@@ -136,6 +136,23 @@ def test_the_default_budget_is_this_machine_s_memory_and_spelled_as_auto_s():
         learner.adapter.check_memory(10 ** 6, 10 ** 6)
 
 
+def test_the_machine_s_memory_is_a_container_s_limit_where_that_is_lower(tmp_path,
+                                                                         monkeypatch):
+    from metalearn.functional import memory
+    limit = tmp_path / "memory.max"
+    limit.write_text("1048576\n")
+    monkeypatch.setattr(memory, "CGROUP_LIMITS", (str(limit), str(tmp_path / "absent")))
+    assert memory.machine_memory() == 2 ** 20
+    learner = neural_process("anp")
+    learner.predict(learner.adapt(*regression_task()[:2]), regression_task()[2])
+    with pytest.raises(MemoryBudgetError, match=r"the limit of 1.0 MiB \(1048576 B\) "
+                                                r"\(this machine's memory\)"):
+        learner.predict(learner.adapt(tf.zeros([2000, 1]), tf.zeros([2000, 1])),
+                        tf.zeros([2000, 1]))
+    limit.write_text("max\n")  # no container limit: the physical memory
+    assert memory.machine_memory() > 2 ** 20
+
+
 # --- 2. an empty context ------------------------------------------------------------------
 
 

@@ -55,14 +55,33 @@ def parse_memory(value: Union[int, float, str, None]) -> Optional[int]:
     return int(number * _UNITS[unit])
 
 
-def machine_memory() -> Optional[int]:
-    """This machine's physical memory in bytes, or ``None`` where the system does not
-    say it."""
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max",                     # cgroup v2
+                 "/sys/fs/cgroup/memory/memory.limit_in_bytes")    # cgroup v1
+"""Files that hold a container's memory limit, where the system kills a process that
+exceeds it however much physical memory the machine has."""
+
+
+def _cgroup_limit(path: str) -> Optional[int]:
     try:
-        found = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
         return None
-    return int(found) if found > 0 else None
+    return int(text) if text.isdigit() and int(text) > 0 else None  # "max": no limit
+
+
+def machine_memory() -> Optional[int]:
+    """The memory this process may use, in bytes: the machine's physical memory, or the
+    container's limit (cgroup) where that is lower; ``None`` where the system says
+    neither."""
+    found = []
+    try:
+        found.append(int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")))
+    except (AttributeError, ValueError, OSError):
+        pass
+    found += [_cgroup_limit(path) for path in CGROUP_LIMITS]
+    found = [f for f in found if f is not None and f > 0]
+    return min(found) if found else None
 
 
 def describe_bytes(count: int) -> str:
