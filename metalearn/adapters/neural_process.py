@@ -140,7 +140,9 @@ def check_task_memory(owner: str, estimate_fn: Any, sizes: Dict[str, Any],
     Where every size is static (eager calls, and traced steps on episodes of static
     shapes, as samplers give) the check raises here; where one is only known when the
     graph runs, it returns an assertion to run before the work (an
-    ``InvalidArgumentError`` naming the same figures), else ``[]``.
+    ``InvalidArgumentError`` naming the same figures), else ``[]``. XLA drops
+    assertions: under ``jit_compile`` only static sizes are checked (the library's
+    steps trace on the episodes' static shapes).
 
     Raises:
       metalearn.functional.memory.MemoryBudgetError: the estimate exceeds the limit.
