@@ -30,7 +30,8 @@ from metalearn.tasks.datasets import (ChecksumError, LabelledImages, load_cub,
 
 from metalearn.flags import resolve_gin_files
 from metalearn.repository import MovedGinFileError
-from metalearn.adapters.learned_optimizer import RuleMismatchError
+from metalearn.adapters.learned_optimizer import RuleFileError, RuleMismatchError
+from metalearn.functional.memory import MemoryBudgetError
 from metalearn.heads.base import LabelOutsideClassesError
 from metalearn.pieces import HyperparameterRangeError
 from metalearn.runs import validation
@@ -862,6 +863,63 @@ def learned_rule_of_another_shape(tmp_path) -> None:
     LearnedRule(hidden=(8,)).create("float32", saved.values())
 
 
+def attentive_np_beyond_its_budget(tmp_path) -> None:
+    from metalearn.adapters import AttentiveNeuralProcess
+    from metalearn.functional import gaussian_nll
+    encoder = metalearn.models.mlp((2,), hidden=(8,), outputs=8, name="encoder")
+    decoder = metalearn.models.mlp((9,), hidden=(8,), outputs=2, name="decoder")
+    learner = metalearn.Learner(decoder, AttentiveNeuralProcess(
+        encoder, heads=2, memory_budget="1MiB"), loss=gaussian_nll)
+    x = tf.zeros([2000, 1])
+    learner.predict(learner.adapt(x, x), x)
+
+
+def _rule_file(tmp_path, change=None):
+    """A saved rule's file, its members changed by ``change(members)``."""
+    from metalearn.adapters import LearnedRule
+    rule = LearnedRule(hidden=(4,))
+    rule.create()
+    path = tmp_path / "rule.npz"
+    rule.save(str(path))
+    if change is not None:
+        with np.load(path, allow_pickle=False) as data:
+            members = {k: data[k] for k in data.files}
+        change(members)
+        np.savez(path, **members)
+    return str(path)
+
+
+def truncated_rule_file(tmp_path) -> None:
+    from metalearn.adapters import LearnedRule
+    path = _rule_file(tmp_path)
+    with open(path, "rb") as f:
+        whole = f.read()
+    with open(path, "wb") as f:
+        f.write(whole[:len(whole) // 2])
+    LearnedRule.load(path)
+
+
+def rule_file_of_bad_json(tmp_path) -> None:
+    from metalearn.adapters import LearnedRule
+    LearnedRule.load(_rule_file(tmp_path, lambda m: m.update(
+        __config__=np.array("{not json"))))
+
+
+def rule_file_of_nan_weights(tmp_path) -> None:
+    from metalearn.adapters import LearnedRule
+    LearnedRule.load(_rule_file(tmp_path, lambda m: m.update(
+        output_bias=np.array([0.0, np.nan]))))
+
+
+def mixed_padded_episodes(tmp_path) -> None:
+    from metalearn.tasks import Episode
+    real = Episode(np.zeros([2, 1], np.float32), np.zeros([2, 1], np.float32),
+                   np.zeros([1, 1], np.float32), np.zeros([1, 1], np.float32))
+    labelled = Episode(np.zeros([2, 1], np.float32), np.array([0, 1]),
+                       np.zeros([1, 1], np.float32), np.array([0]))
+    pad_episodes([real, labelled], max_support=3, max_query=2, max_ways=2)
+
+
 # --- the cases: one per row of docs/errors.md --------------------------------------
 
 
@@ -1585,6 +1643,30 @@ CASES: List[Case] = [
          "`LearnedRuleOptimizer(rule, learning_rate=-0.5)`", HyperparameterRangeError,
          "LearnedRuleOptimizer.learning_rate must be > 0, got -0.5",
          learned_rule_optimizer_climbing, None, "the value and the range"),
+    Case("a model-based task beyond its memory budget", "`AttentiveNeuralProcess("
+         "memory_budget='1MiB')` predicting 2000 targets from 2000 context points (by "
+         "default the budget is the machine's memory)", MemoryBudgetError,
+         "AttentiveNeuralProcess: 2000 context points, 2000 targets need an estimated",
+         attentive_np_beyond_its_budget, lambda p: "the limit of 1.0 MiB",
+         "the sizes, the estimate and the limit, before the work"),
+    Case("truncated learned-rule file", "`LearnedRule.load(path)` of the first half of a "
+         "saved `.npz`", RuleFileError, "cannot be read (BadZipFile: ",
+         truncated_rule_file, lambda p: f"learned-rule file {str(p / 'rule.npz')!r}",
+         "the file and what it should hold"),
+    Case("learned-rule file whose configuration is not JSON", "`LearnedRule.load(path)` "
+         "of a `.npz` whose `__config__` is `{not json`", RuleFileError,
+         "its '__config__' member is not JSON", rule_file_of_bad_json,
+         lambda p: f"learned-rule file {str(p / 'rule.npz')!r}",
+         "the file, the text and the keys expected"),
+    Case("learned-rule file of NaN weights", "`LearnedRule.load(path)` of a `.npz` whose "
+         "`output_bias` holds a NaN", RuleFileError,
+         "LearnedRule array 'output_bias' holds 1 non-finite value(s)",
+         rule_file_of_nan_weights, lambda p: f"learned-rule file {str(p / 'rule.npz')!r}",
+         "the file and the array"),
+    Case("padded batch of real targets and labels", "`pad_episodes` of a regression "
+         "episode and a classification one", ValueError,
+         "pad_episodes got real targets in episodes [0] and integer labels in [1]",
+         mixed_padded_episodes, None, "the episodes of each kind"),
 ]
 
 

@@ -59,9 +59,11 @@ import tensorflow as tf
 from metalearn import functional
 from metalearn.adapters.base import Adapter
 from metalearn.adapters.hypernetwork import flatten_examples as flat
-from metalearn.adapters.neural_process import (CONTEXT, OUTPUTS, context_of,
-                                              encoded_targets, gaussian_outputs, last_size)
-from metalearn.functional import Weights
+from metalearn.adapters.neural_process import (ATTENTION_COPIES, CONTEXT, OUTPUTS,
+                                              check_task_memory, context_of,
+                                              encoded_targets, gaussian_outputs, last_size,
+                                              static_size)
+from metalearn.functional import Weights, memory
 from metalearn.heads.base import Head
 from metalearn.pieces import COUNT, CallFn, Capabilities, LossFn, SplitLoss, check_range
 from metalearn.tasks.episode import MaskedLabels, unmask
@@ -115,6 +117,12 @@ class InContext(Adapter):
       head: a :class:`~metalearn.heads.Head` as the read-out (classification only): fitted
         on the transformer's outputs at the support tokens, it gives the logits of the
         outputs at the query tokens; ``None``: the ``Dense`` read-out.
+      memory_budget: what one task's work may take: bytes, or a size such as
+        ``"2GiB"`` (parsed as ``Auto.memory_budget`` is); ``None``: this machine's
+        memory. A task whose estimate (:meth:`memory_estimate`: the attention's
+        ``[tokens, tokens]`` matrices per head and block are its largest term) exceeds
+        it is refused before the work
+        (:class:`~metalearn.functional.memory.MemoryBudgetError`).
     """
 
     steps = 0
@@ -123,7 +131,8 @@ class InContext(Adapter):
                  width: int = 64, depth: int = 2, heads: int = 4,
                  key_size: Optional[int] = None, hidden: Optional[int] = None,
                  activation: str = "gelu", output: str = "raw", min_scale: float = 0.01,
-                 head: Optional[Head] = None, name: Optional[str] = None):
+                 head: Optional[Head] = None, memory_budget: Optional[Any] = None,
+                 name: Optional[str] = None):
         super().__init__(name=name)
         if (ways is None) == (targets is None):
             raise ValueError(f"InContext needs ways= (classification) or targets= "
@@ -155,6 +164,8 @@ class InContext(Adapter):
         self.output = output
         self.min_scale = float(min_scale)
         self.head = head
+        self.memory_budget = memory.parse_memory(memory_budget)
+        self.bytes_per_example = 0
         self.embedding_size: Optional[int] = None
         self.transformer: Optional[keras.Model] = None
 
@@ -210,7 +221,22 @@ class InContext(Adapter):
             self.head.build(tf.as_dtype(dtype))
         self.transformer = keras.Model([embeddings, labels, mask], outputs,
                                        name=f"{self.name}_transformer")
+        self.bytes_per_example = memory.activation_bytes(model) or 0
         super().build(model, weights)
+
+    def memory_estimate(self, support: Any, queries: Any) -> Any:
+        """The bytes one task's work keeps alive for its meta-gradient, for ``support``
+        examples and ``queries`` (ints, or float tensors while a graph runs): the
+        embedding's activations of every example; per block, :data:`~metalearn.adapters.
+        neural_process.ATTENTION_COPIES` ``[tokens, tokens]`` matrices per head and each
+        token's activations (norms, projections, the MLP); the ``[tokens, tokens]``
+        mask."""
+        tokens = support + queries
+        size = tf.as_dtype(self.transformer.inputs[0].dtype).size
+        per_token = 6 * self.width + 4 * self.heads * self.key_size + self.hidden
+        blocks = self.depth * (self.heads * ATTENTION_COPIES * tokens * tokens
+                               + tokens * per_token) * size
+        return tokens * self.bytes_per_example + blocks + 2 * tokens * tokens
 
     # --- the adapter interface -------------------------------------------------------
 
@@ -269,10 +295,24 @@ class InContext(Adapter):
         """Each query's prediction from the context in the task's ``state`` (what
         :meth:`task_state` gives): logits ``[queries, ways]``, targets, or a Gaussian.
         Without a context (the support forward pass) the model's output, the
-        embedding: what :meth:`task_state` reads the support set with."""
+        embedding: what :meth:`task_state` reads the support set with.
+
+        Raises:
+          metalearn.functional.memory.MemoryBudgetError: the task's
+            :meth:`memory_estimate` exceeds ``memory_budget`` (before the queries are
+            embedded).
+        """
         context = context_of(state)
         if not context:
             return call(weights, x)
+        checks = check_task_memory("InContext", self.memory_estimate, {
+            "support examples": static_size(context["embeddings"]),
+            "queries": static_size(tf.nest.flatten(x)[0])}, self.memory_budget)
+        with tf.control_dependencies(checks):
+            return self._predict(call, weights, x, context)
+
+    def _predict(self, call: CallFn, weights: Weights, x: Any,
+                 context: Dict[str, tf.Tensor]) -> Any:
         queries = self.embedded(call(weights, x))
         support = tf.cast(context["embeddings"], queries.dtype)
         m, n = tf.shape(support)[0], tf.shape(queries)[0]

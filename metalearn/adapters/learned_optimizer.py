@@ -38,6 +38,9 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import os
+import zipfile
+import zlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
@@ -56,6 +59,18 @@ ACTIVATIONS = ("tanh", "relu", "gelu")
 class RuleMismatchError(ValueError):
     """A learned rule was given weights or state it was not built for: a path outside
     the adapted weights it was built on, or a saved network of another shape."""
+
+
+class NonFiniteRuleError(ValueError):
+    """A learned rule's network array holds NaN or infinite values (every update it
+    gave would be NaN): refused wherever arrays are given to a rule."""
+
+
+class RuleFileError(ValueError):
+    """A learned-rule file that cannot be loaded as one (:meth:`LearnedRule.load`):
+    damaged, not written by :meth:`LearnedRule.save`, of a configuration or arrays no
+    rule has, or holding non-finite weights. The message names the file and what was
+    expected."""
 
 
 def _activation(name: str):
@@ -168,10 +183,12 @@ class LearnedRule(Update):
                         for key, value in values.items()}
 
     def check_values(self, values: Dict[str, Any]) -> Dict[str, np.ndarray]:
-        """``values`` as arrays, checked against :meth:`shapes`.
+        """``values`` as arrays, checked against :meth:`shapes` and for finite numbers.
 
         Raises:
           RuleMismatchError: a missing, extra or differently shaped array (named).
+          NonFiniteRuleError: an array that is not numbers, or holds NaN or infinite
+            values (the array and how many named).
         """
         values = {k: np.asarray(v) for k, v in values.items()}
         expected = self.shapes()
@@ -184,6 +201,16 @@ class LearnedRule(Update):
                 raise RuleMismatchError(
                     f"LearnedRule array {key!r} has shape {values[key].shape}, this rule "
                     f"(hidden={self.hidden}, {self.features} features) needs {shape}")
+        for key, array in values.items():
+            if array.dtype.kind not in "fiu":
+                raise NonFiniteRuleError(f"LearnedRule array {key!r} must hold real "
+                                         f"numbers, got dtype {array.dtype}")
+            bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
+            if bad:
+                raise NonFiniteRuleError(
+                    f"LearnedRule array {key!r} holds {bad} non-finite value(s) (NaN or "
+                    f"infinite) of {array.size}: every update of the rule would be NaN "
+                    "(saved from a diverged meta-training, or damaged)")
         return values
 
     def values(self) -> Dict[str, np.ndarray]:
@@ -199,12 +226,55 @@ class LearnedRule(Update):
 
     @classmethod
     def load(cls, path: str, dtype: str = "float32") -> "LearnedRule":
-        """A rule from a file :meth:`save` wrote, its network created in ``dtype``."""
-        with np.load(path, allow_pickle=False) as data:
-            config = json.loads(str(data["__config__"]))
-            values = {k: data[k] for k in data.files if k != "__config__"}
-        rule = cls(**config)
-        rule.create(dtype, values)
+        """A rule from a file :meth:`save` wrote, its network created in ``dtype``.
+
+        The file must be a ``.npz`` (zip) archive of a ``__config__`` member (the
+        rule's configuration as JSON, :meth:`config`) and the network's arrays
+        (:meth:`shapes`), every value finite; all of it is read and checked before a
+        rule is made.
+
+        Raises:
+          FileNotFoundError: no file at ``path``.
+          RuleFileError: naming the file and what was expected: not a readable
+            ``.npz`` (a truncated or damaged archive or member), no ``__config__`` or
+            one that is not a JSON object of :meth:`config`'s keys, a value out of range,
+            missing, extra or misshapen arrays, or an array holding NaN or infinite
+            values (named).
+        """
+        where = f"learned-rule file {os.fspath(path)!r}"
+        expected = ("a .npz archive of '__config__' (the rule's configuration as JSON) and "
+                    "the network's arrays, as LearnedRule.save writes")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                members = list(data.files)
+                if "__config__" not in members:
+                    raise RuleFileError(f"{where} has no '__config__' member (members: "
+                                        f"{members}); expected {expected}")
+                text = str(data["__config__"])
+                values = {k: data[k] for k in members if k != "__config__"}
+        except FileNotFoundError:
+            raise
+        except RuleFileError:
+            raise
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as error:
+            raise RuleFileError(f"{where} cannot be read ({type(error).__name__}: "
+                                f"{error}); expected {expected}") from error
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise RuleFileError(f"{where}: its '__config__' member is not JSON ({error}): "
+                                f"{text[:80]!r}; expected the rule's configuration, "
+                                f"{sorted(cls().config())}") from error
+        keys = sorted(cls().config())
+        if not isinstance(config, dict) or sorted(config) != keys:
+            shown = sorted(config) if isinstance(config, dict) else type(config).__name__
+            raise RuleFileError(f"{where}: its '__config__' holds {shown}; expected a "
+                                f"JSON object of the keys {keys}")
+        try:
+            rule = cls(**config)
+            rule.create(dtype, values)
+        except (TypeError, ValueError) as error:  # ranges, shapes, non-finite values
+            raise RuleFileError(f"{where}: {error}") from error
         return rule
 
     @property

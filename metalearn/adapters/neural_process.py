@@ -29,10 +29,20 @@ meta-variables; the decoder's are the learner's model weights. There is no inner
 so the meta-gradient is the plain gradient of the query loss (second order is trivially
 exact).
 
-The support set may have any size. Padded episodes (:class:`~metalearn.tasks.MaskedLabels`
-support labels, from a variable-way variable-shot sampler) leave their padding out of
-the pooling and the attention. Integer labels (classification) are one-hot encoded for
-the encoder, with ``num_classes`` classes (by default the decoder's outputs).
+The support set may have any size, none included: an empty context (or one of padding
+alone) is the representation of no evidence (zeros for the CNP's mean, the attention
+over no pair for the attentive NP), so the prediction is the decoder's prior, finite.
+Padded episodes (:class:`~metalearn.tasks.MaskedLabels` support labels, from a
+variable-way variable-shot sampler, or real targets padded by
+:func:`~metalearn.tasks.pad_episodes`) leave their padding out of the pooling and the
+attention. Integer labels (classification) are one-hot encoded for the encoder, with
+``num_classes`` classes (by default the decoder's outputs).
+
+Before the work, each task's memory estimate (:meth:`NeuralProcess.memory_estimate`; the
+attentive NP's ``[targets, context]`` matrices per head are its largest term) is held
+to ``memory_budget`` (by default this machine's memory): a task that would not fit is
+refused with :class:`~metalearn.functional.memory.MemoryBudgetError` naming the sizes,
+the estimate and the limit, instead of the process being killed.
 
 :class:`LatentNeuralProcess` adds the NP's global latent ``z`` (Garnelo et al., 2018b):
 its prediction reads the prior's mean ``z``; its loss, the negative ELBO with the
@@ -51,7 +61,7 @@ import tensorflow as tf
 from metalearn import functional
 from metalearn.adapters.base import Adapter
 from metalearn.adapters.hypernetwork import flatten_examples as flat
-from metalearn.functional import Gaussian, Weights
+from metalearn.functional import Gaussian, Weights, memory
 from metalearn.pieces import COUNT, DECAY, CallFn, Capabilities, LossFn, check_range
 from metalearn.tasks.episode import unmask
 
@@ -61,6 +71,9 @@ adapter (a neural process, :class:`~metalearn.adapters.InContext`) keeps a task'
 encoded support set: tensors by name."""
 
 OUTPUTS = ("gaussian", "raw")
+ATTENTION_COPIES = 3
+"""``[targets, context]`` matrices per attention head that a task's memory estimate
+counts: the scores, the masked scores and the weights (the backward pass keeps them)."""
 
 
 def last_size(tensors: Any, what: str) -> int:
@@ -79,9 +92,13 @@ def context_of(state: Optional[Dict[str, Any]]) -> Dict[str, tf.Tensor]:
 
 
 def pooled(features: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """The mean of ``features [examples, d]`` over the real examples (``mask``): ``[d]``."""
+    """The mean of ``features [examples, d]`` over the real examples (``mask``): ``[d]``;
+    zeros where there is none (an empty context, or one of padding alone: the
+    representation of no evidence, as the attentive NP's mix of no values is; the
+    prediction is then the decoder's prior, finite, with a finite gradient)."""
     weights = tf.cast(mask, features.dtype)[:, None]
-    return tf.reduce_sum(features * weights, 0) / tf.reduce_sum(weights)
+    return tf.math.divide_no_nan(tf.reduce_sum(features * weights, 0),
+                                 tf.reduce_sum(weights))
 
 
 def encoded_targets(y: Any, classes: Optional[int], dtype: tf.DType, owner: str
@@ -113,6 +130,54 @@ def encoded_targets(y: Any, classes: Optional[int], dtype: tf.DType, owner: str
     return targets, mask
 
 
+def check_task_memory(owner: str, estimate_fn: Any, sizes: Dict[str, Any],
+                      budget: Optional[int]) -> List[tf.Operation]:
+    """Holds one task's memory estimate to ``budget`` (:func:`metalearn.functional.
+    memory.check_budget`; this machine's memory where ``budget`` is ``None``) before the
+    work: ``estimate_fn(*sizes.values())`` bytes for the ``sizes`` by what they count
+    (``{"context points": 20000, "targets": 50000}``).
+
+    Where every size is static (eager calls, and traced steps on episodes of static
+    shapes, as samplers give) the check raises here; where one is only known when the
+    graph runs, it returns an assertion to run before the work (an
+    ``InvalidArgumentError`` naming the same figures), else ``[]``. XLA drops
+    assertions: under ``jit_compile`` only static sizes are checked (the library's
+    steps trace on the episodes' static shapes).
+
+    Raises:
+      metalearn.functional.memory.MemoryBudgetError: the estimate exceeds the limit.
+    """
+    values = list(sizes.values())
+    if all(isinstance(v, int) for v in values):
+        words = ", ".join(f"{value} {name}" for name, value in sizes.items())
+        memory.check_budget(owner, int(estimate_fn(*values)), words, budget)
+        return []
+    limit = memory.machine_memory() if budget is None else int(budget)
+    if limit is None:
+        return []
+    dynamic = [tf.cast(v, tf.float64) for v in values]  # no integer overflow
+    estimate = estimate_fn(*dynamic)
+    what = "memory_budget" if budget is not None else "this machine's memory"
+    message = (f"{owner}: the estimated memory of one task (bytes, then the "
+               f"{', '.join(sizes)}) exceeds the limit of {memory.describe_bytes(limit)} "
+               f"({what}); use a smaller context or fewer targets, or raise "
+               f"{owner}.memory_budget")
+    return [tf.debugging.Assert(tf.less_equal(estimate, float(limit)),
+                                [message, estimate, *dynamic], summarize=8)]
+
+
+def static_size(tensor: tf.Tensor) -> Any:
+    """The leading size of ``tensor``: an int where static, else a scalar tensor."""
+    size = tensor.shape[0]
+    return int(size) if size is not None else tf.shape(tensor)[0]
+
+
+def model_bytes(model: keras.Model, inputs: int) -> int:
+    """One example's activation bytes through ``model`` (reading ``inputs`` values),
+    0 where they cannot be estimated."""
+    return memory.activation_bytes(model, (inputs,)) or 0
+
+
 def gaussian_outputs(outputs: tf.Tensor, min_scale: float) -> Gaussian:
     """The Gaussian of ``2 * k`` raw outputs: the first half the mean, the second the
     scale ``min_scale + (1 - min_scale) * softplus(raw)``."""
@@ -136,13 +201,17 @@ class NeuralProcess(Adapter, abc.ABC):
       min_scale: the smallest predicted scale (``"gaussian"``), in ``[0, 1)``.
       num_classes: classes of integer labels (one-hot for the encoder); defaults to the
         decoder's number of outputs.
+      memory_budget: what one task's work may take: bytes, or a size such as
+        ``"2GiB"`` (parsed as ``Auto.memory_budget`` is); ``None``: this machine's
+        memory. A task whose estimate (:meth:`memory_estimate`) exceeds it is refused
+        before the work (:class:`~metalearn.functional.memory.MemoryBudgetError`).
     """
 
     steps = 0
 
     def __init__(self, encoder: keras.Model = gin.REQUIRED, output: str = "gaussian",
                  min_scale: float = 0.01, num_classes: Optional[int] = None,
-                 name: Optional[str] = None):
+                 memory_budget: Optional[Any] = None, name: Optional[str] = None):
         super().__init__(name=name)
         if not isinstance(encoder, keras.Model):
             raise TypeError(f"{type(self).__name__} encoder must be a built keras.Model, "
@@ -158,7 +227,9 @@ class NeuralProcess(Adapter, abc.ABC):
         self.output = output
         self.min_scale = float(min_scale)
         self.num_classes = None if num_classes is None else int(num_classes)
+        self.memory_budget = memory.parse_memory(memory_budget)
         self.x_size = self.y_size = self.representation_size = None
+        self.bytes_per_context = self.bytes_per_target = 0
 
     def own_capabilities(self) -> Capabilities:
         return Capabilities(task_axis=False)  # one task's support set at a time
@@ -202,7 +273,36 @@ class NeuralProcess(Adapter, abc.ABC):
                 f"{model.name!r} reads {decoder_in} and gives {decoder_out}, so y has "
                 f"{self.y_size} values and x {self.x_size}: the decoder must read x + r"
                 f"{what} = {need} values")
+        self.bytes_per_context = self.encoding_bytes()
+        self.bytes_per_target = model_bytes(model, decoder_in)
         super().build(model, weights)
+
+    # --- memory ----------------------------------------------------------------------
+
+    def encoding_bytes(self) -> int:
+        """One support pair's activation bytes through the encoder(s)."""
+        return model_bytes(self.encoder, self.x_size + self.y_size)
+
+    def memory_estimate(self, context: Any, targets: Any) -> Any:
+        """The bytes one task's work keeps alive for its meta-gradient: the encoder's
+        activations for each of ``context`` support pairs and the decoder's for each of
+        ``targets`` queries (ints, or float tensors while a graph runs). Subclasses add
+        what grows with both (the attentive NP's attention)."""
+        return context * self.bytes_per_context + targets * self.bytes_per_target
+
+    def check_memory(self, context: Any, targets: Optional[Any] = None
+                     ) -> List[tf.Operation]:
+        """Refuses a task whose :meth:`memory_estimate` exceeds ``memory_budget`` before
+        its work (:func:`check_task_memory`): raises where the sizes are static, else
+        returns the assertion to run first. ``targets=None``: the support set's
+        encoding alone (before any query is known)."""
+        if targets is None:
+            return check_task_memory(type(self).__name__,
+                                     lambda c: self.memory_estimate(c, 0),
+                                     {"context points": context}, self.memory_budget)
+        return check_task_memory(type(self).__name__, self.memory_estimate,
+                                 {"context points": context, "targets": targets},
+                                 self.memory_budget)
 
     def extra_inputs(self) -> Tuple[int, str]:
         """Values the decoder reads besides ``[x, r]`` (and how messages name them)."""
@@ -256,8 +356,21 @@ class NeuralProcess(Adapter, abc.ABC):
 
     def task_state(self, weights: Weights, support_x: Any, support_y: Any,
                    loss_fn: LossFn) -> Dict[str, Any]:
-        """``{CONTEXT: the encoded support set}`` (:meth:`encode`)."""
-        return {CONTEXT: self.encode(support_x, support_y)}
+        """``{CONTEXT: the encoded support set}`` (:meth:`encode`).
+
+        Raises:
+          metalearn.functional.memory.MemoryBudgetError: the encoding's
+            :meth:`memory_estimate` exceeds ``memory_budget`` (before it runs).
+        """
+        context = static_size(tf.nest.flatten(support_x)[0])
+        with tf.control_dependencies(self.check_memory(context)):
+            return {CONTEXT: self.encode(support_x, support_y)}
+
+    def context_size(self, context: Dict[str, tf.Tensor]) -> Any:
+        """Support pairs an encoded context holds, as :meth:`forward`'s memory check
+        counts them: 0 for a pooled context (its encoding was checked when
+        :meth:`task_state` made it; a query reads one vector of it)."""
+        return 0
 
     def forward(self, call: CallFn, weights: Weights, x: Any,
                 state: Optional[Dict[str, Any]] = None) -> Any:
@@ -267,6 +380,9 @@ class NeuralProcess(Adapter, abc.ABC):
         Raises:
           ValueError: no context in ``state`` (predictions need what ``adapt`` gives:
             ``learner.predict(learner.adapt(support_x, support_y), x)``).
+          metalearn.functional.memory.MemoryBudgetError: the task's
+            :meth:`memory_estimate` for this context and these queries exceeds
+            ``memory_budget`` (before any query is read).
         """
         context = context_of(state)
         if not context:
@@ -275,8 +391,10 @@ class NeuralProcess(Adapter, abc.ABC):
                              "learner.adapt(support_x, support_y) gives); got the model's "
                              f"weights alone {sorted(weights)[:4]}")
         x = flat(x)
-        r = tf.cast(self.condition(context, x), x.dtype)
-        return self.distribution(call(weights, tf.concat([x, r], axis=-1)))
+        with tf.control_dependencies(self.check_memory(self.context_size(context),
+                                                       static_size(x))):
+            r = tf.cast(self.condition(context, x), x.dtype)
+            return self.distribution(call(weights, tf.concat([x, r], axis=-1)))
 
     def distribution(self, outputs: tf.Tensor) -> Any:
         """The prediction from the decoder's output: a Gaussian of its two halves (the
@@ -322,15 +440,17 @@ class AttentiveNeuralProcess(NeuralProcess):
       heads: attention heads.
       key_size: size of each head's queries and keys (and values); defaults to
         ``r // heads`` (at least 1).
-      encoder, output, min_scale, num_classes: as :class:`NeuralProcess`.
+      encoder, output, min_scale, num_classes, memory_budget: as
+        :class:`NeuralProcess`; the attention's ``[targets, context]`` matrices, one
+        per head, are the estimate's largest term (:meth:`memory_estimate`).
     """
 
     def __init__(self, encoder: keras.Model = gin.REQUIRED, heads: int = 4,
                  key_size: Optional[int] = None, output: str = "gaussian",
                  min_scale: float = 0.01, num_classes: Optional[int] = None,
-                 name: Optional[str] = None):
+                 memory_budget: Optional[Any] = None, name: Optional[str] = None):
         super().__init__(encoder, output=output, min_scale=min_scale,
-                         num_classes=num_classes, name=name)
+                         num_classes=num_classes, memory_budget=memory_budget, name=name)
         self.heads = check_range(type(self).__name__, "heads", heads, COUNT)
         self.key_size = None if key_size is None else check_range(
             type(self).__name__, "key_size", key_size, COUNT)
@@ -355,6 +475,22 @@ class AttentiveNeuralProcess(NeuralProcess):
             attention(queries, values, key=keys, attention_mask=mask),
             name=f"{self.name}_attention")
 
+    def memory_estimate(self, context: Any, targets: Any) -> Any:
+        """:meth:`NeuralProcess.memory_estimate` plus the attention: per head,
+        :data:`ATTENTION_COPIES` ``[targets, context]`` matrices (the scores, the masked
+        scores, the weights; the backward pass keeps them) and the ``[targets, context]``
+        mask, and each head's projections of the queries, keys and values."""
+        key_size = self.key_size or max(1, (self.representation_size or 1) // self.heads)
+        size = tf.as_dtype(self.encoder.inputs[0].dtype).size
+        matrices = self.heads * ATTENTION_COPIES * context * targets * size + \
+            context * targets
+        projections = self.heads * key_size * (targets + 2 * context) * size
+        return super().memory_estimate(context, targets) + matrices + projections
+
+    def context_size(self, context: Dict[str, tf.Tensor]) -> Any:
+        """The support pairs each query attends to (padding included)."""
+        return static_size(context["keys"])
+
     def own_meta_variables(self) -> List[keras.Variable]:
         found = super().own_meta_variables()
         return found + (list(self.attention.trainable_variables)
@@ -366,11 +502,20 @@ class AttentiveNeuralProcess(NeuralProcess):
                 "mask": mask}
 
     def condition(self, context: Dict[str, tf.Tensor], x: tf.Tensor) -> tf.Tensor:
+        """Each query's attention over the real support pairs; where there is none (an
+        empty context, or one of padding alone) the attention over no pair, as for an
+        empty support set (a softmax over masked keys alone would spread over the
+        padding)."""
         keys = tf.cast(context["keys"], x.dtype)
+        values = context["values"]
         mask = tf.tile(context["mask"][None, None, :], [1, tf.shape(x)[0], 1])
         attended = functional.call(self.attention, {}, [x[None], keys[None],
-                                                        context["values"][None], mask])
-        return attended[0]
+                                                        values[None], mask])[0]
+        if keys.shape[0] == 0:
+            return attended
+        nothing = functional.call(self.attention, {}, [
+            x[None], keys[None, :0], values[None, :0], mask[:, :, :0]])[0]
+        return tf.where(tf.reduce_any(context["mask"]), attended, nothing)
 
 
 LATENT_SCALE_FLOOR = 0.1  # sigma = 0.1 + 0.9 sigmoid(raw), as in Le et al. (2018)
@@ -392,15 +537,15 @@ class LatentNeuralProcess(ConditionalNeuralProcess):
     Args:
       latent_encoder: a built Keras model from a support pair ``[x, y]`` to ``2 * z``
         values.
-      encoder, output, min_scale, num_classes: as :class:`NeuralProcess`.
+      encoder, output, min_scale, num_classes, memory_budget: as :class:`NeuralProcess`.
     """
 
     def __init__(self, encoder: keras.Model = gin.REQUIRED,
                  latent_encoder: keras.Model = gin.REQUIRED, output: str = "gaussian",
                  min_scale: float = 0.01, num_classes: Optional[int] = None,
-                 name: Optional[str] = None):
+                 memory_budget: Optional[Any] = None, name: Optional[str] = None):
         super().__init__(encoder, output=output, min_scale=min_scale,
-                         num_classes=num_classes, name=name)
+                         num_classes=num_classes, memory_budget=memory_budget, name=name)
         if not isinstance(latent_encoder, keras.Model):
             raise TypeError(f"LatentNeuralProcess latent_encoder must be a built "
                             f"keras.Model, got {latent_encoder!r}")
@@ -420,6 +565,11 @@ class LatentNeuralProcess(ConditionalNeuralProcess):
 
     def own_meta_variables(self) -> List[keras.Variable]:
         return super().own_meta_variables() + list(self.latent_encoder.trainable_variables)
+
+    def encoding_bytes(self) -> int:
+        """One support pair's activation bytes through both encoders."""
+        return super().encoding_bytes() + model_bytes(self.latent_encoder,
+                                                      self.x_size + self.y_size)
 
     def latent(self, x: Any, y: Any) -> Gaussian:
         """``q(z | pairs)``: the Gaussian over ``z`` of the pairs ``(x, y)``, ``[z]`` each."""

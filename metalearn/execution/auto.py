@@ -5,7 +5,6 @@ traced."""
 
 from __future__ import annotations
 
-import re
 import weakref
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -15,6 +14,7 @@ import tensorflow as tf
 from metalearn.execution.formulations import (Accumulate, Batched, Formulation, MapFn,
                                               Unrolled, check_parallel)
 from metalearn.functional import memory
+from metalearn.functional.memory import parse_memory  # noqa: F401  (one parser for budgets)
 
 
 # Calibrated on benchmarks/README.md's map_fn rows (Omniglot net, 5 support and 75 query
@@ -26,32 +26,6 @@ INNER_STEP_FACTOR = {True: 5.0, False: 1.0}   # by second_order
 # The batched formulation holds convolutions' patches: 1.8-2.2x map_fn's step memory in
 # benchmarks/README.md (B = 8 and 32, 1 and 5 inner steps).
 BATCHED_FACTOR = 2.0
-_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
-          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
-
-
-def parse_memory(value: Union[int, float, str, None]) -> Optional[int]:
-    """Bytes from ``value``: a number of bytes, or a string such as ``"2GiB"``,
-    ``"512 MiB"``, ``"1.5GB"`` (``None`` stays ``None``).
-
-    Raises:
-      ValueError: not a positive size.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ValueError(f"memory_budget must be bytes or a size like '2GiB', got {value!r}")
-    if isinstance(value, (int, float)):
-        number, unit = float(value), ""
-    else:
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(value))
-        if match is None or match.group(2).lower() not in _UNITS:
-            raise ValueError(f"memory_budget must be bytes or a size like '2GiB' "
-                             f"(units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got {value!r}")
-        number, unit = float(match.group(1)), match.group(2).lower()
-    if not number > 0:
-        raise ValueError(f"memory_budget must be > 0, got {value!r}")
-    return int(number * _UNITS[unit])
 
 
 def estimate_step_bytes(example_bytes: int, support: int, query: int, inner_steps: int,

@@ -467,7 +467,7 @@ class Learner(tf.Module):
         examples, the task's absent classes left out of the logits."""
         what = f"{type(self).__name__} loss {name_of(self.loss)}"
         labels, mask, classes = unmask(y_true)
-        if mask is not None:
+        if classes is not None:
             y_pred = restrict_to_classes(y_pred, classes)
         check_loss_shapes(what, labels, y_pred)
         values = per_example(self.loss, labels, y_pred) if mask is not None \
@@ -652,7 +652,7 @@ class Learner(tf.Module):
         (for a padded episode, means over its real query examples)."""
         results = {"loss": self.task_loss(query_y, predictions)}
         labels, mask, classes = unmask(query_y)
-        if mask is not None:
+        if classes is not None:
             predictions = restrict_to_classes(predictions, classes)
         for name, fn in self.metrics.items():
             values = fn(labels, predictions)

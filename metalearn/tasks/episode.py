@@ -65,11 +65,17 @@ class MaskedLabels(NamedTuple):
     (:func:`metalearn.functional.example_mask`). A padded batch therefore gives each
     task's own values and meta-gradients, as if every episode ran alone at its size.
 
+    Regression episodes pad real targets the same way: ``labels`` then holds the
+    targets (``[..., examples, ...]``, e.g. ``[n, 1]``, anything where padded) and a
+    task has no classes (``classes`` is not read: :func:`unmask` gives ``None``).
+
     Attributes:
-      labels: ``[..., examples]`` int32 class labels, :data:`PADDING` where padded.
+      labels: ``[..., examples]`` int32 class labels, :data:`PADDING` where padded; or
+        real targets ``[..., examples, ...]``.
       mask: ``[..., examples]`` bool, ``True`` for real examples.
       classes: ``[..., max_ways]`` bool, ``True`` for the classes the task has (its
-        labels ``0 .. ways - 1``); the same in the support and query labels.
+        labels ``0 .. ways - 1``); the same in the support and query labels. For real
+        targets ``[..., 0]`` (what :func:`pad_episodes` gives), never read.
     """
 
     labels: Any
@@ -79,11 +85,20 @@ class MaskedLabels(NamedTuple):
 
 def unmask(y: Any) -> Tuple[Any, Optional[tf.Tensor], Optional[tf.Tensor]]:
     """``(labels, mask, classes)`` of ``y``: for :class:`MaskedLabels` the labels with
-    padding replaced by class 0 (so any loss accepts them; the mask removes them), else
-    ``(y, None, None)``."""
+    padding replaced by class 0 (real targets by 0; so any loss accepts them; the mask
+    ``[..., examples]`` removes them) and the task's classes (``None`` for real
+    targets: regression has none), else ``(y, None, None)``."""
     if isinstance(y, MaskedLabels):
         mask = tf.cast(y.mask, tf.bool)
-        labels = tf.where(mask, y.labels, tf.zeros_like(y.labels))
+        labels = tf.convert_to_tensor(y.labels)
+        # the mask over the examples' axis, whatever trails it (targets [..., n, 1])
+        extra = labels.shape.rank - mask.shape.rank \
+            if labels.shape.rank is not None and mask.shape.rank is not None else 0
+        wide = tf.reshape(mask, tf.concat([tf.shape(mask), tf.ones([extra], tf.int32)], 0)) \
+            if extra > 0 else mask
+        labels = tf.where(wide, labels, tf.zeros_like(labels))
+        if labels.dtype.is_floating:
+            return labels, mask, None
         return labels, mask, tf.cast(y.classes, tf.bool)
     return y, None, None
 
@@ -103,26 +118,39 @@ def example_mask(y: Any) -> Optional[tf.Tensor]:
 
 
 def pad_episodes(episodes: Sequence[Episode], max_support: int, max_query: int,
-                 max_ways: int) -> Episode:
-    """Episodes of different sizes (no task axis, integer labels ``0 .. ways - 1``) as one
-    batch of padded episodes: ``support_x [tasks, max_support, ...]`` with zeros after
-    each episode's examples, and ``support_y``/``query_y`` as :class:`MaskedLabels`.
+                 max_ways: int = 0) -> Episode:
+    """Episodes of different sizes (no task axis) as one batch of padded episodes:
+    ``support_x [tasks, max_support, ...]`` with zeros after each episode's examples,
+    and ``support_y``/``query_y`` as :class:`MaskedLabels`.
+
+    Integer labels (classification) must be ``0 .. ways - 1``, ``ways <= max_ways``;
+    they are padded with :data:`PADDING`. Real targets (regression, ``[examples, ...]``
+    such as ``[n, 1]``) are padded with zeros and keep their dtype; they have no classes
+    (``classes [tasks, 0]``, ``max_ways`` unused).
 
     Raises:
-      ValueError: an episode is larger than the maxima, or has labels outside
-        ``0 .. max_ways - 1``.
+      ValueError: an episode is larger than the maxima, has labels outside
+        ``0 .. max_ways - 1``, or has integer labels where another has real targets.
     """
     if not episodes:
         raise ValueError("pad_episodes needs at least one episode")
+    real = [np.asarray(e.support_y).dtype.kind == "f" for e in episodes]
+    if any(real) and not all(real):
+        raise ValueError(f"pad_episodes got real targets in episodes "
+                         f"{[i for i, r in enumerate(real) if r]} and integer labels in "
+                         f"{[i for i, r in enumerate(real) if not r]}: one kind per batch")
     parts = {"support_x": [], "support_y": [], "query_x": [], "query_y": []}
     for index, episode in enumerate(episodes):
         support_y = np.asarray(episode.support_y)
         query_y = np.asarray(episode.query_y)
-        ways = int(max(support_y.max(initial=-1), query_y.max(initial=-1))) + 1
-        if ways > max_ways or min(support_y.min(initial=0), query_y.min(initial=0)) < 0:
-            raise ValueError(f"episode {index} has labels up to {ways - 1}; padded "
-                             f"episodes need labels in 0 .. {max_ways - 1}")
-        classes = np.arange(max_ways) < ways
+        if real[index]:
+            classes = np.zeros([0], bool)
+        else:
+            ways = int(max(support_y.max(initial=-1), query_y.max(initial=-1))) + 1
+            if ways > max_ways or min(support_y.min(initial=0), query_y.min(initial=0)) < 0:
+                raise ValueError(f"episode {index} has labels up to {ways - 1}; padded "
+                                 f"episodes need labels in 0 .. {max_ways - 1}")
+            classes = np.arange(max_ways) < ways
         for name, x, y, size in (("support", episode.support_x, support_y, max_support),
                                  ("query", episode.query_x, query_y, max_query)):
             x = np.asarray(x)
@@ -132,9 +160,11 @@ def pad_episodes(episodes: Sequence[Episode], max_support: int, max_query: int,
             pad = size - len(y)
             parts[f"{name}_x"].append(np.concatenate(
                 [x, np.zeros((pad,) + x.shape[1:], x.dtype)]))
-            parts[f"{name}_y"].append(MaskedLabels(
-                np.concatenate([y, np.full([pad], PADDING)]).astype(np.int32),
-                np.arange(size) < len(y), classes))
+            labels = np.concatenate([y, np.zeros((pad,) + y.shape[1:], y.dtype)]) \
+                if real[index] else \
+                np.concatenate([y, np.full([pad], PADDING)]).astype(np.int32)
+            parts[f"{name}_y"].append(MaskedLabels(labels, np.arange(size) < len(y),
+                                                   classes))
     stacked = {name: tf.nest.map_structure(lambda *t: tf.constant(np.stack(t)), *values)
                for name, values in parts.items()}
     return Episode(**stacked)
