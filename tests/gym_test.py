@@ -11,6 +11,7 @@ the MuJoCo state.
 """
 
 import json
+import re
 import threading
 import time
 
@@ -369,3 +370,66 @@ def test_a_python_environment_run_on_several_replicas_is_refused_before_any_step
     finally:
         gin.clear_config()
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def _hanging_run(tmp_path, monkeypatch, params, on_hang=None):
+    """The shrunk HalfCheetah config trained for 3 steps (checkpoints every 5) whose
+    task reward hangs (sleeps a minute, once) after step 1 has run: in the collection of step
+    2's batch. Returns ``(the exception, seconds the run took, its checkpoint dir)``."""
+    import gin
+    import signal  # noqa: F401
+    from metalearn.training import build_experiment, parse_config, train
+    try:
+        parse_config(["experiments/rl/half_cheetah_vel_maml.gin"],
+                     TINY + ["Loop.num_steps = 3", "Loop.checkpoint_every = 5", *params])
+        experiment = build_experiment()
+        reward = HalfCheetahVelocity.task_reward
+
+        hung = []
+
+        def hanging(self, task, rewards, info):
+            if int(experiment.learner.meta_step.numpy()) >= 1 and not hung:
+                hung.append(True)  # once: a run that outlives it fails in a minute
+                if on_hang is not None:
+                    on_hang()
+                time.sleep(60)
+            return reward(self, task, rewards, info)
+        monkeypatch.setattr(HalfCheetahVelocity, "task_reward", hanging)
+        start = time.monotonic()
+        with pytest.raises(Exception) as info:
+            train(experiment, str(tmp_path / "run"))
+        return info.value, time.monotonic() - start, str(tmp_path / "run" / "checkpoints")
+    finally:
+        gin.clear_config()
+
+
+def test_a_hung_simulator_ends_the_run_after_the_time_limit_with_a_checkpoint(
+        tmp_path, monkeypatch):
+    """The time limit raises SimulatorError out of the training loop, which first saves
+    a checkpoint of the step reached (the batch being collected is redone on resume)."""
+    error, seconds, checkpoints = _hanging_run(tmp_path, monkeypatch,
+                                               ["GymCollector.step_time_limit = 0.5"])
+    assert isinstance(error, SimulatorError), error
+    assert re.search(r"HalfCheetahVelocity\.task_reward did not return within 0\.5 s "
+                     r"\(HalfCheetahVelocity task [-0-9.e]+, seed \[-?\d+, -?\d+\], step 0\)",
+                     str(error)), error
+    assert seconds < 50  # not the minute's sleep
+    assert tf.train.latest_checkpoint(checkpoints).endswith("ckpt-1")
+
+
+def test_sigterm_during_a_hung_collection_stops_the_run_with_a_checkpoint(
+        tmp_path, monkeypatch):
+    """A stop signal while a batch is collected (here a simulator hung with no time
+    limit) abandons the collection at once: checkpoint of the step reached, then
+    TrainingInterrupted, as a SIGTERM during a step (exit status 143 from
+    metalearn.train)."""
+    import os
+    import signal
+    from metalearn.training.loop import TrainingInterrupted
+    terminate = lambda: threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    error, seconds, checkpoints = _hanging_run(
+        tmp_path, monkeypatch, ["GymCollector.step_time_limit = None"], on_hang=terminate)
+    assert isinstance(error, TrainingInterrupted), error
+    assert error.signal_number == signal.SIGTERM and error.step == 1
+    assert error.checkpoint.endswith("ckpt-1") and seconds < 50
+    assert tf.train.latest_checkpoint(checkpoints).endswith("ckpt-1")

@@ -82,14 +82,19 @@ def _alarm(seconds: float) -> Iterator[None]:
     """Raises :class:`_TimeLimitReached` in the main thread's code under way after
     ``seconds`` (``SIGALRM`` of a real-time interval timer); any timer and handler found
     are put back afterwards."""
+    armed = [True]  # off once the call is over, even if another signal's exception
+                    # cuts the clean-up short (the handler is then inert)
+
     def reached(number, frame):
-        raise _TimeLimitReached()
+        if armed[0]:
+            raise _TimeLimitReached()
     previous = signal.signal(signal.SIGALRM, reached)
     earlier, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
     start = time.monotonic()
     try:
         yield
     finally:
+        armed[0] = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         if earlier > 0:  # someone else's timer: what was left of it
