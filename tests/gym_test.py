@@ -189,6 +189,23 @@ def test_a_hung_simulator_step_raises_after_the_time_limit():
     time.sleep(0.7)  # no alarm left behind
 
 
+def test_the_time_limit_puts_back_a_timer_and_handler_it_found():
+    import signal
+    fired = []
+    mine = lambda *_: fired.append(True)
+    previous = signal.signal(signal.SIGALRM, mine)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30.0)
+        collector = GymCollector(PythonPoint(), rollouts=2, step_time_limit=0.5)
+        collector.collect(_policy(PythonPoint()), np.array([0.25, 0.5]), [1, 2])
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 20.0 < remaining <= 30.0  # what was left of the caller's timer
+        assert signal.getsignal(signal.SIGALRM) is mine and not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_a_hung_simulator_step_off_the_main_thread_raises_after_the_time_limit():
     # off the main thread no signal can interrupt the call: the collection stops
     # waiting for it (the simulator's thread is left to finish on its own)
