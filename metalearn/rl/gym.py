@@ -109,12 +109,13 @@ def _call_within(seconds: Optional[float], function: Callable, *args: Any) -> An
     In the main thread (where the training loop and :func:`metalearn.evaluate` collect)
     ``SIGALRM`` interrupts the call itself: Python code, a ``time.sleep``, a wait on an
     ``"async"`` vector environment's workers. Code in a C extension that never returns
-    to Python is not interrupted. Elsewhere (no signal reaches another thread) the call
-    runs in a thread of its own and the caller stops waiting for it: past the limit
-    that thread is left running, as a daemon."""
+    to Python is not interrupted. Elsewhere (no signal reaches another thread, and
+    Windows has no ``setitimer``) the call runs in a thread of its own and the caller
+    stops waiting for it: past the limit that thread is left running, as a daemon."""
     if seconds is None:
         return function(*args)
-    if threading.current_thread() is threading.main_thread():
+    if (threading.current_thread() is threading.main_thread()
+            and hasattr(signal, "setitimer")):  # not on Windows
         with _alarm(seconds):
             return function(*args)
     outcome: Dict[str, Any] = {}
