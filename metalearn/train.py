@@ -12,7 +12,8 @@ train/ and metrics.json. --deterministic turns on TensorFlow's op determinism (t
 binding Runtime.deterministic=True): a run killed at any moment then resumes to the
 same weights as an uninterrupted one, and the same config and seed repeat exactly.
 
-SIGTERM (what schedulers and `timeout` send) or Ctrl-C: the step under way finishes, a
+SIGTERM (what schedulers and `timeout` send) or Ctrl-C: the step under way finishes (a
+batch being collected outside the step, a Python simulator's, is abandoned at once), a
 checkpoint of it is saved, and the process exits with status 128 + the signal's number
 (143, 130); rerunning resumes there. A CPU-time limit does the same when reached
 (SIGXCPU, status 152): `prlimit --cpu=600:900 python -m metalearn.train ...` trains

@@ -9,6 +9,9 @@
   * ``after_save:N``: right after checkpoint N is saved and recorded.
   * ``sigterm:N``: ``SIGTERM`` to this process right after meta-step N has run (what a
     scheduler or ``timeout`` sends; training saves a checkpoint and exits 143).
+  * ``hang:N``: a Python environment's simulator hangs (its ``task_reward`` sleeps for
+    an hour) in the collection of the batch after meta-step N, once it has printed
+    ``SIMULATOR HUNG`` (for a test to send ``SIGTERM``, or to let a time limit pass).
 The kill is ``SIGKILL`` to this process: no handler, no cleanup, no flush.
 """
 
@@ -43,6 +46,30 @@ def _install(spec: str) -> None:
                 return result
             return killing
         loop.make_meta_step = make_killing
+    elif where == "hang":
+        import sys
+        import time
+
+        from metalearn.rl import gym
+        make = loop.make_meta_step
+
+        def make_hanging(learner, *args, **kwargs):
+            step = make(learner, *args, **kwargs)
+            gym.GymCollector._call = hanging_call(gym.GymCollector._call, learner)
+            return step
+
+        def hanging_call(call, learner):
+            def hang(*args, **kwargs):
+                print("SIMULATOR HUNG", flush=True)
+                sys.stderr.flush()
+                time.sleep(3600)
+
+            def calling(self, where, t, phase, name, function, *args, **kwargs):
+                if name.endswith(".task_reward") and int(learner.meta_step.numpy()) >= number:
+                    function = hang
+                return call(self, where, t, phase, name, function, *args, **kwargs)
+            return calling
+        loop.make_meta_step = make_hanging
     elif where == "mid_save":
         record = checkpoint_management.update_checkpoint_state_internal
 
@@ -61,7 +88,8 @@ def _install(spec: str) -> None:
             return path
         checkpoint_management.CheckpointManager.save = save_then_die
     else:
-        raise ValueError("CRASH_AT must be step:N, sigterm:N, mid_save:N or after_save:N, "
+        raise ValueError("CRASH_AT must be step:N, sigterm:N, hang:N, mid_save:N or "
+                         "after_save:N, "
                          f"got {spec!r}")
 
 

@@ -11,6 +11,9 @@ the MuJoCo state.
 """
 
 import json
+import re
+import threading
+import time
 
 import gymnasium
 import keras
@@ -38,6 +41,7 @@ class PointEnv(gymnasium.Env):
     action_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
     crash_at = None  # a step at which the simulator raises
     nan_at = None    # a step at which it gives NaN
+    hang_at = None   # a step at which it hangs (sleeps a minute)
 
     def reset(self, seed=None, options=None):
         super().reset(seed=seed)
@@ -47,6 +51,8 @@ class PointEnv(gymnasium.Env):
     def step(self, action):
         if self.t == PointEnv.crash_at:
             raise FloatingPointError("the integrator diverged")
+        if self.t == PointEnv.hang_at:
+            time.sleep(60)
         move = np.clip(np.asarray(action, np.float32), -1.0, 1.0) * np.float32(0.1)
         self.position = (self.position + move).astype(np.float32)
         if self.t == PointEnv.nan_at:
@@ -87,7 +93,7 @@ def _learner(environment, model, steps=1):
 @pytest.fixture(autouse=True)
 def _no_faults():
     yield
-    PointEnv.crash_at = PointEnv.nan_at = None
+    PointEnv.crash_at = PointEnv.nan_at = PointEnv.hang_at = None
 
 
 def test_collected_trajectories_equal_the_in_graph_rollouts():
@@ -138,7 +144,7 @@ def test_a_simulator_failure_names_the_task_seed_and_step():
     collector = GymCollector(PythonPoint(), rollouts=2)
     policy = PolicySampler(learner)(learner.initial_weights())
     PointEnv.crash_at = 3
-    with pytest.raises(SimulatorError, match=r"failed mid-rollout \(PythonPoint task "
+    with pytest.raises(SimulatorError, match=r"the simulator's step failed mid-rollout \(PythonPoint task "
                                              r"\[0\.25, 0\.5\], seed \[1, 2\], step 3\): "
                                              r"FloatingPointError"):
         collector.collect(policy, np.array([0.25, 0.5]), [1, 2])
@@ -146,6 +152,90 @@ def test_a_simulator_failure_names_the_task_seed_and_step():
     with pytest.raises(SimulatorError, match="non-finite observations or rewards "
                                              r"mid-rollout \(PythonPoint .* step 1\)"):
         collector.collect(policy, np.array([0.25, 0.5]), [1, 2])
+
+
+class RewardFails(PythonPoint):
+    def task_reward(self, task, reward, info):
+        return info["speed"]  # no such key
+
+
+def _policy(environment):
+    learner = _learner(environment, _model())
+    return PolicySampler(learner)(learner.initial_weights())
+
+
+def test_a_failing_task_reward_names_the_task_seed_and_step():
+    collector = GymCollector(RewardFails(), rollouts=2)
+    with pytest.raises(SimulatorError, match=r"failed mid-rollout \(RewardFails task "
+                                             r"\[0\.25, 0\.5\], seed \[1, 2\], step 0\): "
+                                             r"KeyError: 'speed'") as info:
+        collector.collect(_policy(RewardFails()), np.array([0.25, 0.5]), [1, 2])
+    assert str(info.value).startswith("RewardFails.task_reward failed mid-rollout")
+
+
+def test_a_hung_simulator_step_raises_after_the_time_limit():
+    collector = GymCollector(PythonPoint(), rollouts=2, step_time_limit=0.5)
+    policy = _policy(PythonPoint())
+    PointEnv.hang_at = 2
+    start = time.monotonic()
+    with pytest.raises(SimulatorError, match=r"the simulator's step did not return within "
+                                             r"0\.5 s \(PythonPoint task \[0\.25, 0\.5\], "
+                                             r"seed \[1, 2\], step 2\)"):
+        collector.collect(policy, np.array([0.25, 0.5]), [1, 2])
+    assert time.monotonic() - start < 10
+    PointEnv.hang_at = None  # the limit's timer is off again: a later collection runs
+    collector = GymCollector(PythonPoint(), rollouts=2, step_time_limit=0.5)
+    collector.collect(policy, np.array([0.25, 0.5]), [1, 2])
+    time.sleep(0.7)  # no alarm left behind
+
+
+def test_the_time_limit_puts_back_a_timer_and_handler_it_found():
+    import signal
+    fired = []
+    mine = lambda *_: fired.append(True)
+    previous = signal.signal(signal.SIGALRM, mine)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30.0)
+        collector = GymCollector(PythonPoint(), rollouts=2, step_time_limit=0.5)
+        collector.collect(_policy(PythonPoint()), np.array([0.25, 0.5]), [1, 2])
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 20.0 < remaining <= 30.0  # what was left of the caller's timer
+        assert signal.getsignal(signal.SIGALRM) is mine and not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_hung_simulator_step_off_the_main_thread_raises_after_the_time_limit():
+    # off the main thread no signal can interrupt the call: the collection stops
+    # waiting for it (the simulator's thread is left to finish on its own)
+    collector = GymCollector(PythonPoint(), rollouts=2, step_time_limit=0.5)
+    policy = _policy(PythonPoint())
+    PointEnv.hang_at, errors = 1, []
+
+    def collect():
+        try:
+            collector.collect(policy, np.array([0.25, 0.5]), [1, 2])
+        except SimulatorError as error:
+            errors.append(error)
+    thread = threading.Thread(target=collect)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and "did not return within 0.5 s" in str(errors[0])
+    assert "seed [1, 2], step 1" in str(errors[0])
+
+
+@pytest.mark.parametrize("limit, error, message", [
+    (-1.0, ValueError, "GymCollector.step_time_limit must be > 0, got -1.0"),
+    (0, ValueError, "GymCollector.step_time_limit must be > 0, got 0"),
+    (float("nan"), ValueError, "GymCollector.step_time_limit must be > 0, got nan"),
+    ("60", TypeError, "GymCollector.step_time_limit must be > 0, got '60' \\(str\\)")])
+def test_the_time_limit_is_a_positive_number_or_none(limit, error, message):
+    with pytest.raises(error, match=message):
+        GymCollector(PythonPoint(), rollouts=1, step_time_limit=limit)
+    assert GymCollector(PythonPoint(), rollouts=1, step_time_limit=None).step_time_limit \
+        is None
 
 
 def test_python_environments_refuse_in_graph_rollouts_and_unknown_ids():
@@ -297,3 +387,66 @@ def test_a_python_environment_run_on_several_replicas_is_refused_before_any_step
     finally:
         gin.clear_config()
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def _hanging_run(tmp_path, monkeypatch, params, on_hang=None):
+    """The shrunk HalfCheetah config trained for 3 steps (checkpoints every 5) whose
+    task reward hangs (sleeps a minute, once) after step 1 has run: in the collection of step
+    2's batch. Returns ``(the exception, seconds the run took, its checkpoint dir)``."""
+    import gin
+    import signal  # noqa: F401
+    from metalearn.training import build_experiment, parse_config, train
+    try:
+        parse_config(["experiments/rl/half_cheetah_vel_maml.gin"],
+                     TINY + ["Loop.num_steps = 3", "Loop.checkpoint_every = 5", *params])
+        experiment = build_experiment()
+        reward = HalfCheetahVelocity.task_reward
+
+        hung = []
+
+        def hanging(self, task, rewards, info):
+            if int(experiment.learner.meta_step.numpy()) >= 1 and not hung:
+                hung.append(True)  # once: a run that outlives it fails in a minute
+                if on_hang is not None:
+                    on_hang()
+                time.sleep(60)
+            return reward(self, task, rewards, info)
+        monkeypatch.setattr(HalfCheetahVelocity, "task_reward", hanging)
+        start = time.monotonic()
+        with pytest.raises(Exception) as info:
+            train(experiment, str(tmp_path / "run"))
+        return info.value, time.monotonic() - start, str(tmp_path / "run" / "checkpoints")
+    finally:
+        gin.clear_config()
+
+
+def test_a_hung_simulator_ends_the_run_after_the_time_limit_with_a_checkpoint(
+        tmp_path, monkeypatch):
+    """The time limit raises SimulatorError out of the training loop, which first saves
+    a checkpoint of the step reached (the batch being collected is redone on resume)."""
+    error, seconds, checkpoints = _hanging_run(tmp_path, monkeypatch,
+                                               ["GymCollector.step_time_limit = 0.5"])
+    assert isinstance(error, SimulatorError), error
+    assert re.search(r"HalfCheetahVelocity\.task_reward did not return within 0\.5 s "
+                     r"\(HalfCheetahVelocity task [-0-9.e]+, seed \[-?\d+, -?\d+\], step 0\)",
+                     str(error)), error
+    assert seconds < 50  # not the minute's sleep
+    assert tf.train.latest_checkpoint(checkpoints).endswith("ckpt-1")
+
+
+def test_sigterm_during_a_hung_collection_stops_the_run_with_a_checkpoint(
+        tmp_path, monkeypatch):
+    """A stop signal while a batch is collected (here a simulator hung with no time
+    limit) abandons the collection at once: checkpoint of the step reached, then
+    TrainingInterrupted, as a SIGTERM during a step (exit status 143 from
+    metalearn.train)."""
+    import os
+    import signal
+    from metalearn.training.loop import TrainingInterrupted
+    terminate = lambda: threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    error, seconds, checkpoints = _hanging_run(
+        tmp_path, monkeypatch, ["GymCollector.step_time_limit = None"], on_hang=terminate)
+    assert isinstance(error, TrainingInterrupted), error
+    assert error.signal_number == signal.SIGTERM and error.step == 1
+    assert error.checkpoint.endswith("ckpt-1") and seconds < 50
+    assert tf.train.latest_checkpoint(checkpoints).endswith("ckpt-1")

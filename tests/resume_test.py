@@ -237,6 +237,34 @@ def test_python_environment_run_killed_resumes_bit_identical(tmp_path):
     assert os.listdir(os.path.join(killed, "train"))  # TensorBoard summaries
 
 
+def test_sigterm_ends_a_run_hung_in_a_python_simulator_with_a_checkpoint(tmp_path):
+    # The simulator hangs (an hour's sleep in its task reward) while the batch of step 4
+    # is collected, with no time limit near: SIGTERM abandons the collection at once,
+    # saves ckpt-3 (the step reached; the last periodic one was ckpt-2) and exits 143.
+    import signal
+    import time
+    workdir = str(tmp_path / "hung")
+    process = _start(workdir, "hang:3", gin_file=HALF_CHEETAH, params=CHEETAH_PARAMS)
+    lines = []
+    try:
+        for line in process.stdout:  # until the simulator hangs (or the process ends)
+            lines.append(line)
+            if "SIMULATOR HUNG" in line:
+                break
+        assert "SIMULATOR HUNG" in "".join(lines), "".join(lines)[-3000:]
+        start = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == TERMINATED, output[-3000:]
+    assert time.monotonic() - start < 30
+    assert "stopped by SIGTERM while collecting the batch of step 4" in output
+    assert _latest(workdir).endswith("ckpt-3")
+
+
 def test_after_a_cpu_limit_stop_the_repeated_sigxcpu_cannot_kill_the_ending_process():
     """Past the soft limit the kernel repeats SIGXCPU every second; once training has
     stopped on it, the process ends cleanly (metrics, exit status 152) however long

@@ -486,6 +486,40 @@ def simulator_gives_nan(tmp_path) -> None:
     GymCollector(HalfCheetahVelocity(horizon=3), rollouts=1).collect(nan_policy, 1.5, [4, 2])
 
 
+def task_reward_raises(tmp_path) -> None:
+    from metalearn.rl import GymCollector, HalfCheetahVelocity
+
+    class SpeedReward(HalfCheetahVelocity):
+        def task_reward(self, task, reward, info):
+            return -np.abs(info["x_speed"] - task)  # HalfCheetah's key is x_velocity
+    policy = lambda observations, seed: (np.zeros([1, 6], np.float32),
+                                         np.zeros([1], np.float32))
+    GymCollector(SpeedReward(horizon=3), rollouts=1).collect(policy, 1.5, [4, 2])
+
+
+def simulator_step_hangs(tmp_path) -> None:
+    import time
+    from metalearn.rl import GymCollector, HalfCheetahVelocity
+    collector = GymCollector(HalfCheetahVelocity(horizon=3), rollouts=1,
+                             step_time_limit=0.5)
+    step, calls = collector.env.step, []
+
+    def hanging(actions):  # the third step hangs
+        calls.append(actions)
+        if len(calls) == 3:
+            time.sleep(60)
+        return step(actions)
+    collector.env.step = hanging
+    policy = lambda observations, seed: (np.zeros([1, 6], np.float32),
+                                         np.zeros([1], np.float32))
+    collector.collect(policy, 1.5, [4, 2])
+
+
+def simulator_time_limit_negative(tmp_path) -> None:
+    from metalearn.rl import GymCollector, HalfCheetahVelocity
+    GymCollector(HalfCheetahVelocity(horizon=3), rollouts=1, step_time_limit=-1.0)
+
+
 def mujoco_not_installed(tmp_path) -> None:
     from metalearn.rl import GymCollector, HalfCheetahVelocity
     environment = HalfCheetahVelocity(horizon=3)
@@ -1581,6 +1615,21 @@ CASES: List[Case] = [
          "the simulator gave non-finite observations or rewards mid-rollout "
          "(HalfCheetahVelocity task 1.5, seed [4, 2], step 0)", simulator_gives_nan, None,
          "the task, the seed and the step"),
+    Case("task reward failing mid-rollout", "a `PythonEnvironment` whose `task_reward` "
+         "raises (here reads a key the simulator's `info` lacks)",
+         metalearn.rl.SimulatorError, "SpeedReward.task_reward failed mid-rollout "
+         "(SpeedReward task 1.5, seed [4, 2], step 0): KeyError: 'x_speed'",
+         task_reward_raises, None, "the call, the task, the seed, the step and the error"),
+    Case("simulator step hung", "a simulator whose `step` does not return within "
+         "`GymCollector.step_time_limit` (here 0.5 s; default 300)",
+         metalearn.rl.SimulatorError, "the simulator's step did not return within 0.5 s "
+         "(HalfCheetahVelocity task 1.5, seed [4, 2], step 2): raise "
+         "GymCollector.step_time_limit if it is only slow", simulator_step_hangs, None,
+         "the call, the task, the seed and the step; training saves a checkpoint of the "
+         "step reached first"),
+    Case("simulator time limit not positive", "`GymCollector.step_time_limit = -1.0`",
+         HyperparameterRangeError, "GymCollector.step_time_limit must be > 0, got -1.0",
+         simulator_time_limit_negative, None, "the value and the range (`None`: no limit)"),
     Case("a Python environment's episodes without collection", "episodes of "
          "`HalfCheetahVelocity` given to the learner as sampled (not through "
          "`collect_episodes`)", NotImplementedError,

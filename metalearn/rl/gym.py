@@ -32,13 +32,18 @@ environment with the dynamics of an in-graph one gives the same trajectories
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, Dict, Optional, Tuple
+import contextlib
+import signal
+import threading
+import time
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import gin
 import numpy as np
 import tensorflow as tf
 
 from metalearn.learners.learner import Learner
+from metalearn.ranges import POSITIVE, check_range
 from metalearn.rl.environments import Environment, Trajectories, check_goal_range
 from metalearn.rl.learner import Collected
 from metalearn.tasks.base import Collection
@@ -60,8 +65,74 @@ def require_gymnasium(what: str) -> Any:
 
 
 class SimulatorError(RuntimeError):
-    """A Python simulator failed (raised, or gave non-finite observations or rewards)
-    in the middle of a rollout; the message names the task, the seed and the step."""
+    """A Python simulator failed (raised, gave non-finite observations or rewards, or
+    did not return within :class:`GymCollector`'s ``step_time_limit``) in the middle of
+    a rollout; the message names the task, the seed, the step and the call (the
+    environment's ``reset`` or ``step``, or the task family's ``task_reward``)."""
+
+
+class _TimeLimitReached(BaseException):
+    """Raised by ``SIGALRM`` inside a simulator call past its time limit: a
+    ``BaseException``, so that an environment's own ``except Exception`` cannot swallow
+    it."""
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    """Raises :class:`_TimeLimitReached` in the main thread's code under way after
+    ``seconds`` (``SIGALRM`` of a real-time interval timer); any timer and handler found
+    are put back afterwards."""
+    armed = [True]  # off once the call is over, even if another signal's exception
+                    # cuts the clean-up short (the handler is then inert)
+
+    def reached(number, frame):
+        if armed[0]:
+            raise _TimeLimitReached()
+    previous = signal.signal(signal.SIGALRM, reached)
+    earlier, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if earlier > 0:  # someone else's timer: what was left of it
+            signal.setitimer(signal.ITIMER_REAL,
+                             max(earlier - (time.monotonic() - start), 1e-6))
+
+
+def _call_within(seconds: Optional[float], function: Callable, *args: Any) -> Any:
+    """``function(*args)``, raising :class:`_TimeLimitReached` if it has not returned
+    after ``seconds`` (``None``: no limit).
+
+    In the main thread (where the training loop and :func:`metalearn.evaluate` collect)
+    ``SIGALRM`` interrupts the call itself: Python code, a ``time.sleep``, a wait on an
+    ``"async"`` vector environment's workers. Code in a C extension that never returns
+    to Python is not interrupted. Elsewhere (no signal reaches another thread, and
+    Windows has no ``setitimer``) the call runs in a thread of its own and the caller
+    stops waiting for it: past the limit that thread is left running, as a daemon."""
+    if seconds is None:
+        return function(*args)
+    if (threading.current_thread() is threading.main_thread()
+            and hasattr(signal, "setitimer")):  # not on Windows
+        with _alarm(seconds):
+            return function(*args)
+    outcome: Dict[str, Any] = {}
+
+    def run():
+        try:
+            outcome["value"] = function(*args)
+        except BaseException as error:  # noqa: BLE001  (handed to the caller)
+            outcome["error"] = error
+    worker = threading.Thread(target=run, name="metalearn-simulator", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise _TimeLimitReached()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 class PythonEnvironment(Environment):
@@ -189,10 +260,22 @@ class GymCollector:
       environment: the task family.
       rollouts: copies, i.e. trajectories per task and inner step.
       vectorization_mode: ``"sync"`` (one process) or ``"async"`` (a process per copy).
+      step_time_limit: seconds each call into the simulators may take (the vector
+        environment's ``reset`` or ``step`` of all copies, or the task's
+        ``task_reward``), ``> 0``; past it the collection raises
+        :class:`SimulatorError` naming the task, the seed and the step, so a hung
+        simulator ends the run (with its checkpoint) instead of hanging it. ``None``:
+        no limit. The default, 300, is far above a MuJoCo step (milliseconds). In the
+        main thread, where training and evaluation collect, ``SIGALRM`` interrupts the
+        call (Python code, sleeps, waits on ``"async"`` workers; not C code that never
+        returns to Python), so this collector takes the process's ``SIGALRM`` and
+        real-time interval timer during each call; in another thread the call runs in a
+        thread of its own, which is left running past the limit.
     """
 
     def __init__(self, environment: PythonEnvironment, rollouts: int = 20,
-                 vectorization_mode: str = "sync"):
+                 vectorization_mode: str = "sync",
+                 step_time_limit: Optional[float] = 300.0):
         gymnasium = require_gymnasium("GymCollector")
         if not isinstance(environment, PythonEnvironment):
             raise TypeError(f"GymCollector needs a metalearn.rl.PythonEnvironment, got "
@@ -200,6 +283,8 @@ class GymCollector:
         if isinstance(rollouts, bool) or int(rollouts) != rollouts or rollouts < 1:
             raise ValueError(f"GymCollector.rollouts must be a whole number >= 1, got "
                              f"{rollouts!r}")
+        self.step_time_limit = None if step_time_limit is None else check_range(
+            "GymCollector", "step_time_limit", step_time_limit, POSITIVE)
         self.environment, self.rollouts = environment, int(rollouts)
         try:
             self.env = gymnasium.make_vec(environment.env_id, num_envs=self.rollouts,
@@ -224,6 +309,23 @@ class GymCollector:
         """Closes the vector environment."""
         self.env.close()
 
+    def _call(self, where: Callable[[int], str], t: int, phase: str, name: str,
+              function: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``function(*args, **kwargs)``, one call into the simulators (``name``), within
+        :attr:`step_time_limit`; a failure or an overrun is a :class:`SimulatorError`
+        naming ``where(t)`` (the task, the seed, the step) and the call."""
+        subject = name if "." in name else f"the simulator's {name}"
+        try:
+            return _call_within(self.step_time_limit, lambda: function(*args, **kwargs))
+        except _TimeLimitReached:
+            raise SimulatorError(
+                f"{subject} did not return within {self.step_time_limit:g} s "
+                f"({where(t)}): raise GymCollector.step_time_limit if it is only "
+                f"slow") from None
+        except Exception as error:  # noqa: BLE001  (any simulator failure, re-raised)
+            raise SimulatorError(f"{subject} failed {phase} ({where(t)}): "
+                                 f"{type(error).__name__}: {error}") from error
+
     def collect(self, policy: Callable, task: Any, seed: Any) -> Collected:
         """``rollouts`` trajectories of ``policy(observations, seed) -> (actions,
         log_probs)`` in ``task`` for the horizon (NumPy arrays in a :class:`Collected`;
@@ -232,8 +334,9 @@ class GymCollector:
         the simulators are reset with a seed derived from ``seed``.
 
         Raises:
-          SimulatorError: the simulator raised or gave non-finite values (the task, the
-            seed and the step named).
+          SimulatorError: the simulator (its ``reset`` or ``step``, or the task's
+            ``task_reward``) raised, gave non-finite values or did not return within
+            ``step_time_limit`` (the task, the seed, the step and the call named).
         """
         env, n, horizon = self.environment, self.rollouts, self.environment.horizon
         task = np.asarray(task)
@@ -242,23 +345,19 @@ class GymCollector:
         reset_seed = int(np.asarray(seed)[0] % (2 ** 31 - 1))
         where = lambda t: (f"{type(env).__name__} task {task.tolist()!r}, seed "
                            f"{np.asarray(seed).tolist()}, step {t}")
-        try:
-            observation, _ = self.env.reset(seed=reset_seed)
-        except Exception as error:  # noqa: BLE001  (any simulator failure, re-raised)
-            raise SimulatorError(f"the simulator failed at reset ({where(0)}): "
-                                 f"{type(error).__name__}: {error}") from error
+        observation, _ = self._call(where, 0, "at reset", "reset", self.env.reset,
+                                    seed=reset_seed)
         columns = {name: [] for name in ("observations", "actions", "rewards", "mask",
                                          "log_probs")}
         alive = np.ones([n], np.float32)
         for t in range(horizon):
             actions, log_probs = policy(observation.astype(np.float32), keys[1 + 2 * t])
-            try:
-                following, reward, terminated, truncated, info = self.env.step(
-                    np.clip(actions, self.low, self.high))
-            except Exception as error:  # noqa: BLE001  (any simulator failure, re-raised)
-                raise SimulatorError(f"the simulator failed mid-rollout ({where(t)}): "
-                                     f"{type(error).__name__}: {error}") from error
-            reward = np.asarray(env.task_reward(task, reward, info), np.float32)
+            following, reward, terminated, truncated, info = self._call(
+                where, t, "mid-rollout", "step", self.env.step,
+                np.clip(actions, self.low, self.high))
+            reward = np.asarray(self._call(
+                where, t, "mid-rollout", f"{type(env).__name__}.task_reward",
+                env.task_reward, task, reward, info), np.float32)
             if not (np.all(np.isfinite(following)) and np.all(np.isfinite(reward))):
                 raise SimulatorError(f"the simulator gave non-finite observations or "
                                      f"rewards mid-rollout ({where(t)})")

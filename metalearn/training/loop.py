@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -10,7 +11,7 @@ import signal
 import tempfile
 import threading
 import time
-from typing import Dict, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 import gin
 import tensorflow as tf
@@ -70,7 +71,11 @@ def train(experiment: Experiment, workdir: str,
     trajectories, collected with the current weights, :class:`metalearn.rl.GymCollection`)
     has every batch made just before its step, from the episodes (seeds) the task
     stream gives that step: a resumed run collects what an uninterrupted one would. It
-    runs on one replica.
+    runs on one replica. As the batch is a function of the episodes and the weights,
+    nothing is lost by abandoning it: a stop signal during the collection (a hung
+    simulator) ends it at once, and a collection that raises (a simulator's
+    ``SimulatorError``, its time limit included) does so after a checkpoint of the
+    step reached is saved.
 
     Every step checks that the meta-loss and every meta-gradient are finite (inside the
     compiled step: a step that is not applies no update); ``experiment.loop.on_non_finite``
@@ -157,10 +162,17 @@ class TrainingInterrupted(Exception):
                          f"checkpoint {checkpoint} saved: rerun the same command to resume")
 
 
+class _StopNow(BaseException):
+    """A stop signal inside :meth:`_StopSignals.interruptible` work (a ``BaseException``,
+    so that no ``except Exception`` in a simulator swallows it)."""
+
+
 class _StopSignals:
     """While active (main thread only), ``SIGTERM``, ``SIGXCPU`` and the first ``SIGINT``
     only set ``received``: the loop saves a checkpoint after the step it is in and stops.
-    A second ``SIGINT`` interrupts at once (``KeyboardInterrupt``).
+    A second ``SIGINT`` interrupts at once (``KeyboardInterrupt``). Inside
+    :meth:`interruptible` work (the collection of a batch outside the step, which a
+    hung simulator can make endless) a stop signal also raises :class:`_StopNow` at once.
 
     ``SIGXCPU`` is what the kernel sends a process past its soft CPU-time limit
     (``prlimit --cpu=SOFT:HARD``, ``resource.RLIMIT_CPU``), then again every second until
@@ -174,13 +186,32 @@ class _StopSignals:
     def __init__(self):
         self.received: Optional[int] = None
         self._previous = {}
+        self._interruptible = False
 
     def _handle(self, number, frame):
         if self.received is not None and number == signal.SIGINT:
             raise KeyboardInterrupt
         self.received = number
+        if self._interruptible:
+            self._interruptible = False  # raised once
+            logging.warning("received %s while collecting the next batch: abandoning it, "
+                            "saving a checkpoint of the step reached, then stopping",
+                            signal.Signals(number).name)
+            raise _StopNow()
         logging.warning("received %s: saving a checkpoint after this step, then stopping",
                         signal.Signals(number).name)
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """Work that a stop signal ends at once (:class:`_StopNow`): work that changes no
+        state the checkpoint holds, and is redone on resume. (A signal handler runs
+        between Python bytecodes: code in a C extension that never returns to Python
+        is not interrupted.)"""
+        self._interruptible = True
+        try:
+            yield
+        finally:
+            self._interruptible = False
 
     def __enter__(self) -> "_StopSignals":
         if threading.current_thread() is threading.main_thread():
@@ -259,9 +290,34 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
     run_start, current = time.perf_counter(), start
     # More skipped steps than this and the run fails: its numbers would not mean much.
     max_skipped = experiment.loop.max_skipped_fraction * experiment.loop.num_steps
+    saved_at: Optional[Tuple[int, str]] = (start, search.path) if search.path else None
+
+    def save_reached() -> Optional[str]:
+        """A checkpoint of the step reached (the one saved already if it is that)."""
+        nonlocal saved_at
+        if saved_at is None or saved_at[0] != current:
+            progress.store()
+            saved_at = (current, manager.save(checkpoint_number=current))
+        writer.flush()
+        return saved_at[1]
+
     for batch in episodes:
         if collection is not None:  # made outside the step with the current weights
-            batch = collection(batch)
+            # a function of the episodes and the weights: abandoning it loses nothing
+            try:
+                with stop.interruptible():
+                    batch = collection(batch)
+            except _StopNow:
+                saved = save_reached()
+                logging.warning("stopped by %s while collecting the batch of step %d: "
+                                "saved %s; rerun the same command to resume",
+                                signal.Signals(stop.received).name, current + 1, saved)
+                raise TrainingInterrupted(stop.received, current, saved) from None
+            except Exception:
+                saved = save_reached()
+                logging.error("collecting the batch of step %d failed; the run reached "
+                              "step %d, saved in %s", current + 1, current, saved)
+                raise
         metrics = meta_step(batch)
         flags = metrics.pop(NON_FINITE).numpy()
         current = int(step.numpy())
@@ -309,8 +365,7 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
             progress.end_window()
             timed_steps, window_start = 0, time.perf_counter()
         if current % experiment.loop.checkpoint_every == 0 or done or stop.received:
-            progress.store()
-            saved = manager.save(checkpoint_number=current)
+            saved = save_reached()
             if stop.received and not done:
                 writer.flush()
                 logging.warning("stopped by %s at step %d: saved %s; rerun the same "
