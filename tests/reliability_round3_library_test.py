@@ -4,7 +4,7 @@ was accepted silently (or ended in a raw TensorFlow error) kept as a test.
 * hyperparameter ranges: one check (:func:`metalearn.pieces.check_range`) for every
   piece that takes one, and a learned value kept inside its bounds;
 * heads: a support label outside the task's classes, non-finite embeddings;
-* (in tests/reliability_test.py, beside its finished run: resuming with
+* (in tests/training/reliability_test.py, beside its finished run: resuming with
   ``Loop.num_steps`` below the checkpoint's step; ``restore`` / ``evaluate`` after
   ``config.gin`` was edited, and with another architecture.)
 """
