@@ -1,8 +1,7 @@
 """A user's module (``--module``, ``parse_config(modules=...)``): imported before gin
 parses, recorded in the workdir, imported again by ``restore``, evaluation and a sweep's
 run processes when asked for (given again, or the workdir trusted: a workdir is data,
-tests/reliability_round4_entry_test.py); its records resolve whatever the working
-directory."""
+tests/runs/modules_test.py); its records resolve whatever the working directory."""
 
 import json
 import os

@@ -78,7 +78,7 @@ def test_decoded_arrays_cache_round_trip(tmp_path):
     assert len(list((tmp_path / "cache").glob("mini_imagenet_*.npz"))) == 3
     clear_caches()
     # from the cache now, not the images (the cache is kept while the images it was made
-    # from are unchanged: tests/reliability_round3_entry_test.py changes them)
+    # from are unchanged: tests/tasks/data_caches_test.py changes them)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(mini_imagenet.image_files, "read_image_files",
                       lambda *a, **k: pytest.fail("decoded the images again"))

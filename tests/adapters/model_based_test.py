@@ -1,17 +1,8 @@
-"""Issue 43, the model-based learners and learned-rule files of the fourth reliability
-round, each kept as a test that failed before its fix:
-
-* a neural process or in-context learner whose task would need more memory than its
-  budget (by default this machine's) is refused before the work, naming the estimate,
-  the sizes and the limit (it was killed by the system with no Python error);
-* an empty CNP context predicts from the zero representation, finite as the
-  attentive NP's (the mean over nothing was 0 / 0);
-* padded regression episodes (real ``[n, 1]`` targets in ``MaskedLabels``) run the
-  neural processes and ``InContext(targets=1)`` (the mask broadcast the targets to
-  ``[n, n]``; ``InContext`` read their classes as ways);
-* a damaged learned-rule ``.npz`` is an error naming the file and what was expected,
-  and non-finite rule weights are refused naming the file and the array.
-"""
+"""The model-based adapters (neural processes, ``InContext``) at their limits: a task that
+would need more memory than the budget (by default this machine's) is refused before the
+work, naming the estimate, the sizes and the limit; an empty context predicts from the
+zero representation; padded regression episodes (real ``[n, 1]`` targets in
+``MaskedLabels``) give the unpadded predictions."""
 
 from __future__ import annotations
 
@@ -29,6 +20,7 @@ from metalearn.adapters import (AttentiveNeuralProcess, ConditionalNeuralProcess
 from metalearn.functional import gaussian_nll, predictive_mse
 from metalearn.functional.memory import MemoryBudgetError, parse_memory
 from metalearn.learners import LatentNeuralProcessLearner
+
 
 NP_KINDS = {"cnp": ConditionalNeuralProcess, "anp": AttentiveNeuralProcess}
 
@@ -69,7 +61,7 @@ def regression_task(support=5, queries=7, seed=0):
             tf.constant(y[support:]))
 
 
-# --- 1. a memory estimate before the work ------------------------------------------------
+# --- a memory estimate before the work ------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", ["anp", "cnp", "latent", "in_context"])
@@ -153,7 +145,7 @@ def test_the_machine_s_memory_is_a_container_s_limit_where_that_is_lower(tmp_pat
     assert memory.machine_memory() > 2 ** 20
 
 
-# --- 2. an empty context ------------------------------------------------------------------
+# --- an empty context ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", ["cnp", "anp", "latent"])
@@ -179,7 +171,7 @@ def test_an_empty_context_predicts_from_the_zero_representation(kind):
     assert all(np.all(np.isfinite(g.numpy())) for g in gradients if g is not None)
 
 
-# --- 3. padded regression episodes ----------------------------------------------------------
+# --- padded regression episodes ----------------------------------------------------------
 
 
 def regression_episode(support, queries, seed):
@@ -236,107 +228,3 @@ def test_a_padded_context_of_no_real_pair_is_the_empty_context(kind):
                                                    tf.zeros([0], tf.bool)))
     np.testing.assert_allclose(learner.predict(padded, query_x).mean.numpy(),
                                empty.mean.numpy(), rtol=1e-5, atol=1e-6)
-
-
-# --- 4. learned-rule files ---------------------------------------------------------------
-
-
-def saved_rule(tmp_path, name="rule.npz"):
-    from metalearn.adapters import LearnedRule
-    rule = LearnedRule(0.05, hidden=(4,))
-    rule.create("float32")
-    path = tmp_path / name
-    rule.save(str(path))
-    return rule, path
-
-
-def rewritten(tmp_path, change, name="bad.npz"):
-    """A rule file whose members are a saved rule's, changed by ``change(members)``."""
-    rule, path = saved_rule(tmp_path)
-    with np.load(path, allow_pickle=False) as data:
-        members = {k: data[k] for k in data.files}
-    change(members)
-    bad = tmp_path / name
-    np.savez(bad, **members)
-    return bad
-
-
-def test_a_saved_rule_loads_back_exactly(tmp_path):
-    from metalearn.adapters import LearnedRule
-    rule, path = saved_rule(tmp_path)
-    loaded = LearnedRule.load(str(path))
-    assert loaded.config() == rule.config()
-    for key, value in rule.values().items():
-        np.testing.assert_array_equal(loaded.values()[key], value)
-
-
-def _nan_weight(members):
-    members["output_bias"] = members["output_bias"].copy()
-    members["output_bias"][1] = np.nan
-
-
-@pytest.mark.parametrize("damage, expected", [
-    ("truncated", r"cannot be read \(BadZipFile: .*\); expected a .npz archive of "
-                  r"'__config__'"),
-    ("not a zip", r"cannot be read \(.*\); expected a .npz archive"),
-    ("bad json", r"its '__config__' member is not JSON \(.*\): '\{not json'; expected the "
-                 r"rule's configuration"),
-    ("no config", r"has no '__config__' member \(members: \[.*'skip_kernel'.*\]\); "
-                  r"expected a .npz archive"),
-    ("config of other keys", r"its '__config__' holds \['hiden'\]; expected a JSON object "
-                             r"of the keys \['activation', "),
-    ("missing array", r"LearnedRule network arrays \[.*\] do not match this rule's "
-                      r"\[.*'skip_kernel'\]"),
-    ("nan weight", r"LearnedRule array 'output_bias' holds 1 non-finite value\(s\) \(NaN or "
-                   r"infinite\) of 2"),
-    ("out of range", r"LearnedRule.betas must be in \[0, 1\), got 1.5"),
-])
-def test_a_damaged_rule_file_is_named_with_what_was_expected(tmp_path, damage, expected):
-    import json
-    from metalearn.adapters import LearnedRule
-    from metalearn.adapters.learned_optimizer import RuleFileError
-    if damage == "truncated":
-        _, path = saved_rule(tmp_path)
-        whole = path.read_bytes()
-        path = tmp_path / "bad.npz"
-        path.write_bytes(whole[:len(whole) // 2])
-    elif damage == "not a zip":
-        path = tmp_path / "bad.npz"
-        path.write_bytes(b"this is not a rule")
-    else:
-        def change(members):
-            config = json.loads(str(members["__config__"]))
-            if damage == "bad json":
-                members["__config__"] = np.array("{not json")
-            elif damage == "no config":
-                del members["__config__"]
-            elif damage == "config of other keys":
-                members["__config__"] = np.array(json.dumps({"hiden": [4]}))
-            elif damage == "missing array":
-                del members["skip_kernel"]
-            elif damage == "nan weight":
-                _nan_weight(members)
-            elif damage == "out of range":
-                config["betas"] = [0.5, 1.5]
-                members["__config__"] = np.array(json.dumps(config))
-        path = rewritten(tmp_path, change)
-    with pytest.raises(RuleFileError, match=expected) as info:
-        LearnedRule.load(str(path))
-    assert str(info.value).startswith(f"learned-rule file {str(path)!r}"), str(info.value)
-
-
-def test_non_finite_rule_values_are_refused_wherever_they_are_given():
-    from metalearn.adapters import LearnedRule, LearnedRuleOptimizer
-    from metalearn.adapters.learned_optimizer import NonFiniteRuleError
-    rule = LearnedRule(hidden=(4,))
-    values = rule.initial_values()
-    values["skip_kernel"][0, 0] = np.inf
-    with pytest.raises(NonFiniteRuleError, match="'skip_kernel' holds 1 non-finite"):
-        rule.create("float32", values)
-    assert not rule.network  # nothing created
-    good = LearnedRule(hidden=(4,))
-    good.create("float32")
-    config = LearnedRuleOptimizer(good).get_config()
-    config["rule"]["values"]["output_bias"] = [0.0, float("nan")]
-    with pytest.raises(NonFiniteRuleError, match="'output_bias' holds 1 non-finite"):
-        LearnedRuleOptimizer.from_config(config)
