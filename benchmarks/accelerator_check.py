@@ -4,9 +4,9 @@ r"""The prepared accelerator check: one run on a machine with GPUs, one JSON fil
 
 On a machine with GPUs it runs, each part with its own time limit inside ``--budget_s``:
 
-1. ``tests/distribute_test.py`` and ``tests/mixed_precision_test.py`` under pytest, with
-   the GPUs visible (ops without an explicit device are placed on ``/gpu:0``), and
-   records pytest's summary line and exit status;
+1. ``tests/training/distribute_test.py`` and ``tests/training/mixed_precision_test.py``
+   under pytest, with the GPUs visible (ops without an explicit device are placed on
+   ``/gpu:0``), and records pytest's summary line and exit status;
 2. the meta-step benchmark (:mod:`benchmarks.meta_step`: the Omniglot conv step, B = 32,
    one inner step, second order, no XLA) for every formulation (``map_fn``,
    ``unrolled``, ``batched``, ``accumulate``, ``auto``), in float32 and
@@ -38,7 +38,7 @@ FLAGS = flags.FLAGS  # --steps (timed meta-steps per configuration) is meta_step
 
 FORMULATIONS = ("map_fn", "unrolled", "batched", "accumulate", "auto")
 POLICIES = ("float32", "mixed_float16")
-TESTS = ("tests/distribute_test.py", "tests/mixed_precision_test.py")
+TESTS = ("tests/training/distribute_test.py", "tests/training/mixed_precision_test.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

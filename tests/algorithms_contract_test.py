@@ -111,8 +111,9 @@ def _support_scaled_by_the_weights(weights, x, y, step):
 
 
 class TestSupportFromWeights(LearnerContract):
-    """Support data made from each inner step's weights (tests/adapted_data_test.py
-    checks the meta-gradient through it against finite differences)."""
+    """Support data made from each inner step's weights
+    (tests/adapters/adapted_data_test.py checks the meta-gradient through it against
+    finite differences)."""
     covers = (adapters.SupportFromWeights,)
 
     def make_learner(self):
@@ -202,10 +203,12 @@ _ABSTRACT = {adapters.Piece, adapters.Adapter, adapters.Update, adapters.StepWra
 
 
 def test_every_exported_piece_learner_and_outer_rule_has_a_contract_case():
-    tests = os.path.dirname(__file__)
-    for name in sorted(os.listdir(tests)):  # the cases live in the test modules
-        if name.endswith("_test.py"):
-            importlib.import_module(f"tests.{name[:-3]}")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    for folder, _, names in sorted(os.walk(tests)):  # the cases live in the test modules
+        for name in sorted(names):
+            if name.endswith("_test.py"):
+                relative = os.path.relpath(os.path.join(folder, name[:-3]), tests)
+                importlib.import_module("tests." + relative.replace(os.sep, "."))
     # a learner's contract or an outer rule's (OuterRuleContract) covers a class
     cases, stack = [], LearnerContract.__subclasses__() + OuterRuleContract.__subclasses__()
     while stack:

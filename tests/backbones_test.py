@@ -37,7 +37,8 @@ BACKBONES = {
     "wide_resnet": (lambda: models.wide_resnet((8, 8, 1), WAYS, depth=10, widen_factor=1,
                                                base_width=2, dtype="float64"), 8),
     # The 64-filter net as it is (mini_imagenet_conv_net is the same builder, conv_net,
-    # with 32 filters; conv_net's own checks are in gradient_descent_test.py).
+    # with 32 filters; conv_net's own checks are in
+    # tests/adapters/gradient_descent_test.py).
     "protonets_conv_net": (lambda: models.protonets_conv_net(WAYS, (16, 16, 1), "float64"),
                            16),
 }

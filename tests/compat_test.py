@@ -176,15 +176,17 @@ def test_autograph_leaves_metalearn_as_written_and_still_converts_other_code(tmp
 def test_no_test_module_imports_another_test_modules_helpers():
     """Shared helpers live in non-test modules (``tests/*_fixtures.py``, ``metalearn.testing``)."""
     tests = os.path.dirname(os.path.abspath(__file__))
+    paths = sorted(os.path.join(folder, name) for folder, _, names in os.walk(tests)
+                   for name in names if name.endswith(".py"))
+    assert any(os.path.dirname(p) != tests for p in paths)  # the subfolders are read
     offenders = []
-    for name in sorted(os.listdir(tests)):
-        if name.endswith(".py"):
-            with open(os.path.join(tests, name)) as f:
-                tree = ast.parse(f.read())
-            for node in ast.walk(tree):
-                modules = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
-                           if isinstance(node, ast.ImportFrom) else
-                           [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-                if any(m.endswith("_test") for m in modules):
-                    offenders.append((name, node.lineno))
+    for path in paths:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            modules = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                       if isinstance(node, ast.ImportFrom) else
+                       [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if any(m.endswith("_test") for m in modules):
+                offenders.append((os.path.relpath(path, tests), node.lineno))
     assert not offenders, offenders

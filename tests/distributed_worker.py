@@ -1,4 +1,5 @@
-"""One worker of a MultiWorkerMirroredStrategy cluster, for tests/distribute_test.py.
+"""One worker of a MultiWorkerMirroredStrategy cluster, for
+tests/training/distribute_test.py.
 
     python -m tests.distributed_worker OUT.npz   (TF_CONFIG set by the test)
 

@@ -16,7 +16,7 @@ import tensorflow as tf
 from metalearn.testing import finite_difference_gradient, relative_error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The tutorials; docs/hypernetwork.md's code runs in tests/hypernetwork_test.py.
+# The tutorials; docs/hypernetwork.md's code runs in tests/adapters/hypernetwork_test.py.
 DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "tutorials", "*.md")))
 TUTORIALS = ["first_meta_learner.md", "cavia.md", "custom_learner.md", "gin_and_sweeps.md",
              "several_devices.md", "maml_from_scratch.md", "inner_loop_piece.md",

@@ -1,6 +1,6 @@
 """The layout of experiments/ by role (experiments/README.md): setups, learners, budgets
 and the runnable files that combine them. Static checks on the gin text (fast); every
-runnable file is also built in tests/train_test.py, and every natural-image and
+runnable file is also built in tests/training/train_test.py, and every natural-image and
 Meta-Dataset file with budgets/smoke.gin in tests/benchmark_configs_test.py."""
 
 import glob

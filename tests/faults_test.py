@@ -135,7 +135,7 @@ def test_bad_option_is_rejected():
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_a_nan_on_one_replica_skips_the_update_on_every_replica(replicas):
     # reduce_to_one_device: default collectives of several MirroredStrategy objects in
-    # one process share instance keys (as in tests/distribute_test.py)
+    # one process share instance keys (as in tests/training/distribute_test.py)
     strategy = distribute.make_strategy("mirrored", [f"/cpu:{i}" for i in range(replicas)],
                                         cross_device_ops="reduce_to_one_device") \
         if replicas > 1 else tf.distribute.get_strategy()

@@ -1,6 +1,7 @@
 """Helpers shared by the tests of the task-batching formulations and of ``WhileLoop``
-(accumulate_test.py, formulations_test.py, while_loop_test.py): a test module imports
-these, never another test module's helpers."""
+(execution/accumulate_test.py, execution/formulations_test.py,
+adapters/while_loop_test.py): a test module imports these, never another test module's
+helpers."""
 
 import keras
 import tensorflow as tf

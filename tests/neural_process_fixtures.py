@@ -1,6 +1,6 @@
 """Helpers shared by the tests of neural processes and of the outer rules that must see a
-learner's own objective (neural_process_test.py, evolution_test.py): a test module
-imports these, never another test module's helpers."""
+learner's own objective (adapters/neural_process_test.py, outer/evolution_test.py): a
+test module imports these, never another test module's helpers."""
 
 import keras
 

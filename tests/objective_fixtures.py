@@ -1,7 +1,7 @@
 """A research subclass that changes what a learner minimises, shared by the tests of the
 outer rules that promise the meta-gradient of the learner's own objective
-(truncated_test.py, evolution_test.py): a test module imports these, never another test
-module's helpers."""
+(outer/truncated_test.py, outer/evolution_test.py): a test module imports these, never
+another test module's helpers."""
 
 import tensorflow as tf
 

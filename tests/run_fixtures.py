@@ -1,12 +1,13 @@
 """Workdirs and file systems for the entry points' tests: a saved run (config.gin and
 one checkpoint, no training), a disk that fills while a named file is written, a file
-system with no free space, a package that is not installed, and the small evaluation
-the tests run on them."""
+system with no free space, a package that is not installed, the small evaluation
+the tests run on them, and a sweep's run folder in each state a report tells apart."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import sys
 
@@ -86,3 +87,32 @@ def not_installed(package: str):
 
 EVALUATE_SMALL = ["evaluate.num_tasks = 4", "evaluate.batch_size = 2",
                   "evaluate.inner_steps = (1,)"]
+
+
+def sweep_run(root, name, lr, seed, status="finished", evaluate=False, outcome=None):
+    """A run folder of a sweep of 100 steps: ``finished`` (metrics.json at step 100),
+    ``unfinished`` (config.gin and a checkpoint at step 40), ``failed`` (the same and
+    the sweep's record of its process's error)."""
+    workdir = os.path.join(root, name)
+    os.makedirs(workdir)
+    record = {"name": name, "bindings": {"GradientDescent.learning_rate": lr,
+                                         "Runtime.seed": seed},
+              "num_steps": 100, "evaluate": evaluate}
+    if status == "failed":
+        record["outcome"] = {"status": "failed", "exit_code": 1}
+    with open(os.path.join(workdir, "sweep_run.json"), "w") as f:
+        json.dump(record, f)
+    with open(os.path.join(workdir, "config.gin"), "w") as f:
+        f.write(f"GradientDescent.learning_rate = {lr}\nRuntime.seed = {seed}\n")
+    if status == "finished":
+        with open(os.path.join(workdir, "metrics.json"), "w") as f:
+            json.dump({"loss": 1.0 + float(seed), "step": 100, "replicas": 1}, f)
+        if evaluate:
+            with open(os.path.join(workdir, "eval.json"), "w") as f:
+                json.dump({"checkpoint_step": 100, "results": {
+                    "1": {"loss": {"mean": 0.5, "ci95": 0.1, "std": 1.0}}}}, f)
+    else:
+        os.makedirs(os.path.join(workdir, "checkpoints"))
+        with open(os.path.join(workdir, "checkpoints", "checkpoint"), "w") as f:
+            f.write('model_checkpoint_path: "ckpt-40"\n')
+    return workdir

@@ -24,7 +24,7 @@ implicit-differentiation primitive
 just another :class:`~metalearn.adapters.Adapter`: the learner, the meta-optimizer and
 the training loop are unchanged, except that the learner runs a batch's tasks unrolled
 (TensorFlow 2.21 silently ignores a ``tf.custom_gradient`` inside ``tf.map_fn``'s loop,
-giving the plain gradient; ``tests/implicit_test.py`` checks the batched path).
+giving the plain gradient; ``tests/adapters/implicit_test.py`` checks the batched path).
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 Each is an update transform (:class:`~metalearn.adapters.updates.Update`) whose state
 (momenta, second moments) the loop carries from inner step to inner step, and each
 equals its ``keras.optimizers`` counterpart step by step in value (Keras 3's update
-rules, ``tests/optimizers_test.py``). Every operation is a TensorFlow op on tensors, so
-the meta-gradient flows through the steps and the state to every order (second-order
-MAML with inner Adam). Every hyperparameter may be :class:`Learned` (per layer, per
-step, ...), and they compose with masks, annealing, per-step weights, recomputation and
-mini-batches like any other transform::
+rules, ``tests/adapters/optimizers_test.py``). Every operation is a TensorFlow op on
+tensors, so the meta-gradient flows through the steps and the state to every order
+(second-order MAML with inner Adam). Every hyperparameter may be :class:`Learned` (per
+layer, per step, ...), and they compose with masks, annealing, per-step weights,
+recomputation and mini-batches like any other transform::
 
     GradientDescent(5, update=[Mask(("head",)), InnerAdam(Learned(1e-3, "layer"))])
 

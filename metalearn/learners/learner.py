@@ -540,7 +540,8 @@ class Learner(tf.Module):
         of the adapted policy, queries chosen from the adapted model's predictions): a
         function of ``adapted`` in TensorFlow, through which the meta-gradient flows to
         every order.
-        ``tests/adapted_data_test.py`` checks such a task against finite differences."""
+        ``tests/adapters/adapted_data_test.py`` checks such a task against finite
+        differences."""
         return query_x, query_y
 
     def split(self, episode: Episode) -> Tuple[Any, Any, Any, Any]:

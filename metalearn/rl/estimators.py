@@ -13,7 +13,7 @@ which equals ``sum_t box(S_t) r_t`` in every derivative's expectation when ``A_t
 reward-to-go minus any baseline of the state (``gae_lambda=1``): the existing inner-loop
 pieces (plain steps, first order, Meta-SGD rates, inner Adam) then differentiate it to
 any order unchanged. :class:`NaiveSurrogate` (``log pi * A``, the MAML code's inner
-loss) has the right first derivative and the wrong second: ``tests/meta_rl_test.py``
+loss) has the right first derivative and the wrong second: ``tests/rl/meta_rl_test.py``
 shows both against the exact expected return of a tabular MDP.
 """
 
@@ -123,7 +123,7 @@ class ValueNetworkBaseline:
     exact for the features it sees, the gradient steps improve the features). The
     values are stop-gradiented: a function of the state, as a baseline must be, so it
     changes no derivative of the DiCE objective in expectation (and none with an
-    exact batch, ``tests/meta_rl_test.py``) and only lowers the variance.
+    exact batch, ``tests/rl/meta_rl_test.py``) and only lowers the variance.
 
     Args:
       hidden: the hidden layers' widths.
@@ -338,7 +338,7 @@ class NaiveSurrogate(DiCE):
     """``sum_t log pi(a_t | s_t) A_t``: the MAML code's inner loss. Its gradient is the
     policy gradient; its Hessian lacks the products of scores that the dependence of
     the sampled trajectories on the policy adds, so second-order meta-gradients through
-    it are wrong (``tests/meta_rl_test.py``). For comparisons; use :class:`DiCE`."""
+    it are wrong (``tests/rl/meta_rl_test.py``). For comparisons; use :class:`DiCE`."""
 
     def surrogate(self, log_probs, batch):
         log_probs = log_probs * batch.mask

@@ -25,7 +25,7 @@ to the ordinary meta-step.
 The policy's random actions use the seeds an in-graph :func:`~metalearn.rl.rollout`
 would (the step keys of ``stateless_split(seed, 2 horizon + 1)``), so a Python
 environment with the dynamics of an in-graph one gives the same trajectories
-(``tests/gym_test.py``). Gymnasium and MuJoCo are the ``rl`` extra:
+(``tests/rl/gym_test.py``). Gymnasium and MuJoCo are the ``rl`` extra:
 ``pip install -e '.[rl]'``.
 """
 

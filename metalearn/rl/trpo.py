@@ -234,11 +234,11 @@ class TRPO(OuterRule):
     replicas_unsupported = ("its line search is a tf.while_loop whose body all-reduces "
                             "the surrogate and the KL over the replicas, a synchronisation "
                             "TensorFlow does not allow inside control flow in a replica "
-                            "context (seen on two replicas, tests/trpo_test.py)")
+                            "context (seen on two replicas, tests/rl/trpo_test.py)")
 
     xla_unsupported = ("XLA cannot compile the KL's Hessian-vector products, a double "
                        "backward pass through the formulation's loops (a shape computed "
-                       "at run time; tests/trpo_test.py)")
+                       "at run time; tests/rl/trpo_test.py)")
 
     def __init__(self, max_kl: float = 0.01, cg_iters: int = 10, cg_damping: float = 1e-5,
                  residual_tol: float = 1e-10, backtrack_ratio: float = 0.8,
