@@ -111,26 +111,19 @@ def test_a_gin_import_line_in_a_workdir_s_config_follows_the_same_rule(tmp_path,
     assert (tmp_path / "payload_import_line.ran").exists()
 
 
-def test_evaluate_entry_point_refuses_a_received_workdir_s_modules(tmp_path):
-    workdir, payload = _received(tmp_path, "payload_evaluate")
-    out = subprocess.run([sys.executable, "-m", "metalearn.evaluate",
-                          f"--workdir={workdir}", "--gin_param=evaluate.num_tasks = 4"],
+@pytest.mark.parametrize("entry_point, flags", [
+    ("evaluate", ["--gin_param=evaluate.num_tasks = 4"]),  # evaluating a received run
+    ("train", ["--gin_file=sinusoid/maml.gin", "--gin_param=mlp.hidden = (4,)"]),  # resuming
+])
+def test_an_entry_point_refuses_a_received_workdir_s_modules(tmp_path, entry_point, flags):
+    workdir, payload = _received(tmp_path, f"payload_{entry_point}")
+    out = subprocess.run([sys.executable, "-m", f"metalearn.{entry_point}",
+                          f"--workdir={workdir}", *flags],
                          cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert out.returncode != 0
     assert "UntrustedModulesError" in out.stderr, out.stderr[-3000:]
     _assert_refused(out.stderr, payload)
-    assert not (tmp_path / "payload_evaluate.ran").exists()
-
-
-def test_train_entry_point_refuses_to_resume_with_a_received_workdir_s_modules(tmp_path):
-    workdir, payload = _received(tmp_path, "payload_train")
-    out = subprocess.run([sys.executable, "-m", "metalearn.train", f"--workdir={workdir}",
-                          "--gin_file=sinusoid/maml.gin", "--gin_param=mlp.hidden = (4,)"],
-                         cwd=ROOT, env=_env(), capture_output=True, text=True)
-    assert out.returncode != 0
-    assert "UntrustedModulesError" in out.stderr, out.stderr[-3000:]
-    _assert_refused(out.stderr, payload)
-    assert not (tmp_path / "payload_train.ran").exists()
+    assert not (tmp_path / f"payload_{entry_point}.ran").exists()
 
 
 def test_a_sweep_run_s_record_imports_nothing_unless_given(tmp_path):

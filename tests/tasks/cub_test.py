@@ -9,11 +9,7 @@ from metalearn.tasks.datasets import clear_caches, load_cub
 from tests import benchmark_fixtures as fixtures
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    clear_caches()
-    yield
-    clear_caches()
+pytestmark = pytest.mark.usefixtures("fresh_data_caches")
 
 
 def test_chen_s_split(tmp_path):

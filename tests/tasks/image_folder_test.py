@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from metalearn.tasks import FewShotClassification
-from metalearn.tasks.datasets import clear_caches, load_image_folder
+from metalearn.tasks.datasets import load_image_folder
 
 
 def write_folder(root, classes=6, per_class=4, size=(12, 10), fmt="png", seed=0):
@@ -28,11 +28,7 @@ def write_folder(root, classes=6, per_class=4, size=(12, 10), fmt="png", seed=0)
     return written
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    clear_caches()
-    yield
-    clear_caches()
+pytestmark = pytest.mark.usefixtures("fresh_data_caches")
 
 
 def test_classes_are_sub_folders_and_pixels_are_kept(tmp_path):

@@ -8,11 +8,7 @@ from metalearn.tasks.datasets import clear_caches, load_mini_imagenet, mini_imag
 from tests import benchmark_fixtures as fixtures
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    clear_caches()
-    yield
-    clear_caches()
+pytestmark = pytest.mark.usefixtures("fresh_data_caches")
 
 
 def test_csv_layout_gives_ravi_s_split(tmp_path):
