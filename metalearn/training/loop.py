@@ -365,9 +365,8 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
             progress.end_window()
             timed_steps, window_start = 0, time.perf_counter()
         if current % experiment.loop.checkpoint_every == 0 or done or stop.received:
-            saved = save_reached()
+            saved = save_reached()  # the summaries flushed with it
             if stop.received and not done:
-                writer.flush()
                 logging.warning("stopped by %s at step %d: saved %s; rerun the same "
                                 "command to resume", signal.Signals(stop.received).name,
                                 current, saved)
