@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
-import subprocess
-import sys
 import zipfile
 from typing import Callable, List, Optional, Type
 
@@ -1745,107 +1743,6 @@ def test_docs_table_lists_every_case():
         text = f.read()
     assert table() in text, ("docs/errors.md's table differs from tests/validation_test.py's "
                              "cases; regenerate it with `python -m tests.validation_test`")
-
-
-# --- the workdir: resuming stays possible ------------------------------------------
-
-
-def _config(params: List[str]) -> str:
-    parse_config(["experiments/sinusoid/maml.gin"], params)
-    return build_experiment().config
-
-
-def test_run_length_and_logging_may_change_on_resume(tmp_path):
-    (tmp_path / "config.gin").write_text(_config([]))
-    changed = _config(["Loop.num_steps = 90000", "Loop.log_every = 10",
-                       "Loop.checkpoint_every = 7", "Loop.keep_checkpoints = 9",
-                       "Loop.on_non_finite = 'skip'", "Runtime.deterministic = True",
-                       "evaluate.num_tasks = 100"])
-    validation.check_workdir_config(str(tmp_path), changed)  # no error
-
-
-def test_a_macro_compares_by_its_value_on_resume(tmp_path):
-    """A run saved with literal values (before experiments/ used NUM_STEPS, INNER_LR)
-    resumes under the same values given through macros; a changed macro is named by
-    the binding it changes."""
-    (tmp_path / "config.gin").write_text(
-        "GradientDescent.learning_rate = 0.01\nLoop.num_steps = 70000\n"
-        "keras.optimizers.schedules.CosineDecay.decay_steps = 70000\n")
-    same = ("INNER_LR = 0.01\nNUM_STEPS = 90000\nGradientDescent.learning_rate = %INNER_LR\n"
-            "Loop.num_steps = %NUM_STEPS\nkeras.optimizers.schedules.CosineDecay.decay_steps = 70000\n")
-    validation.check_workdir_config(str(tmp_path), same)  # Loop.num_steps may change
-    changed = same.replace("decay_steps = 70000", "decay_steps = %NUM_STEPS")
-    with pytest.raises(validation.ConfigChangeError, match=r"CosineDecay.decay_steps: 70000 in "
-                       r"the workdir, 90000 now"):
-        validation.check_workdir_config(str(tmp_path), changed)
-    assert validation.substitute_macros({"A": "(%B, %B)", "B": "2", "x.y": "%A"}) == \
-        {"x.y": "(2, 2)"}
-
-
-def test_allow_config_change_resumes_anyway(tmp_path):
-    (tmp_path / "config.gin").write_text(_config([]))
-    changed = _config(["GradientDescent.learning_rate = 0.5", "Sinusoid.queries = 3"])
-    with pytest.raises(validation.ConfigChangeError) as info:
-        validation.check_workdir_config(str(tmp_path), changed)
-    assert "GradientDescent.learning_rate: 0.01 in the workdir, 0.5 now" in str(info.value)
-    assert "Sinusoid.queries: 10 in the workdir, 3 now" in str(info.value)
-    validation.check_workdir_config(str(tmp_path), changed, allow_config_change=True)
-
-
-def test_binding_sources_follow_includes(tmp_path):
-    path = tmp_path / "top.gin"
-    path.write_text("include 'experiments/sinusoid/anil.gin'\nSinusoid.shots = 5\n")
-    found = {(b.selector, b.param): b.source
-             for b in validation.binding_sources([str(path)], ["mlp.outputs = 3"])}
-    assert found[("Sinusoid", "shots")].line == 2
-    anil = found[("GradientStep", "learning_rate")]  # anil.gin -> learners/anil.gin
-    assert anil.filename.endswith("experiments/learners/anil.gin")
-    assert "GradientStep.learning_rate" in anil.text
-    setup = found[("Sinusoid", "queries")]  # -> setups/sinusoid.gin
-    assert setup.filename.endswith("experiments/setups/sinusoid.gin")
-    assert found[("mlp", "outputs")].filename is None
-
-
-def test_a_sweep_checks_every_run_s_outputs_before_any_run_starts(tmp_path):
-    from metalearn.studies import sweeps
-    spec = sweeps.SweepSpec(gin_files=["sinusoid/maml.gin"],
-                            gin_params=["Loop.num_steps = 2"],
-                            axes={"mlp.outputs": ["1", "3"]})
-    root = tmp_path / "root"
-    with pytest.raises(sweeps.SweepError) as info:
-        sweeps.run_sweep(spec, str(root))
-    assert "binding 'mlp.outputs = 3'" in str(info.value)
-    assert "predicts shape [10, 3]" in str(info.value)
-    assert not root.exists()
-
-
-# --- the entry point shows gin's file and line --------------------------------------
-
-
-def _train_cli(tmp_path, *args) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", "metalearn.train", *args],
-                          cwd=str(tmp_path), env=env, capture_output=True, text=True,
-                          timeout=300)
-
-
-def test_train_entry_point_names_the_gin_file_and_line(tmp_path):
-    bad = tmp_path / "typo.gin"
-    bad.write_text("include 'experiments/sinusoid/maml.gin'\n\nExperiment.num_stepz = 10\n")
-    result = _train_cli(tmp_path, f"--gin_file={bad}", f"--workdir={tmp_path / 'run'}")
-    assert result.returncode != 0
-    assert "doesn't have a parameter named 'num_stepz'" in result.stderr
-    assert f'In file "{bad}", line 3' in result.stderr
-    assert not (tmp_path / "run").exists()
-
-    workdir = tmp_path / "old"
-    workdir.mkdir()
-    (workdir / "config.gin").write_text(_config(["Sinusoid.shots = 5"]))
-    result = _train_cli(tmp_path, "--gin_file=sinusoid/maml.gin", f"--workdir={workdir}")
-    assert result.returncode != 0
-    assert "ConfigChangeError" in result.stderr
-    assert "Sinusoid.shots: 5 in the workdir, 10 now" in result.stderr
-    assert "--allow_config_change" in result.stderr
 
 
 if __name__ == "__main__":
