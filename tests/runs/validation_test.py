@@ -1,5 +1,6 @@
-"""``metalearn.runs.validation`` beyond its errors (those are cases of docs/errors.md): a
-resumed run may change its length, logging and evaluation, a macro compares by its value,
+"""``metalearn.runs.validation`` beyond its errors (those are cases of docs/errors.md, in
+tests/runs/bad_workdir_test.py and tests/runs/bad_gin_test.py): a resumed run may change
+its length, logging and evaluation, a macro compares by its value,
 ``--allow_config_change`` resumes anyway, and each binding's source follows includes."""
 
 from typing import List
