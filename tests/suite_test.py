@@ -14,7 +14,7 @@ SCOPED = re.compile(r"@pytest\.fixture\(scope=[\"'](module|package|session)[\"']
 MARK = "pytestmark = pytest.mark.xdist_group(__name__)"
 # Top-level suites named like a subpackage's module that cover more than that module.
 CROSS_CUTTING = {
-    "validation_test.py": "one case per row of docs/errors.md, over every subpackage",
+    "validation_test.py": "docs/errors.md's tables, from every subpackage's bad-input cases",
 }
 
 
