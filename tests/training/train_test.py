@@ -77,7 +77,8 @@ def test_same_config_same_result(small_run, tmp_path):
 
 
 def test_restore_rejects_a_non_run_directory(tmp_path):
-    with pytest.raises(FileNotFoundError, match="is not a run directory: it has neither config.gin"):
+    with pytest.raises(FileNotFoundError,
+                       match="is not a run directory: it has neither config.gin"):
         restore(str(tmp_path))
 
 
@@ -144,8 +145,8 @@ def test_train_entry_point_names_the_gin_file_and_line(tmp_path):
 # after a runnable file, runs in tests/benchmark_configs_test.py); sweeps/ hold sweep
 # files. tests/experiments_test.py checks the layout.
 ROLES = ("setups", "learners", "budgets")
-EXPERIMENT_FILES = sorted(p for p in glob.glob(os.path.join(ROOT, "experiments", "**", "*.gin"),
-                                               recursive=True))
+EXPERIMENT_FILES = sorted(glob.glob(os.path.join(ROOT, "experiments", "**", "*.gin"),
+                                     recursive=True))
 SWEEPS_DIR = os.path.join(ROOT, "experiments", "sweeps")
 
 
