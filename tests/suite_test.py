@@ -14,7 +14,7 @@ SCOPED = re.compile(r"@pytest\.fixture\(scope=[\"'](module|package|session)[\"']
 MARK = "pytestmark = pytest.mark.xdist_group(__name__)"
 # Top-level suites named like a subpackage's module that cover more than that module.
 CROSS_CUTTING = {
-    "validation_test.py": "one case per row of docs/errors.md, over every subpackage",
+    "validation_test.py": "docs/errors.md's tables, from every subpackage's bad-input cases",
 }
 
 
@@ -55,7 +55,8 @@ def test_the_test_folders_are_the_subpackages():
     folders = sorted({os.path.dirname(name) for name in _test_files()} - {""})
     assert len(folders) >= 10  # the test sees the folders
     assert [f for f in folders if f.split(os.sep)[0] not in subpackages] == []
-    assert [f for f in folders if not os.path.isfile(os.path.join(HERE, f, "__init__.py"))] == []
+    assert [f for f in folders
+            if not os.path.isfile(os.path.join(HERE, f, "__init__.py"))] == []
 
 
 def test_a_subpackages_module_has_its_tests_in_the_subpackages_folder():
@@ -76,6 +77,7 @@ def test_a_subpackages_module_has_its_tests_in_the_subpackages_folder():
         if folder == "" and name in CROSS_CUTTING:
             continue
         if folder.split(os.sep)[0] not in owners[subject]:
-            misplaced.append(f"tests/{path} (metalearn/{' or '.join(sorted(owners[subject]))})")
+            owner = " or ".join(sorted(owners[subject]))
+            misplaced.append(f"tests/{path} (metalearn/{owner})")
     assert misplaced == [], f"move each into the folder of its subpackage: {misplaced}"
     assert "trpo" in owners and "mnist" in owners  # the test sees the modules

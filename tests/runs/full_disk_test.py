@@ -3,7 +3,7 @@ file is written and a failed write names the file (evaluation, training's final 
 a sweep's evaluation, a report's plots); a data cache that cannot be written is named
 and the data still load. The helpers are shared with the entry points' other tests
 (tests/run_fixtures.py: ``full_disk``, ``no_free_space``); the cases that are errors have
-a row in docs/errors.md too (tests/validation_test.py)."""
+a row in docs/errors.md too (tests/training/bad_evaluation_test.py)."""
 
 import contextlib
 import errno

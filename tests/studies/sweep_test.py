@@ -87,6 +87,18 @@ def test_bad_binding_fails_before_any_run_starts(tmp_path):
         sweeps.run_sweep(spec, str(root))
 
 
+def test_a_sweep_checks_every_run_s_outputs_before_any_run_starts(tmp_path):
+    spec = sweeps.SweepSpec(gin_files=["sinusoid/maml.gin"],
+                            gin_params=["Loop.num_steps = 2"],
+                            axes={"mlp.outputs": ["1", "3"]})
+    root = tmp_path / "root"
+    with pytest.raises(sweeps.SweepError) as info:
+        sweeps.run_sweep(spec, str(root))
+    assert "binding 'mlp.outputs = 3'" in str(info.value)
+    assert "predicts shape [10, 3]" in str(info.value)
+    assert not root.exists()
+
+
 def _finished(root):
     return {name for name in os.listdir(root) if os.path.isfile(
         os.path.join(root, name, "metrics.json"))} if os.path.isdir(root) else set()

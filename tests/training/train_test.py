@@ -77,7 +77,8 @@ def test_same_config_same_result(small_run, tmp_path):
 
 
 def test_restore_rejects_a_non_run_directory(tmp_path):
-    with pytest.raises(FileNotFoundError, match="is not a run directory: it has neither config.gin"):
+    with pytest.raises(FileNotFoundError,
+                       match="is not a run directory: it has neither config.gin"):
         restore(str(tmp_path))
 
 
@@ -112,13 +113,40 @@ def test_command_line_names_a_missing_gin_file(tmp_path):
     assert result.returncode != 0 and "nope/missing.gin" in result.stderr
 
 
+def _train_cli(tmp_path, *args) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, "-m", "metalearn.train", *args],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_train_entry_point_names_the_gin_file_and_line(tmp_path):
+    bad = tmp_path / "typo.gin"
+    bad.write_text("include 'experiments/sinusoid/maml.gin'\n\nExperiment.num_stepz = 10\n")
+    result = _train_cli(tmp_path, f"--gin_file={bad}", f"--workdir={tmp_path / 'run'}")
+    assert result.returncode != 0
+    assert "doesn't have a parameter named 'num_stepz'" in result.stderr
+    assert f'In file "{bad}", line 3' in result.stderr
+    assert not (tmp_path / "run").exists()
+
+    workdir = tmp_path / "old"
+    workdir.mkdir()
+    parse_config(["experiments/sinusoid/maml.gin"], ["Sinusoid.shots = 5"])
+    (workdir / "config.gin").write_text(build_experiment().config)
+    result = _train_cli(tmp_path, "--gin_file=sinusoid/maml.gin", f"--workdir={workdir}")
+    assert result.returncode != 0
+    assert "ConfigChangeError" in result.stderr
+    assert "Sinusoid.shots: 5 in the workdir, 10 now" in result.stderr
+    assert "--allow_config_change" in result.stderr
+
+
 # experiments/ by role (experiments/README.md): setups/, learners/ and budgets/ are
 # included by the runnable files, each of which is built here (budgets/smoke.gin, given
 # after a runnable file, runs in tests/benchmark_configs_test.py); sweeps/ hold sweep
 # files. tests/experiments_test.py checks the layout.
 ROLES = ("setups", "learners", "budgets")
-EXPERIMENT_FILES = sorted(p for p in glob.glob(os.path.join(ROOT, "experiments", "**", "*.gin"),
-                                               recursive=True))
+EXPERIMENT_FILES = sorted(glob.glob(os.path.join(ROOT, "experiments", "**", "*.gin"),
+                                     recursive=True))
 SWEEPS_DIR = os.path.join(ROOT, "experiments", "sweeps")
 
 

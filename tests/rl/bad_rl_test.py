@@ -1,0 +1,135 @@
+"""Bad meta-RL input: policies that do not fit the environment, TRPO on a learner without
+trajectories, and Python simulators (``GymCollector``) that cannot be made, are not
+installed, fail, hang or are not collected. Cases of docs/errors.md
+(tests/bad_input.py)."""
+
+import time
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+import metalearn
+from metalearn.pieces import HyperparameterRangeError
+from metalearn.rl import GymCollector, HalfCheetahVelocity
+from metalearn.training import build_experiment, parse_config
+from tests.bad_input import (POINT_NAV, SINUSOID, Case, check, gin_case, parametrize,
+                             run_gin)
+from tests.run_fixtures import not_installed
+
+TITLE = "Meta-RL: policies, TRPO and simulators"
+
+
+def unknown_gymnasium_id(tmp_path) -> None:
+    GymCollector(HalfCheetahVelocity(env_id="HalfCheetah-v99"), rollouts=1)
+
+
+def mujoco_not_installed(tmp_path) -> None:
+    environment = HalfCheetahVelocity(horizon=3)
+    with not_installed("mujoco"):
+        GymCollector(environment, rollouts=1)
+
+
+def simulator_gives_nan(tmp_path) -> None:
+    nan_policy = lambda observations, seed: (np.full([1, 6], np.nan, np.float32),
+                                             np.zeros([1], np.float32))
+    GymCollector(HalfCheetahVelocity(horizon=3), rollouts=1).collect(nan_policy, 1.5, [4, 2])
+
+
+def task_reward_raises(tmp_path) -> None:
+    class SpeedReward(HalfCheetahVelocity):
+        def task_reward(self, task, reward, info):
+            return -np.abs(info["x_speed"] - task)  # HalfCheetah's key is x_velocity
+    policy = lambda observations, seed: (np.zeros([1, 6], np.float32),
+                                         np.zeros([1], np.float32))
+    GymCollector(SpeedReward(horizon=3), rollouts=1).collect(policy, 1.5, [4, 2])
+
+
+def simulator_step_hangs(tmp_path) -> None:
+    collector = GymCollector(HalfCheetahVelocity(horizon=3), rollouts=1,
+                             step_time_limit=0.5)
+    step, calls = collector.env.step, []
+
+    def hanging(actions):  # the third step hangs
+        calls.append(actions)
+        if len(calls) == 3:
+            time.sleep(60)
+        return step(actions)
+    collector.env.step = hanging
+    policy = lambda observations, seed: (np.zeros([1, 6], np.float32),
+                                         np.zeros([1], np.float32))
+    collector.collect(policy, 1.5, [4, 2])
+
+
+def simulator_time_limit_negative(tmp_path) -> None:
+    GymCollector(HalfCheetahVelocity(horizon=3), rollouts=1, step_time_limit=-1.0)
+
+
+def python_environment_in_the_step(tmp_path) -> None:
+    parse_config(["experiments/rl/half_cheetah_vel_maml.gin"],
+                 ["HalfCheetahVelocity.horizon = 3", "mlp.hidden = (4,)",
+                  "Experiment.meta_batch_size = 1"])
+    try:
+        experiment = build_experiment()
+        episodes = experiment.sampler.sample(tf.constant([0, 0], tf.int64), 1)
+        experiment.learner.meta_metrics(episodes, formulation="unrolled")
+    finally:
+        gin.clear_config()
+
+
+CASES = [
+    gin_case("policy outputs that do not fit the actions", "PolicyLearner.model = @mlp()",
+             ValueError, "outputs 2 values (shape [1, 2]), but a Gaussian policy over "
+             "PointNavigation's 2 continuous actions needs 4", base=POINT_NAV),
+    gin_case("policy learner without rollouts", "GradientDescent.wrappers = []", ValueError,
+             "holds no Rollouts wrapper", base=POINT_NAV),
+    gin_case("exact rollouts of an environment that cannot list them",
+             "PolicyLearner.rollouts = 'exact'", ValueError,
+             "rollouts='exact' needs an environment that enumerates", base=POINT_NAV),
+    Case("TRPO on a learner without trajectories", "`Experiment.outer_rule = @TRPO()` with "
+         "a supervised `Learner`", TypeError,
+         "TRPO needs a learner whose trajectories can be collected",
+         lambda p: run_gin(p, SINUSOID + ["Experiment.outer_rule = @TRPO()"]), None,
+         "the learner's class and the PolicyLearner it needs, before the first step"),
+    Case("unknown Gymnasium environment id", "`HalfCheetahVelocity(env_id='HalfCheetah-v99')`"
+         " given to a `GymCollector`", ValueError, "Gymnasium cannot make 'HalfCheetah-v99'",
+         unknown_gymnasium_id, None, "the environment class, the id and Gymnasium's reason"),
+    Case("MuJoCo not installed", "a `GymCollector` of `HalfCheetahVelocity` without the "
+         "`mujoco` package (or `HalfCheetahVelocity()` without `gymnasium`)", ImportError,
+         "HalfCheetahVelocity (HalfCheetah-v5) needs MuJoCo: install the rl extra: pip "
+         "install -e '.[rl]'", mujoco_not_installed, None, "the extra to install"),
+    Case("simulator failing mid-rollout", "a policy whose actions make the simulator's "
+         "reward NaN (or a simulator that raises)", metalearn.rl.SimulatorError,
+         "the simulator gave non-finite observations or rewards mid-rollout "
+         "(HalfCheetahVelocity task 1.5, seed [4, 2], step 0)", simulator_gives_nan, None,
+         "the task, the seed and the step"),
+    Case("task reward failing mid-rollout", "a `PythonEnvironment` whose `task_reward` "
+         "raises (here reads a key the simulator's `info` lacks)",
+         metalearn.rl.SimulatorError, "SpeedReward.task_reward failed mid-rollout "
+         "(SpeedReward task 1.5, seed [4, 2], step 0): KeyError: 'x_speed'",
+         task_reward_raises, None, "the call, the task, the seed, the step and the error"),
+    Case("simulator step hung", "a simulator whose `step` does not return within "
+         "`GymCollector.step_time_limit` (here 0.5 s; default 300)",
+         metalearn.rl.SimulatorError, "the simulator's step did not return within 0.5 s "
+         "(HalfCheetahVelocity task 1.5, seed [4, 2], step 2): raise "
+         "GymCollector.step_time_limit if it is only slow", simulator_step_hangs, None,
+         "the call, the task, the seed and the step; training saves a checkpoint of the "
+         "step reached first"),
+    Case("simulator time limit not positive", "`GymCollector.step_time_limit = -1.0`",
+         HyperparameterRangeError, "GymCollector.step_time_limit must be > 0, got -1.0",
+         simulator_time_limit_negative, None, "the value and the range (`None`: no limit)"),
+    Case("a Python environment's episodes without collection", "episodes of "
+         "`HalfCheetahVelocity` given to the learner as sampled (not through "
+         "`collect_episodes`)", NotImplementedError,
+         "HalfCheetahVelocity runs in Python: its trajectories come from a "
+         "metalearn.rl.GymCollector", python_environment_in_the_step, None,
+         "`GymCollector`, `collect_episodes`"),
+    gin_case("TRPO without a trust region", "TRPO.max_kl = 0.0", HyperparameterRangeError,
+             "TRPO.max_kl must be > 0, got 0.0",
+             base=POINT_NAV + ["Experiment.outer_rule = @TRPO()"]),
+]
+
+
+@parametrize(CASES)
+def test_bad_input_raises_the_documented_error(case, tmp_path):
+    check(case, tmp_path)
