@@ -51,6 +51,8 @@ _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import importlib as _importlib  # noqa: E402
+from typing import TYPE_CHECKING as _TYPE_CHECKING  # noqa: E402
+from typing import List as _List, Tuple as _Tuple  # noqa: E402
 
 from metalearn import _quiet  # noqa: E402  (imports nothing heavy)
 
@@ -72,26 +74,45 @@ from absl import logging as _absl_logging  # noqa: E402
 _absl_logging.get_absl_handler().addFilter(_QuietTensorFlow())  # what absl prints
 _logging.getLogger("tensorflow").addFilter(_QuietTensorFlow())
 
-_CONTENTS = (
-    ("adapters", ()), ("configurables", ()), ("functional", ()), ("heads", ()),
-    ("layers", ()), ("models", ()), ("tasks", ()),
-    ("learners", ("Adapted", "ClassifierBaseline", "EmbeddingLearner", "Learner",
-                  "MultiStepLossLearner", "PrototypicalNetworks", "ProtoMAML", "accuracy")),
-    ("outer", ("MetaGradient", "MetaOptimizer", "Reptile", "SerialReptile")),
-    ("execution", ()), ("rl", ()), ("runs", ()),
-    ("training", ("Experiment", "restore")))
-"""What :func:`import_all` imports, in this order: each module of the package (an
-attribute of it) and the names the package takes from it. The one list of the package's
-contents: the eager import and the lazy first read both follow it."""
+if _TYPE_CHECKING:  # the one list of what the package imports, in order (import_all)
+    from metalearn import adapters, configurables, functional, heads, layers, models, tasks
+    from metalearn import learners
+    from metalearn.learners import (Adapted, ClassifierBaseline, EmbeddingLearner, Learner,
+                                    MultiStepLossLearner, PrototypicalNetworks, ProtoMAML,
+                                    accuracy)
+    from metalearn.outer import MetaGradient, MetaOptimizer, Reptile, SerialReptile
+    from metalearn import execution, outer, rl, runs, training
+    from metalearn.training import Experiment, restore
 
-_NOT_STARRED = ("configurables", "layers")
-"""Modules imported (for their gin registrations and layers) but left out of ``*``."""
-
-_HOME = {public: module for module, names in _CONTENTS for public in (module, *names)}
-"""Each public name -> the module it is (or comes from)."""
+__all__ = ["Adapted", "ClassifierBaseline", "EmbeddingLearner", "Experiment", "Learner",
+           "MetaGradient", "MetaOptimizer", "MultiStepLossLearner", "PrototypicalNetworks",
+           "ProtoMAML", "Reptile", "SerialReptile", "accuracy", "adapters", "execution",
+           "functional", "heads", "import_all", "learners", "models", "outer", "restore",
+           "rl", "runs", "tasks", "training"]
 
 _loading = False  # import_all is under way
 _loaded = False  # import_all has run
+
+
+def _contents() -> _List[_Tuple[str, _Tuple[str, ...]]]:
+    """``(module, names)`` of each import of the ``if _TYPE_CHECKING:`` block above, in
+    its order, read from this file's source (nothing imported). The block is the one
+    list of the package's contents: the readers that do not run the code (the API
+    reference, IDEs, type checkers) read it as written, and :func:`import_all` imports
+    what it names."""
+    import ast
+    with open(__file__, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), __file__)
+    block = next(node for node in tree.body if isinstance(node, ast.If)
+                 and isinstance(node.test, ast.Name) and node.test.id == "_TYPE_CHECKING")
+    found = []
+    for node in block.body:
+        if isinstance(node, ast.ImportFrom) and node.module == __name__:  # its modules
+            found += [(alias.name, ()) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):  # names the package takes from a module
+            found.append((node.module[len(__name__) + 1:],
+                          tuple(alias.name for alias in node.names)))
+    return found
 
 
 def import_all() -> None:
@@ -112,7 +133,7 @@ def import_all() -> None:
         _quiet.import_tensorflow_quietly()
     _loading = True
     try:
-        for module, names in _CONTENTS:
+        for module, names in _contents():
             imported = _importlib.import_module(f"{__name__}.{module}")
             globals().update({name: getattr(imported, name) for name in names})
         _leave_autograph()
@@ -135,20 +156,18 @@ def _leave_autograph() -> None:
 
 def __getattr__(name: str) -> object:
     """A public name first read in a command line's process: :func:`import_all`, then
-    the name (PEP 562). Only names of ``_CONTENTS``; not while it imports."""
-    if name in _HOME and not _loading:
+    the name (PEP 562). Only the names of ``__all__``; not while it imports."""
+    if name in __all__ and not _loading:
         import_all()
         return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(_HOME))
+    return sorted(set(globals()) | set(__all__))
 
 
 __version__ = "0.3.0"
-
-__all__ = sorted(set(_HOME) - set(_NOT_STARRED))
 
 if not _quiet.is_entry_point():  # a script, the tests: everything now, as always
     import_all()
