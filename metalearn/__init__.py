@@ -30,6 +30,12 @@ The public surface (folders by role; docs/architecture.md has the whole picture)
     metalearn.restore(workdir)   a trained run, ready to adapt and predict
 
 Command lines: ``python -m metalearn.train`` and ``python -m metalearn.evaluate``.
+
+A script's ``import metalearn`` imports all of the above at once (TensorFlow, Keras,
+and every gin configurable registered). In a command line's process
+(``python -m metalearn.<entry point>``) it imports nothing heavy, so that ``--help`` and
+flag errors answer at once: the public names load on first read, and the entry point
+calls :func:`import_all` when it starts its work.
 """
 
 import os as _os
@@ -44,10 +50,11 @@ _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # that setting does not hide, are left out of the command lines' output (_quiet).
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from metalearn import _quiet  # noqa: E402  (imports nothing heavy)
+import importlib as _importlib  # noqa: E402
+from typing import TYPE_CHECKING as _TYPE_CHECKING  # noqa: E402
+from typing import List as _List, Tuple as _Tuple  # noqa: E402
 
-if _quiet.is_entry_point():  # python -m metalearn.train, .evaluate, ...
-    _quiet.import_tensorflow_quietly()
+from metalearn import _quiet  # noqa: E402  (imports nothing heavy)
 
 import logging as _logging  # noqa: E402
 
@@ -67,29 +74,100 @@ from absl import logging as _absl_logging  # noqa: E402
 _absl_logging.get_absl_handler().addFilter(_QuietTensorFlow())  # what absl prints
 _logging.getLogger("tensorflow").addFilter(_QuietTensorFlow())
 
-from metalearn import adapters, configurables, functional, heads, layers, models, tasks  # noqa: E402
-from metalearn import learners  # noqa: E402
-from metalearn.learners import (Adapted, ClassifierBaseline, EmbeddingLearner,  # noqa: E402
-                                Learner, MultiStepLossLearner, PrototypicalNetworks, ProtoMAML,
-                                accuracy)
-from metalearn.outer import MetaGradient, MetaOptimizer, Reptile, SerialReptile  # noqa: E402
-from metalearn import execution, outer, rl, runs, training  # noqa: E402
-from metalearn.training import Experiment, restore  # noqa: E402
-from metalearn import _compat  # noqa: E402
+if _TYPE_CHECKING:  # the one list of what the package imports, in order (import_all)
+    from metalearn import adapters, configurables, functional, heads, layers, models, tasks
+    from metalearn import learners
+    from metalearn.learners import (Adapted, ClassifierBaseline, EmbeddingLearner, Learner,
+                                    MultiStepLossLearner, PrototypicalNetworks, ProtoMAML,
+                                    accuracy)
+    from metalearn.outer import MetaGradient, MetaOptimizer, Reptile, SerialReptile
+    from metalearn import execution, outer, rl, runs, training
+    from metalearn.training import Experiment, restore
 
-# AutoGraph leaves metalearn's functions as written, as it does Keras': they build graph
-# control flow with tf.while_loop / tf.cond, and converting them cost ~8 s of every
-# process's first trace. Code metalearn calls inside a compiled step (a loss, a Learner
-# subclass's override, a piece) then runs as written too, as under Keras 3.
-try:
-    _compat.autograph_leaves_as_written(__name__)
-except _compat.PrivateAPIMoved as _error:  # only the first trace is slower then
-    _logging.getLogger(__name__).warning("%s", _error)
+__all__ = ["Adapted", "ClassifierBaseline", "EmbeddingLearner", "Experiment", "Learner",
+           "MetaGradient", "MetaOptimizer", "MultiStepLossLearner", "PrototypicalNetworks",
+           "ProtoMAML", "Reptile", "SerialReptile", "accuracy", "adapters", "execution",
+           "functional", "heads", "import_all", "learners", "models", "outer", "restore",
+           "rl", "runs", "tasks", "training"]
+
+_loading = False  # import_all is under way
+_loaded = False  # import_all has run
+
+
+def _contents() -> _List[_Tuple[str, _Tuple[str, ...]]]:
+    """``(module, names)`` of each import of the ``if _TYPE_CHECKING:`` block above, in
+    its order, read from this file's source (nothing imported). The block is the one
+    list of the package's contents: the readers that do not run the code (the API
+    reference, IDEs, type checkers) read it as written, and :func:`import_all` imports
+    what it names."""
+    import ast
+    with open(__file__, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), __file__)
+    block = next(node for node in tree.body if isinstance(node, ast.If)
+                 and isinstance(node.test, ast.Name) and node.test.id == "_TYPE_CHECKING")
+    found = []
+    for node in block.body:
+        if isinstance(node, ast.ImportFrom) and node.module == __name__:  # its modules
+            found += [(alias.name, ()) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):  # names the package takes from a module
+            found.append((node.module[len(__name__) + 1:],
+                          tuple(alias.name for alias in node.names)))
+    return found
+
+
+def import_all() -> None:
+    """Imports all of metalearn: in a command line's process (``python -m
+    metalearn.train``, ...) TensorFlow first, with its GPU probe's lines left out of the
+    output (:mod:`metalearn._quiet`), then every subpackage, so that gin knows every
+    configurable, and binds the package's public names (``metalearn.Learner``, ...).
+    Once per process; later calls return at once.
+
+    A script's ``import metalearn`` calls it itself; an entry point calls it when it
+    starts its work (after absl parsed the flags, before gin parses), so that ``--help``
+    and flag errors never wait for TensorFlow. A public name first read before it (in a
+    command line's process) calls it too."""
+    global _loading, _loaded
+    if _loading or _loaded:
+        return
+    if _quiet.is_entry_point():  # a script's import leaves its GPUs for it to choose
+        _quiet.import_tensorflow_quietly()
+    _loading = True
+    try:
+        for module, names in _contents():
+            imported = _importlib.import_module(f"{__name__}.{module}")
+            globals().update({name: getattr(imported, name) for name in names})
+        _leave_autograph()
+        _loaded = True
+    finally:
+        _loading = False
+
+
+def _leave_autograph() -> None:
+    """AutoGraph leaves metalearn's functions as written, as it does Keras': they build
+    graph control flow with tf.while_loop / tf.cond, and converting them cost ~8 s of
+    every process's first trace. Code metalearn calls inside a compiled step (a loss, a
+    Learner subclass's override, a piece) then runs as written too, as under Keras 3."""
+    from metalearn import _compat
+    try:
+        _compat.autograph_leaves_as_written(__name__)
+    except _compat.PrivateAPIMoved as error:  # only the first trace is slower then
+        _logging.getLogger(__name__).warning("%s", error)
+
+
+def __getattr__(name: str) -> object:
+    """A public name first read in a command line's process: :func:`import_all`, then
+    the name (PEP 562). Only the names of ``__all__``; not while it imports."""
+    if name in __all__ and not _loading:
+        import_all()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))
+
 
 __version__ = "0.3.0"
 
-__all__ = ["Adapted", "ClassifierBaseline", "EmbeddingLearner", "Experiment", "Learner", "MetaGradient",
-           "MetaOptimizer", "execution",
-           "MultiStepLossLearner", "PrototypicalNetworks", "ProtoMAML", "Reptile",
-           "SerialReptile", "accuracy", "adapters", "functional", "heads", "learners",
-           "models", "outer", "restore", "rl", "runs", "tasks", "training"]
+if not _quiet.is_entry_point():  # a script, the tests: everything now, as always
+    import_all()

@@ -25,14 +25,10 @@ from typing import Callable, Dict, Optional, Sequence
 
 from absl import app, flags
 
-import metalearn  # noqa: F401
+import metalearn  # imports nothing heavy here: main calls metalearn.import_all()
 from metalearn.flags import (define_determinism_flag, define_gin_flags,
                              determinism_params, resolve_gin_files)
-from metalearn.training import evaluate, restore
-from metalearn.training.evaluation import report_figures, write_summaries
-from metalearn.runs.files import check_writable, write_json_results
-from metalearn.runs.workdir import Workdir
-from metalearn.runs.modules import import_modules
+from metalearn.runs.workdir import Workdir  # file names only (light)
 
 define_gin_flags()
 define_determinism_flag()
@@ -61,8 +57,13 @@ def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str]
     Returns:
       The report (``evaluate``'s, plus ``checkpoint_step``).
     """
+    from metalearn.runs.files import check_writable, write_json_results  # light
     Workdir(workdir).require_run()  # before the output: a typo must not create it
     path = check_writable(Workdir(workdir).evaluation(output))  # before any work
+    metalearn.import_all()  # TensorFlow and every configurable (once), before gin parses
+    from metalearn.runs.modules import import_modules
+    from metalearn.training import evaluate, restore
+    from metalearn.training.evaluation import report_figures, write_summaries
     import_modules(modules)
     params = [f"include '{p}'" for p in resolve_gin_files(gin_files)]
     experiment = restore(workdir, gin_params=params + list(gin_params), modules=modules,

@@ -1,4 +1,7 @@
-"""Flags shared by the absl entry points (gin's conventional flag names).
+"""Flags shared by the absl entry points (gin's conventional flag names), and the
+constants their flags take (:data:`STRATEGIES`, :data:`SEED_KEY`): an entry point
+defines its flags from this module and absl only, so that ``--help`` and flag errors
+import nothing heavy (no TensorFlow).
 
 An entry point calls :func:`define_gin_flags` (and :func:`define_determinism_flag`) at
 import; the flags they define belong to that entry point, as if it had defined them
@@ -19,6 +22,14 @@ from metalearn.repository import EXPERIMENTS_DIR, ROOT, MovedGinFileError, moved
 # The flags defined below are the calling entry point's: defined by it and key to it,
 # so that its --help (not only --helpfull) lists them.
 flags.disclaim_key_flags()
+
+STRATEGIES = ("default", "mirrored", "multi_worker")
+"""The tf.distribute strategies by name: ``--strategy``'s choices and the names
+:func:`metalearn.training.distribute.make_strategy` accepts."""
+
+SEED_KEY = "Runtime.seed"
+"""The binding a report averages over (``--seed_key``'s default,
+:func:`metalearn.studies.results.summarise`'s)."""
 
 GIN_FILE_HELP = ("Gin config files, parsed in order. A relative path is looked up as gin "
                  "looks up an include: from the working directory, then from the "

@@ -52,20 +52,24 @@ import math
 import os
 import re
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
+import metalearn  # imports nothing heavy here: main calls metalearn.import_all()
 from metalearn import atomic
+from metalearn.flags import SEED_KEY
 from metalearn.runs.files import write_results
 from metalearn.runs.workdir import Workdir
-from metalearn.studies import results
+
+if TYPE_CHECKING:
+    from metalearn.studies import results
 
 flags.DEFINE_string("output_dir", None, "Where to write; default: report/ inside the "
                     "first directory given.")
 flags.DEFINE_multi_string("metrics", [], "fnmatch patterns of the columns in the table "
                           "(default: every eval column and train/loss).")
-flags.DEFINE_string("seed_key", results.SEED_KEY, "The binding averaged over.")
+flags.DEFINE_string("seed_key", SEED_KEY, "The binding averaged over.")
 flags.DEFINE_string("plot_metric", None, "Column plotted against the swept values "
                     "(default: the last eval loss column, else train/loss).")
 flags.DEFINE_bool("plots", True, "Write the plots (needs matplotlib).")
@@ -135,6 +139,7 @@ def read_scalars(logdir: str) -> Dict[str, Tuple[List[int], List[float]]]:
 
 
 def default_columns(runs: Sequence[results.RunResult]) -> List[str]:
+    from metalearn.studies import results  # imported when used: --help stays light
     columns = results.metric_columns(runs)
     evals = [c for c in columns if not c.startswith("train/")]
     return ["train/loss"] * ("train/loss" in columns) + evals
@@ -181,6 +186,7 @@ def plot_learning_curves(plt, runs, keys, seed_key, path, tag="meta_loss") -> bo
 
 
 def plot_inner_steps(plt, runs, keys, seed_key, path) -> bool:
+    from metalearn.studies import results
     _, rows = results.summarise(runs, [], seed_key)
     eval_files = sorted({f for r in runs for f in r.evals})
     if not eval_files:
@@ -234,6 +240,7 @@ def _number(text: str) -> Optional[float]:
 
 
 def plot_against_swept(plt, runs, keys, seed_key, metric, output_dir) -> List[str]:
+    from metalearn.studies import results
     written = []
     for key in keys:
         others = [k for k in keys if k != key]
@@ -358,6 +365,7 @@ def evaluation_curves(paths: Sequence[str], metric: str,
     Raises:
       ValueError: an evaluation without ``metric`` (naming the metrics it has).
     """
+    from metalearn.studies import results
     curves = []
     for path in paths:
         evaluation = results.read_evaluation(path, eval_file)
@@ -411,7 +419,7 @@ def plot_evaluations(paths: Sequence[str], path: str, metric: str = "loss",
 
 
 def report(paths: Sequence[str], output_dir: Optional[str] = None,
-           metrics: Sequence[str] = (), seed_key: str = results.SEED_KEY,
+           metrics: Sequence[str] = (), seed_key: str = SEED_KEY,
            plot_metric: Optional[str] = None, plots: bool = True,
            adaptation_plot: bool = True) -> Dict[str, object]:
     """Writes the CSVs, the Markdown table and the plots of the runs under ``paths``.
@@ -429,6 +437,7 @@ def report(paths: Sequence[str], output_dir: Optional[str] = None,
     Raises:
       IncompleteError: no run is finished (the message lists each run's state).
     """
+    from metalearn.studies import results
     states = results.run_states(paths)
     incomplete = [state for state in states if not state.finished]
     if len(incomplete) == len(states):
@@ -484,6 +493,7 @@ def paired_report(workdir_a: str, workdir_b: str, output_dir: Optional[str] = No
     Returns:
       ``{"table": markdown, "files": [written paths], "result": the comparison}``.
     """
+    from metalearn.studies import results
     import json
     result = results.compare_runs(workdir_a, workdir_b, metric, steps, eval_file)
     names = [os.path.basename(os.path.normpath(w)) for w in (workdir_a, workdir_b)]
@@ -502,6 +512,7 @@ def main(argv) -> None:
     if len(argv) < 2:
         raise app.UsageError("give run directories or sweep roots: "
                              "python -m metalearn.report runs/sweep_inner_lr")
+    metalearn.import_all()  # TensorFlow and the configurables: a run may be restored
     if FLAGS.evaluations_plot:
         out = plot_evaluations(argv[1:], FLAGS.evaluations_plot, FLAGS.evaluations_metric,
                                FLAGS.labels, FLAGS.eval_file, FLAGS.title)

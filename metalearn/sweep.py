@@ -25,12 +25,16 @@ from __future__ import annotations
 
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from absl import app, flags
 
-import metalearn  # noqa: F401  (registers the configurables)
-from metalearn.flags import define_determinism_flag, define_gin_flags, determinism_params
-from metalearn.studies import sweeps
+import metalearn  # imports nothing heavy here: main calls metalearn.import_all()
+from metalearn.flags import (define_determinism_flag, define_gin_flags, determinism_params,
+                             resolve_gin_files)
+
+if TYPE_CHECKING:
+    from metalearn.studies import sweeps
 
 define_gin_flags()
 define_determinism_flag()  # every run's
@@ -55,7 +59,8 @@ FLAGS = flags.FLAGS
 
 
 def spec_from_flags() -> sweeps.SweepSpec:
-    spec = sweeps.load_sweep_file(metalearn.flags.resolve_gin_files([FLAGS.sweep_file])[0]) \
+    from metalearn.studies import sweeps
+    spec = sweeps.load_sweep_file(resolve_gin_files([FLAGS.sweep_file])[0]) \
         if FLAGS.sweep_file else sweeps.SweepSpec()
     spec.gin_files += list(FLAGS.gin_file)
     spec.gin_params += list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic)
@@ -75,11 +80,13 @@ def spec_from_flags() -> sweeps.SweepSpec:
 def main(argv) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    if not FLAGS.root and not FLAGS.execute:
+        raise app.UsageError("give --root, the sweep's directory")
+    metalearn.import_all()  # TensorFlow and every configurable, before gin parses
+    from metalearn.studies import sweeps
     if FLAGS.execute:
         sweeps.train_and_evaluate(FLAGS.execute, FLAGS.module, FLAGS.trust_workdir)
         return 0
-    if not FLAGS.root:
-        raise app.UsageError("give --root, the sweep's directory")
 
     def stop(signum, frame):  # SIGTERM stops the runs too (they resume on a rerun)
         raise SystemExit(128 + signum)

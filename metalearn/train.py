@@ -30,18 +30,11 @@ from __future__ import annotations
 import json
 import sys
 
-import gin
 from absl import app, flags, logging
 
-import metalearn  # noqa: F401  (registers the configurables)
-from metalearn.flags import (define_determinism_flag, define_gin_flags,
+import metalearn  # imports nothing heavy here: main calls metalearn.import_all()
+from metalearn.flags import (STRATEGIES, define_determinism_flag, define_gin_flags,
                              determinism_params, resolve_gin_files)
-from metalearn.runs.experiment import apply_configured_threads
-from metalearn.runs.cluster import ClusterWaitInterrupted
-from metalearn.runs.modules import allowed as allowed_modules
-from metalearn.training import build_experiment, parse_config, train
-from metalearn.training.loop import TrainingInterrupted
-from metalearn.training.distribute import STRATEGIES, make_strategy
 
 define_gin_flags()
 define_determinism_flag()
@@ -60,10 +53,17 @@ def main(argv) -> None:
     if not FLAGS.gin_file:
         raise app.UsageError("give at least one --gin_file, e.g. "
                              "--gin_file=experiments/sinusoid/maml.gin")
+    gin_files = resolve_gin_files(FLAGS.gin_file)  # a missing one: told at once
+    metalearn.import_all()  # TensorFlow and every configurable, before gin parses
+    from metalearn.runs.cluster import ClusterWaitInterrupted
+    from metalearn.runs.experiment import apply_configured_threads
+    from metalearn.runs.modules import allowed as allowed_modules
+    from metalearn.training import build_experiment, parse_config, train
+    from metalearn.training.distribute import make_strategy
+    from metalearn.training.loop import TrainingInterrupted
     # a resumed run's recorded modules are imported only if given again (--module) or
     # trusted (--trust_workdir): a workdir is data, and what it names is refused, listed
-    parse_config(resolve_gin_files(FLAGS.gin_file),
-                 list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic),
+    parse_config(gin_files, list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic),
                  modules=[*allowed_modules(FLAGS.workdir, FLAGS.module,
                                            FLAGS.trust_workdir), *FLAGS.module])
     apply_configured_threads()  # before the strategy starts TensorFlow's runtime

@@ -55,6 +55,45 @@ def test_help_lists_the_flags_a_user_needs(helps, name):
     assert "--helpfull" in help_text
 
 
+# What each entry point answers before it does any work: absl's exit status 1 and a
+# line of its text; TensorFlow is not imported for any of them.
+ANSWERS_BEFORE_WORK = [
+    *[(name, ["--help"], "Try --helpfull") for name in ("train", "evaluate", "sweep",
+                                                         "report")],
+    *[(name, ["--no_such_flag"], "Unknown command line flag 'no_such_flag'")
+      for name in ("train", "evaluate", "sweep", "report")],
+    ("train", [], "Flag --workdir must have a value other than None"),
+    ("evaluate", [], "Flag --workdir must have a value other than None"),
+    ("train", ["--workdir=runs/x"], "give at least one --gin_file"),
+    ("sweep", ["--gin_file=experiments/sinusoid/maml.gin"], "give --root"),
+    ("report", [], "give run directories or sweep roots")]
+
+
+def imported_packages(importtime: str) -> set:
+    """The top-level packages a process imported, from its ``-X importtime`` lines."""
+    return {name.split(".")[0] for name in re.findall(
+        r"^import time:\s*\d+ \|\s*\d+ \|\s*(\S+)\s*$", importtime, re.M)}
+
+
+@pytest.mark.parametrize("name, args, answer", ANSWERS_BEFORE_WORK,
+                         ids=[f"{n} {' '.join(a) or '(no flags)'}"
+                              for n, a, _ in ANSWERS_BEFORE_WORK])
+def test_answers_before_work_import_no_tensorflow(name, args, answer):
+    """``--help``, an unknown flag, a missing required flag and the usage errors ``main``
+    raises before its work answer in about a second: the entry point defines its flags
+    from light modules and imports TensorFlow and the configurables
+    (``metalearn.import_all()``) only when it starts its work."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", f"metalearn.{name}",
+                          *args], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
+    assert out.returncode == 1, (out.stdout, out.stderr[-3000:])
+    assert answer in out.stdout + out.stderr, (out.stdout, out.stderr[-3000:])
+    imported = imported_packages(out.stderr)
+    assert "absl" in imported and "metalearn" in imported, sorted(imported)  # it reads
+    heavy = {"tensorflow", "keras", "tf_keras"} & imported
+    assert not heavy, (sorted(heavy), out.stdout[-2000:])
+
+
 @pytest.mark.parametrize("name", ENTRY_POINTS)
 def test_no_gpu_probe_noise(helps, name):
     out, err, _ = helps[name]

@@ -42,6 +42,62 @@ def test_importing_metalearn_train_adds_only_gin_and_metalearn():
     assert "ray" not in found["present"], found
 
 
+# An entry point's process (`python -m metalearn.train`, faked: the package reads
+# sys.orig_argv) imports the package root lazily; a public name loads everything.
+_LAZY = """
+import sys
+sys.orig_argv = [sys.executable, "-m", "metalearn.train"]
+import metalearn
+before = sorted(m for m in ("tensorflow", "keras", "gin", "metalearn.training",
+                            "metalearn.adapters") if m in sys.modules)
+listed = {"Learner", "training", "restore"} <= set(dir(metalearn))
+from metalearn import Learner  # the first public name read: everything loads
+import gin
+from tensorflow.python.autograph.core import config
+gin.parse_config("GradientDescent.steps = 1")  # the configurables are registered
+print("LAZY", before, listed, Learner is metalearn.learners.Learner,
+      metalearn.restore is metalearn.training.restore,
+      any(rule.matches("metalearn.adapters") for rule in config.CONVERSION_RULES
+          if hasattr(rule, "matches")))
+"""
+
+_EXPLICIT = """
+import sys
+sys.orig_argv = [sys.executable, "-m", "metalearn.evaluate"]
+import gin
+import metalearn
+metalearn.import_all()
+gin.parse_config("GradientDescent.steps = 1")
+print("EXPLICIT", "tensorflow" in sys.modules,
+      set(metalearn.__all__) <= set(vars(metalearn)))
+"""
+
+_EAGER = """
+import gin
+import metalearn
+gin.parse_config("GradientDescent.steps = 1")
+print("EAGER", set(metalearn.__all__) <= set(vars(metalearn)))
+"""
+
+
+def test_an_entry_points_import_of_metalearn_is_lazy_and_a_public_name_loads_all():
+    out = _run(_LAZY)
+    assert "LAZY [] True True True True" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def test_import_all_registers_every_configurable():
+    out = _run(_EXPLICIT)
+    assert "EXPLICIT True True" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def test_a_scripts_import_of_metalearn_registers_every_configurable():
+    """Outside the entry points ``import metalearn`` imports everything at once, as
+    before: the public names are the package's own attributes, gin knows every
+    configurable."""
+    out = _run(_EAGER)
+    assert "EAGER True" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
 _THREADS = """
 import tensorflow as tf
 from metalearn.training import build_experiment, parse_config
@@ -173,6 +229,17 @@ def import_problems(root: str = ROOT):
 
 def test_no_import_circle_and_no_import_from_a_higher_floor():
     assert import_problems() == []
+
+
+def test_the_package_root_imports_no_higher_floor():
+    """The root's contents are imports under ``TYPE_CHECKING``, which the check above
+    skips, imported by ``import_all`` (``metalearn._contents()``): the same rule."""
+    import metalearn
+    contents = metalearn._contents()
+    assert contents[0] == ("adapters", ()) and ("training", ("Experiment", "restore")) \
+        in contents, contents
+    modules = [f"metalearn.{module}" for module, _ in contents]
+    assert [m for m in modules if floor_of(m) > FLOORS["metalearn"]] == []
 
 
 def _package(tmp_path, files):

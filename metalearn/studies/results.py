@@ -27,9 +27,8 @@ from metalearn.runs.gin_text import config_bindings, substitute_macros
 from metalearn.runs.lock import holder
 from metalearn.runs.workdir import Workdir
 from metalearn.training.checkpoint import STATE_FILE
+from metalearn.flags import SEED_KEY  # --seed_key's default: defined there, light
 from metalearn.statistics import paired_difference, seed_interval
-
-SEED_KEY = "Runtime.seed"
 
 
 @dataclasses.dataclass

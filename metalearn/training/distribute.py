@@ -20,12 +20,10 @@ from typing import List, Optional, Sequence
 import gin
 import tensorflow as tf
 
+from metalearn.flags import STRATEGIES  # --strategy's choices: defined there, light
 from metalearn.runs import cluster
 from metalearn.tasks.base import TaskSampler
 from metalearn.tasks.episode import Episode
-
-STRATEGIES = ("default", "mirrored", "multi_worker")
-
 
 CROSS_DEVICE_OPS = {
     "nccl": lambda: tf.distribute.NcclAllReduce(),

@@ -68,7 +68,7 @@ def test_evaluate_on_a_disk_that_fills_logs_the_figures_and_names_the_file(
 def test_evaluate_on_a_full_disk_stops_before_the_work(tmp_path, monkeypatch):
     from metalearn import evaluate as entry_point
     workdir = saved_run(tmp_path / "run")
-    monkeypatch.setattr(entry_point, "restore", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr("metalearn.training.restore", lambda *a, **k: pytest.fail("ran"))
     with no_free_space(), pytest.raises(OSError, match="No space left on device .*nothing "
                                         "was run") as info:
         entry_point.run(workdir)

@@ -204,7 +204,7 @@ def test_evaluate_output_is_checked_before_the_work(finished, tmp_path, monkeypa
     workdir = _copy(finished, tmp_path)
     report = entry_point.run(str(workdir), "results/eval.json")  # folder created
     assert json.loads((workdir / "results" / "eval.json").read_text())["num_tasks"] == 4
-    monkeypatch.setattr(entry_point, "restore", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr("metalearn.training.restore", lambda *a, **k: pytest.fail("ran"))
     with pytest.raises(FileExistsError, match="cannot write the output .*nothing was run"):
         entry_point.run(str(workdir), "metrics.json/eval.json")  # a file as its folder
     with pytest.raises(ValueError, match="is a folder"):
