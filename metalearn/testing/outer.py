@@ -214,14 +214,19 @@ class OuterRuleContract(abc.ABC):
         return values(learner)
 
     def distinct_formulations(self) -> List[str]:
-        """:attr:`formulations` less ``"auto"`` where Auto would run one of the others
-        (on a CPU it always runs ``accumulate``): the XLA and strategy cases run each
-        formulation's code once; the plain case runs ``"auto"`` as well."""
+        """The formulations the XLA and strategy cases run: :attr:`formulations` less
+        ``"auto"`` where Auto would run one of the others (on a CPU it always runs
+        ``accumulate``), and less ``"unrolled"`` where others remain (the per-task
+        reference, which Auto never chooses: a Python loop of plain ops, with no control
+        flow of its own for XLA or a strategy to meet). Each formulation Auto may run
+        is then compiled and distributed once; the plain case runs them all."""
         names = list(self.formulations)
         if "auto" in names:
             chosen = execution.Auto().choice(self.make_learner(), self.make_episodes()).mode
             if chosen in names:
                 names.remove("auto")
+        if "unrolled" in names and len(names) > 1:
+            names.remove("unrolled")
         return names
 
     def _check(self, jit_compile: bool, strategy=None,

@@ -91,7 +91,7 @@ def test_mini_imagenet_layout_equals_reference():
 
 
 def test_learned_rates_anil_and_per_step_batchnorm():
-    model = _conv_net()
+    model = _conv_net(blocks=1)  # the rules of a conv block: test_conv_batchnorm_...
     adapters = {
         "meta_sgd": lambda: MetaSGD(steps=2, learning_rate=0.2),
         "lslr_per_step_bn": lambda: PerStepLearningRates(
@@ -234,7 +234,7 @@ def test_recomputed_inner_steps_equal_stored_ones():
     """GradientDescent(wrappers=[Recompute()]): same values and meta-gradients (variables read
     inside the step included: per-step BatchNorm copies, learned rates), unrolled and
     batched."""
-    model = _conv_net()
+    model = _conv_net(blocks=1)
     again = lambda r: [Recompute()] if r else []
     adapters = [lambda r: GradientDescent(3, 0.3, wrappers=again(r)),
                 lambda r: PerStepLearningRates(2, 0.3,

@@ -35,24 +35,16 @@ def _meta_gradient(learner, episodes, mode, formulation=None):
     return [g.numpy() for g in compiled(episodes)]
 
 
-@pytest.mark.parametrize("name", ["map_fn", "unrolled"])
-def test_meta_gradient_same_eager_function_and_xla(name):
+def test_meta_gradient_same_eager_function_and_xla():
+    """A conv net's second-order meta-gradient, eagerly, in a graph and under XLA (the
+    formulations against each other: tests/execution/formulations_test.py)."""
     learner = small_learner("conv", steps=2)
-    formulation = execution.formulation(name)
+    formulation = execution.formulation("map_fn")
     episodes = image_episodes(tasks=3)
     eager = _meta_gradient(learner, episodes, "eager", formulation)
     for mode in ("function", "xla"):
         for a, b in zip(eager, _meta_gradient(learner, episodes, mode, formulation)):
             np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12, err_msg=mode)
-
-
-def test_map_fn_and_unrolled_batching_agree():
-    learner = small_learner("conv", steps=2)
-    episodes = image_episodes(tasks=4)
-    mapped = _meta_gradient(learner, episodes, "function", execution.MapFn())
-    unrolled = _meta_gradient(learner, episodes, "function", execution.Unrolled())
-    for a, b in zip(mapped, unrolled):
-        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
 
 
 def test_meta_metrics_per_task_and_accuracy():

@@ -489,22 +489,21 @@ def _clipped_run(workdir, steps):
 
 def test_a_resumed_run_continues_the_adaptive_kl_coefficient(tmp_path):
     """The coefficient is checkpointed with the run: stopped after one step and resumed
-    to two, the run ends with the uninterrupted run's coefficient and weights (halved
-    at each step here, the target far above the KL: a resume that lost it would end at
-    twice it)."""
-    whole, metrics = _clipped_run(str(tmp_path / "whole"), 2)
-    assert float(whole.outer_rule.kl_coefficient.numpy()) == 0.025
-    assert metrics["kl_coefficient"] == pytest.approx(0.025)
-    _clipped_run(str(tmp_path / "resumed"), 1)
-    resumed, _ = _clipped_run(str(tmp_path / "resumed"), 2)
+    to two, the run ends with the uninterrupted run's coefficient, 0.1 halved at each
+    step (the target far above the KL): a resume that lost it would end at twice it.
+    (A resumed run's weights equal an uninterrupted one's: tests/training/resume_test.py.)"""
+    first, metrics = _clipped_run(str(tmp_path / "resumed"), 1)
+    assert float(first.outer_rule.kl_coefficient.numpy()) == 0.05
+    resumed, metrics = _clipped_run(str(tmp_path / "resumed"), 2)
     assert float(resumed.outer_rule.kl_coefficient.numpy()) == 0.025
+    assert metrics["kl_coefficient"] == pytest.approx(0.025)
     import gin
     try:  # restore() (evaluation, notebooks) loads the rule's state with the weights
-        restored = metalearn.training.restore(str(tmp_path / "whole"))
+        restored = metalearn.training.restore(str(tmp_path / "resumed"))
     finally:
         gin.clear_config()
     assert float(restored.outer_rule.kl_coefficient.numpy()) == 0.025
-    for a, b in zip(whole.learner.meta_variables, resumed.learner.meta_variables):
+    for a, b in zip(restored.learner.meta_variables, resumed.learner.meta_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
