@@ -528,6 +528,13 @@ def test_trpo_trains_from_the_point_navigation_config(tmp_path):
     assert np.isfinite(metrics["return"])
 
 
+def test_the_trust_region_runs_the_formulation_auto_chooses():
+    """Given ``Auto``, TRPO and the clipped ratio run the formulation it resolves to (on
+    a CPU: Accumulate), so the contracts below run that one in its place."""
+    region = TrustRegion(_learner(), _episodes(), execution.Auto())
+    assert type(region.formulation) is execution.Accumulate
+
+
 # --- the outer-rule contract ---------------------------------------------------------
 
 
@@ -547,8 +554,10 @@ class TestTRPOContract(OuterRuleContract):
     covers = (TRPO,)
     tolerance = 1e-7
     # a policy learner's rollouts cannot run on a task axis (Batched refuses it, naming
-    # the Rollouts wrapper: tests/rl/meta_rl_test.py)
-    formulations = [f for f in FORMULATIONS if f != "batched"]
+    # the Rollouts wrapper: tests/rl/meta_rl_test.py); the trust region resolves the
+    # formulation it is given before any use (TrustRegion: Auto runs accumulate's step,
+    # op for op)
+    formulations = [f for f in FORMULATIONS if f not in ("batched", "auto")]
 
     def make_rule(self):
         return _rule()
