@@ -1,0 +1,124 @@
+r"""Seconds to the first result, as a newcomer meets them: a command line started in a
+fresh process, timed to its first progress line and to the evaluation's first figure.
+
+    python -m benchmarks.first_result --jobs=sinusoid,omniglot --rounds=2 \
+        --trees=.,/tmp/before
+
+For each round, each job and each checkout in ``--trees`` (alternating, so that a load
+on the machine falls on every tree alike), in a fresh temporary workdir:
+
+* ``python -m metalearn.train --gin_file=<job's file> --gin_param=Loop.num_steps=<N>``:
+  the time from the command's start to its first ``step`` line (data prepared, the step
+  traced and run) and to its exit;
+* ``python -m metalearn.evaluate --workdir=<that run>``: the time to its first figure
+  (``... inner steps: ...``) and to its exit.
+
+The jobs: ``sinusoid`` is the README's main command shortened to ``--steps`` meta-steps
+(its evaluation is the main job's: 600 tasks after 1, 5 and 10 inner steps);
+``omniglot`` is ProtoNets on the minimal Omniglot split (``../shared/data/omniglot``),
+5-way 1-shot, 600 test tasks. Each checkout runs its own code (its folder first on
+``PYTHONPATH``, the command run from it). Prints one JSON line per run, then a table of
+the medians per job and tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Sequence
+
+from absl import app, flags
+
+JOBS = {
+    "sinusoid": "experiments/sinusoid/maml.gin",
+    "omniglot": "experiments/omniglot/minimal/protonets_5way_1shot.gin",
+}
+
+flags.DEFINE_list("jobs", list(JOBS), f"Jobs to time, of {sorted(JOBS)}.")
+flags.DEFINE_list("trees", ["."], "Checkouts of metalearn to compare (the first is 'this').")
+flags.DEFINE_integer("rounds", 2, "Rounds; each runs every job in every tree once.")
+flags.DEFINE_integer("steps", 200, "Meta-steps of each training run.")
+FLAGS = flags.FLAGS
+
+STEP_LINE = re.compile(r"\] step \d+/\d+ ")
+FIGURE_LINE = re.compile(r"^\d+ inner steps: ")
+
+
+def timed(command: Sequence[str], cwd: str, marker: "re.Pattern[str]") -> Dict[str, float]:
+    """Runs ``command`` in ``cwd`` with its folder first on ``PYTHONPATH``: seconds from
+    the start to the first output line matching ``marker`` (``None`` if none) and to the
+    exit. Raises ``RuntimeError`` with the output's tail if the command fails."""
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(cwd))
+    start = time.perf_counter()
+    first: Optional[float] = None
+    lines: List[str] = []
+    with subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as process:
+        for line in process.stdout:
+            lines.append(line)
+            if first is None and marker.search(line):
+                first = time.perf_counter() - start
+        code = process.wait()
+    total = time.perf_counter() - start
+    if code != 0:
+        raise RuntimeError(f"{' '.join(command)} exited with {code}:\n"
+                           + "".join(lines[-30:]))
+    return {"first_s": None if first is None else round(first, 2), "total_s": round(total, 2)}
+
+
+def run_job(job: str, tree: str, steps: int) -> Dict[str, object]:
+    """One job in one checkout: training, then evaluation, each in a fresh process."""
+    with tempfile.TemporaryDirectory(prefix="first_result_") as folder:
+        workdir = os.path.join(folder, "run")
+        train = timed([sys.executable, "-m", "metalearn.train", f"--gin_file={JOBS[job]}",
+                       f"--workdir={workdir}", f"--gin_param=Loop.num_steps={steps}"],
+                      tree, STEP_LINE)
+        evaluate = timed([sys.executable, "-m", "metalearn.evaluate",
+                          f"--workdir={workdir}"], tree, FIGURE_LINE)
+    return {"job": job, "tree": tree, "steps": steps,
+            "train_first_line_s": train["first_s"], "train_s": train["total_s"],
+            "evaluate_first_figure_s": evaluate["first_s"], "evaluate_s": evaluate["total_s"]}
+
+
+def table(rows: Sequence[Dict[str, object]]) -> str:
+    """Medians per job and tree, as a Markdown table."""
+    keys = ("train_first_line_s", "train_s", "evaluate_first_figure_s", "evaluate_s")
+    lines = ["| job | tree | runs | " + " | ".join(keys) + " |",
+             "| --- " * (3 + len(keys)) + "|"]
+    for job in dict.fromkeys(r["job"] for r in rows):
+        for tree in dict.fromkeys(r["tree"] for r in rows):
+            mine = [r for r in rows if r["job"] == job and r["tree"] == tree]
+            if not mine:
+                continue
+            cells = []
+            for key in keys:
+                values = [r[key] for r in mine if r[key] is not None]
+                cells.append(f"{statistics.median(values):.1f}" if values else "-")
+            lines.append(f"| {job} | {tree} | {len(mine)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    unknown = sorted(set(FLAGS.jobs) - set(JOBS))
+    if unknown:
+        raise app.UsageError(f"--jobs: unknown {unknown}; known: {sorted(JOBS)}")
+    rows = []
+    for round_ in range(FLAGS.rounds):
+        for job in FLAGS.jobs:
+            for tree in FLAGS.trees:
+                row = {"round": round_ + 1, **run_job(job, tree, FLAGS.steps)}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    app.run(main)
