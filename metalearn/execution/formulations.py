@@ -42,9 +42,9 @@ class TaskLearner(Protocol):
         """The Keras model, whose weights' dtype is the figures' (``float64`` for a
         float64 model, else ``float32``: :func:`metalearn.functional.metric_dtype`)."""
 
-    def run_task(self, episode: Episode, steps: Optional[int] = None,
+    def run_task(self, episode: Episode, steps: Union[None, int, Sequence[int]] = None,
                  weights: Optional[Dict[str, tf.Tensor]] = None,
-                 resume: Optional[Resume] = None) -> TaskRun:
+                 resume: Optional[Resume] = None) -> Union[TaskRun, Dict[int, TaskRun]]:
         """One task's run (no task axis); given a list of counts of inner steps
         (``steps``), the runs after each by count, from one run where the pieces say
         so (``pieces.capabilities.step_prefix``)."""

@@ -122,10 +122,10 @@ class Capabilities:
         step depends on the steps before it and its index alone, never on how many
         steps the run makes (so a learned optimizer fed the fraction of the horizon
         does not have it), and the loop can keep the weights after each step. Then
-        :meth:`~metalearn.Learner.run_task_counts` adapts once, for the most steps
-        asked, and measures after each count on the way (evaluation after 1, 5 and 10
-        steps: one run of 10). Off unless a piece says it (every shipped piece that
-        qualifies does); every part must have it.
+        :meth:`~metalearn.Learner.run_task` given several counts adapts once, for the
+        most steps asked, and measures after each count on the way (evaluation after
+        1, 5 and 10 steps: one run of 10). Off unless a piece says it (every shipped
+        piece that qualifies does); every part must have it.
     """
 
     custom_gradient: bool = False
