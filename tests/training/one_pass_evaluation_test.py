@@ -1,9 +1,10 @@
 """Evaluation after several numbers of inner steps from one run: ``evaluate(...,
 inner_steps=(1, 3, 5))`` gives exactly the per-task figures of evaluating each count
-on its own, for learners whose pieces allow one run (MAML, Meta-SGD, ANIL, a conv net
-with BatchNorm, MAML++, Proto-MAML, inner Adam) and for those that run each count on
-its own (a ``WhileLoop``, Prototypical Networks); one function is traced for all
-counts, and one run of the most steps adapts each task."""
+on its own, for learners whose pieces allow one run (MAML, Meta-SGD, LSLR, ANIL, inner
+Adam, a learned rule, recomputed mini-batch steps, a conv net with BatchNorm, MAML++,
+Proto-MAML) and for those that run each count on its own (a ``WhileLoop``, Prototypical
+Networks, a class of its own ``run_task``); one function is traced for all counts, and
+one run of the most steps adapts each task."""
 
 import keras
 import numpy as np
@@ -13,7 +14,8 @@ import tensorflow as tf
 import metalearn
 from metalearn import execution, models
 from metalearn.adapters import (GradientDescent, GradientStep, InnerAdam, LearnedRates,
-                                Mask, MetaSGD, PerStepWeights, WhileLoop)
+                                LearnedRule, Mask, MetaSGD, MiniBatches, PerStepWeights,
+                                Recompute, WhileLoop)
 from metalearn.tasks import FewShotClassification, Sinusoid
 from metalearn.testing import softmax_xent
 from metalearn.training import evaluation
@@ -72,7 +74,10 @@ def _check_same(learner, sampler, counts=COUNTS, **kwargs):
     lambda: GradientDescent(2, update=[LearnedRates("layer_step", 0.05)]),  # LSLR, clamped
     lambda: GradientDescent(2, update=[Mask(("head",)), GradientStep(0.1)]),  # ANIL
     lambda: GradientDescent(2, first_order=True, update=InnerAdam(0.01)),
-], ids=["maml", "meta_sgd", "lslr", "anil", "first_order_adam"])
+    lambda: GradientDescent(2, update=LearnedRule(0.01)),  # reads the step, not the count
+    lambda: GradientDescent(2, 0.05, wrappers=[Recompute(), MiniBatches(2)]),
+], ids=["maml", "meta_sgd", "lslr", "anil", "first_order_adam", "learned_rule",
+        "recompute_mini_batches"])
 def test_counts_from_one_run_give_each_counts_figures(adapter):
     learner = _sinusoid_learner(adapter())
     assert learner.pieces.step_prefix_reasons() == []
