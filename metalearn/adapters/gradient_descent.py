@@ -103,7 +103,8 @@ class GradientDescent(Adapter):
         return plain[0].learning_rate if len(plain) == 1 else None
 
     def own_capabilities(self) -> Capabilities:
-        return Capabilities()  # elementwise steps; the parts say the rest
+        # elementwise steps, numbered from 0 whatever their count; the parts say the rest
+        return Capabilities(step_prefix=True)
 
     def own_inner_steps(self) -> int:
         return self.steps

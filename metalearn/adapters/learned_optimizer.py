@@ -51,7 +51,7 @@ import tensorflow as tf
 from metalearn.adapters.optimizers import safe_sqrt
 from metalearn.adapters.updates import StepInfo, Update
 from metalearn.functional import Weights
-from metalearn.pieces import COUNT, DECAY, POSITIVE, STEPS, check_range
+from metalearn.pieces import COUNT, DECAY, POSITIVE, STEPS, Capabilities, check_range
 
 ACTIVATIONS = ("tanh", "relu", "gelu")
 
@@ -326,6 +326,11 @@ class LearnedRule(Update):
         return update, (momenta, v)
 
     # --- the update transform -------------------------------------------------------
+
+    def own_capabilities(self) -> Capabilities:
+        # features of the gradient, the weight, the accumulators and t = step + 1 alone:
+        # never the number of steps the run makes
+        return Capabilities(step_prefix=True)
 
     def init(self, weights):
         return {p: self.init_one(w) for p, w in weights.items()}

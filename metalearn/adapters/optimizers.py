@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from metalearn.adapters.hyperparameters import Learned, Value
 from metalearn.adapters.updates import Update
-from metalearn.pieces import DECAY, EPSILON, POSITIVE
+from metalearn.pieces import DECAY, EPSILON, POSITIVE, Capabilities
 
 
 def _zeros(weights):
@@ -65,6 +65,9 @@ class InnerMomentum(Update):
         self.momentum = self.hyperparameter("momentum", momentum, DECAY)
         self.nesterov = bool(nesterov)
 
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(step_prefix=True)  # its state and the step index alone
+
     def init(self, weights):
         return _zeros(weights)
 
@@ -100,6 +103,9 @@ class InnerAdam(Update):
         self.beta_1 = self.hyperparameter("beta_1", beta_1, DECAY)
         self.beta_2 = self.hyperparameter("beta_2", beta_2, DECAY)
         self.epsilon = self.hyperparameter("epsilon", epsilon, EPSILON)
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(step_prefix=True)  # its state and the step index alone
 
     def init(self, weights):
         return _zeros(weights), _zeros(weights)
@@ -142,6 +148,9 @@ class InnerRMSProp(Update):
         self.epsilon = self.hyperparameter("epsilon", epsilon, EPSILON)
         self.centered = bool(centered)
         self._uses_momentum = _learnable(momentum)
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(step_prefix=True)  # its state and the step index alone
 
     def init(self, weights):
         return (_zeros(weights), _zeros(weights) if self.centered else (),

@@ -146,6 +146,9 @@ class Chain(Update):
                 raise TypeError(f"Chain takes Update transforms, got {t!r}")
         self.transforms = list(transforms)
 
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(step_prefix=True)  # a chain: its transforms say the rest
+
     def select(self, paths: Sequence[str]) -> List[str]:
         for t in self.transforms:
             paths = t.select(paths)
@@ -175,6 +178,9 @@ class GradientStep(Update):
         super().__init__(name=name)
         self.learning_rate = self.hyperparameter("learning_rate", learning_rate, POSITIVE)
 
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(step_prefix=True)  # a rate per step index at most
+
     def update(self, grads, state, weights, info):
         return {p: -self.hp("learning_rate", p, info, g.dtype) * g
                 for p, g in grads.items()}, state
@@ -186,7 +192,7 @@ class FirstOrder(Update):
     (same values; the second-order terms through them are dropped)."""
 
     def own_capabilities(self) -> Capabilities:
-        return Capabilities(first_order=True)
+        return Capabilities(first_order=True, step_prefix=True)
 
     def update(self, grads, state, weights, info):
         return {p: tf.stop_gradient(g) for p, g in grads.items()}, state
@@ -205,6 +211,9 @@ class AnnealOrder(Update):
             raise ValueError("AnnealOrder needs first_order_steps (a whole number >= 0)")
         self.first_order_steps = check_range("AnnealOrder", "first_order_steps",
                                              first_order_steps, STEPS)
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(step_prefix=True)  # reads the outer step, not the inner count
 
     def update(self, grads, state, weights, info):
         if self.first_order_steps == 0:
@@ -234,6 +243,9 @@ class Mask(Update):
         self.patterns = check_patterns(patterns, "Mask")
         self.invert = bool(invert)
 
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(step_prefix=True)
+
     def select(self, paths):
         matched = select_paths(paths, self.patterns, "Mask")
         if not self.invert:
@@ -261,7 +273,7 @@ class ClipByGlobalNorm(Update):
         self.max_norm = check_range("ClipByGlobalNorm", "max_norm", max_norm, POSITIVE)
 
     def own_capabilities(self) -> Capabilities:
-        return Capabilities(task_axis=False)
+        return Capabilities(task_axis=False, step_prefix=True)
 
     def update(self, grads, state, weights, info):
         paths = list(grads)
@@ -288,6 +300,9 @@ class Proximal(Update):
             raise ValueError("Proximal needs regularization (lambda, > 0)")
         self.regularization = check_range("Proximal", "regularization", regularization,
                                           POSITIVE)
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(step_prefix=True)  # w_0: where the loop started
 
     def init(self, weights):
         return dict(weights)

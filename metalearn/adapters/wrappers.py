@@ -114,6 +114,9 @@ class PerStepWeights(StepWrapper):
                            name=variable_name(p, "per_step"))
             for p in self._paths]  # each [steps + 1, *shape]
 
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(step_prefix=True)  # copy k after step k, whatever the count
+
     def own_meta_variables(self):
         return list(self._copies)
 
@@ -151,7 +154,7 @@ class Recompute(StepWrapper):
     """
 
     def own_capabilities(self) -> Capabilities:
-        return Capabilities(custom_gradient=True)
+        return Capabilities(custom_gradient=True, step_prefix=True)
 
     def wrap(self, step_fn):
         def recomputed(weights, state, step, x, y):
@@ -210,7 +213,7 @@ class MiniBatches(StepWrapper):
         self.batch_size = check_range("MiniBatches", "batch_size", batch_size, COUNT)
 
     def own_capabilities(self) -> Capabilities:
-        return Capabilities(task_axis=False)
+        return Capabilities(task_axis=False, step_prefix=True)  # step k's batch: k alone
 
     def batch(self, x, y, step):
         n = tf.shape(tf.nest.flatten(y)[0])[0]
@@ -245,7 +248,9 @@ class SupportFromWeights(StepWrapper):
         self.fn = fn
 
     def own_capabilities(self) -> Capabilities:
-        return Capabilities(task_axis=False)  # fn sees one task's weights
+        # fn sees one task's weights; what it makes of the step (a rollout drawing
+        # random numbers, say) is its own: no step_prefix
+        return Capabilities(task_axis=False)
 
     def wrap(self, step_fn: StepFn) -> StepFn:
         def step(weights, state, k, x, y):
@@ -278,6 +283,12 @@ class WhileLoop(StepWrapper):
         super().__init__(name=name)
         self.parallel_iterations = check_range("WhileLoop", "parallel_iterations",
                                                parallel_iterations, COUNT)
+
+    def own_capabilities(self) -> Capabilities:
+        # no step_prefix: its point is a graph and memory flat in the steps, which
+        # keeping every step's weights for the counts of one run would give up
+        # (run_steps keeps none); each count runs on its own
+        return Capabilities()
 
     def iterate(self, one_step, weights, state, steps, keep_all):
         if steps == 0:

@@ -6,7 +6,7 @@ traced."""
 from __future__ import annotations
 
 import weakref
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import gin
 import tensorflow as tf
@@ -170,6 +170,18 @@ class Auto(Formulation):
 
     def metrics(self, learner, episodes, steps=None, weights=None):
         return self.resolve(learner, episodes, steps).metrics(learner, episodes, steps, weights)
+
+    def metrics_by_steps(self, learner, episodes, counts, weights=None):
+        # each count as metrics(steps=count) would resolve it (the choice weighs the
+        # inner steps): the counts of one resolution run together
+        groups: Dict[str, List[int]] = {}
+        for count in dict.fromkeys(counts):
+            groups.setdefault(self.choice(learner, episodes, count).mode, []).append(count)
+        found: Dict[int, Dict[str, tf.Tensor]] = {}
+        for group in groups.values():
+            found.update(self.resolve(learner, episodes, group[0]).metrics_by_steps(
+                learner, episodes, group, weights))
+        return {k: found[k] for k in dict.fromkeys(counts)}
 
     def adapted(self, learner, episodes, steps=None, weights=None):
         return self.resolve(learner, episodes, steps).adapted(learner, episodes, steps, weights)

@@ -29,7 +29,8 @@ class TaskLearner(Protocol):
     @property
     def pieces(self) -> Pieces:
         """The learner's pieces: ``capabilities.custom_gradient`` (a tape around a
-        compiled loop over tasks would not see it) and ``gradient_metrics`` (handles
+        compiled loop over tasks would not see it), ``capabilities.step_prefix``
+        (several counts of inner steps from one run) and ``gradient_metrics`` (handles
         whose gradients are backward-pass figures)."""
 
     @property
@@ -41,10 +42,12 @@ class TaskLearner(Protocol):
         """The Keras model, whose weights' dtype is the figures' (``float64`` for a
         float64 model, else ``float32``: :func:`metalearn.functional.metric_dtype`)."""
 
-    def run_task(self, episode: Episode, steps: Optional[int] = None,
+    def run_task(self, episode: Episode, steps: Union[None, int, Sequence[int]] = None,
                  weights: Optional[Dict[str, tf.Tensor]] = None,
-                 resume: Optional[Resume] = None) -> TaskRun:
-        """One task's run (no task axis)."""
+                 resume: Optional[Resume] = None) -> Union[TaskRun, Dict[int, TaskRun]]:
+        """One task's run (no task axis); given a list of counts of inner steps
+        (``steps``), the runs after each by count, from one run where the pieces say
+        so (``pieces.capabilities.step_prefix``)."""
 
     def run_tasks(self, episodes: Episode, steps: Optional[int] = None,
                   weights: Optional[Dict[str, tf.Tensor]] = None,
@@ -120,6 +123,8 @@ class Formulation:
     * :meth:`per_task`: any function of one episode, for every task, stacked;
     * :meth:`metrics`: each task's figures (``[tasks]`` each) of its
       :meth:`~metalearn.Learner.run_task`;
+    * :meth:`metrics_by_steps`: those figures after each of several numbers of inner
+      steps, in one graph (one run for all where the pieces allow it);
     * :meth:`adapted`: each task's adapted weights and figures;
     * :meth:`gradients`: the meta-gradient of the mean objective and the figures;
     * :meth:`task_gradients`: each task's meta-gradient (``[tasks, ...]``).
@@ -157,6 +162,25 @@ class Formulation:
         ``None``: the learner's, read in each task's run)."""
         return self.per_task(learner, lambda e: learner.run_task(e, steps, weights).metrics,
                              episodes, figures_signature(learner))
+
+    def metrics_by_steps(self, learner: TaskLearner, episodes: Any, counts: Sequence[int],
+                         weights: Optional[Dict[str, tf.Tensor]] = None
+                         ) -> Dict[int, Dict[str, tf.Tensor]]:
+        """:meth:`metrics` after each number of inner steps in ``counts``, by count
+        (``{count: {metric: [tasks]}}``, the same figures as ``metrics(learner,
+        episodes, count, weights)``) in one function of each episode: every count of a
+        task from one :meth:`~metalearn.Learner.run_task` given the counts where the
+        pieces allow it (``capabilities.step_prefix``), else one run per count."""
+        counts = list(dict.fromkeys(counts))
+        spec = {k: figures_signature(learner) for k in counts}
+
+        def one_task(episode):
+            if learner.pieces.capabilities.step_prefix:
+                runs = learner.run_task(episode, counts, weights)
+            else:  # a class of its own run_task: each count on its own
+                runs = {k: learner.run_task(episode, k, weights) for k in counts}
+            return {k: run.metrics for k, run in runs.items()}
+        return self.per_task(learner, one_task, episodes, spec)
 
     def adapted(self, learner: TaskLearner, episodes: Any, steps: Optional[int] = None,
                 weights: Optional[Dict[str, tf.Tensor]] = None
@@ -336,6 +360,11 @@ class Batched(Formulation):
 
     def metrics(self, learner, episodes, steps=None, weights=None):
         return learner.run_tasks(episodes, steps, weights).metrics
+
+    def metrics_by_steps(self, learner, episodes, counts, weights=None):
+        # every task at once, once per count (run_tasks keeps no trajectory)
+        return {k: self.metrics(learner, episodes, k, weights)
+                for k in dict.fromkeys(counts)}
 
     def adapted(self, learner, episodes, steps=None, weights=None):
         if weights is None:

@@ -6,6 +6,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gin
 import keras
+import numpy as np
 import tensorflow as tf
 
 from metalearn import _compat, configurables, execution, functional
@@ -267,23 +268,37 @@ def support_objective(learner: "Learner") -> LossFn:
     return SplitLoss(learner._support_outputs, learner.task_loss)
 
 
-class TaskAxisRules(Piece):
-    """The learner's own part in running its tasks on a task axis
-    (:meth:`Learner.run_tasks`, the ``Batched`` formulation), held among its
-    :attr:`~Learner.pieces` so that the question is asked of the pieces alone: whether
-    its model's layers have batched rules (:func:`metalearn.functional.batched.supports`)
-    and whether its class runs the per-task methods :meth:`~Learner.run_tasks` runs
-    (:data:`BATCHED_METHODS`) as ``Learner`` defines them."""
+ONE_RUN_METHODS = ("run_task", "adapt_and_measure")
+"""The learner's methods that :meth:`Learner.run_task` given several counts of inner
+steps replaces by one run along the trajectory: a class that overrides one runs each
+count on its own."""
 
-    def __init__(self, reasons: Sequence[str]):
+
+class TaskAxisRules(Piece):
+    """The learner's own part in running its tasks, held among its
+    :attr:`~Learner.pieces` so that the questions are asked of the pieces alone: on a
+    task axis (:meth:`Learner.run_tasks`, the ``Batched`` formulation), whether its
+    model's layers have batched rules (:func:`metalearn.functional.batched.supports`)
+    and whether its class runs the per-task methods :meth:`~Learner.run_tasks` runs
+    (:data:`BATCHED_METHODS`) as ``Learner`` defines them; for several counts of inner
+    steps from one run (``Capabilities.step_prefix``, :meth:`Learner.run_task` given
+    counts), whether its class adapts as ``Learner`` does (:data:`ONE_RUN_METHODS`)
+    and its adapter reports no figures of a whole run."""
+
+    def __init__(self, reasons: Sequence[str], one_run_reasons: Sequence[str] = ()):
         super().__init__(name="task_axis_rules")
         self.reasons = list(reasons)
+        self.one_run_reasons = list(one_run_reasons)
 
     def own_capabilities(self) -> Capabilities:
-        return Capabilities(task_axis=not self.reasons)
+        return Capabilities(task_axis=not self.reasons,
+                            step_prefix=not self.one_run_reasons)
 
     def own_task_axis_reasons(self) -> List[str]:
         return list(self.reasons)
+
+    def own_step_prefix_reasons(self) -> List[str]:
+        return list(self.one_run_reasons)
 
 
 @gin.configurable
@@ -381,7 +396,8 @@ class Learner(tf.Module):
         # The outer-step counter: advanced by the compiled meta-step (training.loop),
         # checkpointed with the learner, read by schedules over meta-training.
         self.meta_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="meta_step")
-        self._task_axis_rules = TaskAxisRules(self._own_task_axis_reasons())
+        self._task_axis_rules = TaskAxisRules(self._own_task_axis_reasons(),
+                                              self._own_step_prefix_reasons())
         for piece in [*self.pieces, *_step_reading_layers(model)]:
             if piece.meta_step is None:
                 piece.bind(self.meta_step)
@@ -558,17 +574,30 @@ class Learner(tf.Module):
     records them: a run of a number of steps given explicitly (evaluation) is measured
     after its last step. Needs an adapter with ``adapt_trajectory`` (``GradientDescent``)."""
 
-    def run_task(self, episode: Episode, steps: Optional[int] = None,
+    def run_task(self, episode: Episode, steps: Union[None, int, Sequence[int]] = None,
                  weights: Optional[Weights] = None,
-                 resume: Optional[Resume] = None, measure: bool = True) -> TaskRun:
+                 resume: Optional[Resume] = None, measure: bool = True
+                 ) -> Union[TaskRun, Dict[int, TaskRun]]:
         """One task's run, the pipeline every formulation, outer rule and evaluation
         calls: :meth:`split`, the task start (:meth:`task_initial_weights`), adaptation
         (:meth:`adapt_and_measure`), :meth:`query_data`, :meth:`predict`,
         :meth:`query_metrics`, then :meth:`objective_of`.
 
+        Given several counts of inner steps (``steps`` a list or tuple, e.g.
+        ``(1, 5, 10)``), the runs after each, by count: each what ``run_task(episode,
+        count, ...)`` gives, with the same ops. Where the pieces allow it
+        (``pieces.capabilities.step_prefix``: every piece says that the first ``k``
+        steps of an ``n``-step run are a ``k``-step run, and the learner's class adapts
+        as ``Learner`` does) the task adapts once, for the most steps, along its
+        trajectory (:func:`adapt_trajectory`), and the weights after each count are
+        measured as a run of that count is (the adapter's task state, then
+        :meth:`query_data` on): evaluation after 1, 5 and 10 steps runs 10 inner steps,
+        not 16. Otherwise (``pieces.step_prefix_reasons()`` say why) one run per count.
+
         Args:
           episode: one episode (no task axis).
-          steps: inner steps, overriding the adapter's default (e.g. more at test time).
+          steps: inner steps, overriding the adapter's default (e.g. more at test time);
+            or a list or tuple of counts (whole numbers ``>= 0``; a repeat runs once).
           weights: starting weights; defaults to :meth:`initial_weights`.
           resume: a carried trajectory to continue (:class:`~metalearn.learners.task.
             Resume`, from :mod:`metalearn.outer.truncated`) instead of adapting from the
@@ -581,15 +610,47 @@ class Learner(tf.Module):
 
         Returns:
           A :class:`~metalearn.learners.task.TaskRun`; its ``metrics`` are checked
-          against :attr:`metric_names`.
+          against :attr:`metric_names`. Given counts, ``{count: TaskRun}`` in their
+          order.
         """
+        if isinstance(steps, (list, tuple)):
+            return self._run_counts(episode, steps, weights, resume, measure)
         support_x, support_y, query_x, query_y = self.split(episode)
         adapted, figures, trajectory, state = self._adaptation(support_x, support_y, steps,
                                                                weights, resume)
-        query_x, query_y = self.query_data(adapted, query_x, query_y)
-        predictions = predict_on(self, adapted, query_x, query_y)
-        run = TaskRun(adapted, support_x, support_y, query_x, query_y, predictions, {},
-                      steps, trajectory, state)
+        run = TaskRun(adapted, support_x, support_y, query_x, query_y, None, {}, steps,
+                      trajectory, state)
+        return self._measured(run, figures, measure)
+
+    def _run_counts(self, episode: Episode, counts: Sequence[int],
+                    weights: Optional[Weights], resume: Optional[Resume],
+                    measure: bool) -> Dict[int, TaskRun]:
+        # run_task given several counts of inner steps
+        counts = list(dict.fromkeys(counts))
+        if not counts or any(isinstance(k, bool) or not isinstance(k, (int, np.integer))
+                             or k < 0 for k in counts):
+            raise ValueError(f"run_task needs whole numbers of inner steps >= 0 for its "
+                             f"counts, got {counts}")
+        if resume is not None:
+            raise ValueError("run_task continues a carried trajectory (resume) for "
+                             "resume.steps inner steps, not for several counts")
+        counts = [int(k) for k in counts]
+        if not self.pieces.capabilities.step_prefix:
+            return {k: self.run_task(episode, k, weights, measure=measure) for k in counts}
+        support_x, support_y, query_x, query_y = self.split(episode)
+        path = adapt_trajectory(self, support_x, support_y, max(counts), weights)
+        return {k: self._measured(TaskRun(self._solution(path[k], support_x, support_y),
+                                          support_x, support_y, query_x, query_y, None,
+                                          {}, k), {}, measure)
+                for k in counts}
+
+    def _measured(self, run: TaskRun, figures: Dict[str, tf.Tensor],
+                  measure: bool = True) -> TaskRun:
+        # the steps of run_task after adaptation, on a run of its adapted solution and
+        # the episode's query set: query data, predictions, metrics, objective
+        query_x, query_y = self.query_data(run.adapted, run.query_x, run.query_y)
+        predictions = predict_on(self, run.adapted, query_x, query_y)
+        run = run._replace(query_x=query_x, query_y=query_y, predictions=predictions)
         if not measure:
             return run
         metrics = self.query_metrics(query_y, predictions)
@@ -680,6 +741,18 @@ class Learner(tf.Module):
                     if getattr(type(self), method) is not getattr(Learner, method)]
         return reasons
 
+    def _own_step_prefix_reasons(self) -> List[str]:
+        # what the learner itself (not its pieces) stands in the way of measuring
+        # several counts of inner steps along one run: its class's adaptation, the
+        # adapter's figures of a whole run
+        reasons = [f"{type(self).__name__} overrides {method}()"
+                   for method in ONE_RUN_METHODS
+                   if getattr(type(self), method) is not getattr(Learner, method)]
+        if self.adapter.metric_names:
+            reasons.append(f"{type(self.adapter).__name__} measures "
+                           f"{list(self.adapter.metric_names)} on a whole run")
+        return reasons
+
     def run_tasks(self, episodes: Episode, steps: Optional[int] = None,
                   weights: Optional[Weights] = None,
                   task_weights: Optional[Weights] = None) -> TaskRun:
@@ -753,15 +826,22 @@ class Learner(tf.Module):
         adapter's figures (:attr:`~metalearn.adapters.Adapter.metric_names`)."""
         return ["loss", *self.metrics, *self.adapter.metric_names]
 
-    def meta_metrics(self, episodes: Episode, steps: Optional[int] = None,
+    def meta_metrics(self, episodes: Episode, steps: Union[None, int, Sequence[int]] = None,
                      weights: Optional[Weights] = None,
                      formulation: Optional["execution.Formulation"] = None
-                     ) -> Dict[str, tf.Tensor]:
+                     ) -> Union[Dict[str, tf.Tensor], Dict[int, Dict[str, tf.Tensor]]]:
         """Per-task metrics of a batch of episodes (leading task axis), each ``[tasks]``.
+
+        Given several counts of inner steps (``steps`` a list or tuple), the metrics
+        after each, by count (``{count: {metric: [tasks]}}``, each what ``steps=count``
+        gives), every task's counts from one run where the pieces allow it
+        (:meth:`run_task`; ``Formulation.metrics_by_steps``): what evaluation traces
+        once for all its counts.
 
         Args:
           episodes: a batch of episodes with a leading task axis.
-          steps: inner steps, overriding the adapter's default.
+          steps: inner steps, overriding the adapter's default; or a list or tuple of
+            counts.
           weights: initial weights to adapt from; defaults to the model's variables.
           formulation: how the tasks run (:mod:`metalearn.execution`); defaults to
             :class:`~metalearn.execution.Auto`, resolved as the meta-step resolves it.
@@ -770,7 +850,10 @@ class Learner(tf.Module):
             episodes.check_tasks()  # static shapes: at trace time
         if weights is None:
             weights = self.initial_weights()  # read once: one tape record for all tasks
-        return execution.formulation(formulation).metrics(self, episodes, steps, weights)
+        chosen = execution.formulation(formulation)
+        if isinstance(steps, (list, tuple)):
+            return chosen.metrics_by_steps(self, episodes, steps, weights)
+        return chosen.metrics(self, episodes, steps, weights)
 
     def meta_loss(self, episodes: Episode, steps: Optional[int] = None,
                   weights: Optional[Weights] = None,

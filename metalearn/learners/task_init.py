@@ -30,8 +30,13 @@ class TaskInit(Piece):
 
     Subclass it: :meth:`paths` (which weights), :meth:`initial` (their values for one
     task). Elementwise initialisers work on a task axis (the default); one that reads
-    one task's support set says ``Capabilities(task_axis=False)``.
+    one task's support set says ``Capabilities(task_axis=False, step_prefix=True)``. An
+    initialiser runs before the inner loop and never sees its number of steps, so every
+    one allows the counts of one run (``step_prefix``, the default here).
     """
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(step_prefix=True)  # before step 0, whatever the count
 
     def build(self, model: keras.Model, weights: Weights) -> None:
         """Checks ``model`` and records what the initialiser needs (once, by Learner)."""
@@ -135,7 +140,7 @@ class PrototypeInit(TaskInit):
         self._body: Optional[keras.Model] = None
 
     def own_capabilities(self) -> Capabilities:
-        return Capabilities(task_axis=False)  # one task's class means
+        return Capabilities(task_axis=False, step_prefix=True)  # one task's class means
 
     def build(self, model, weights):
         layer = functional.layer(model, self.head)

@@ -118,18 +118,28 @@ class Capabilities:
         the task does not have are out of it. A head must say so (every head of
         :mod:`metalearn.heads` does); the learner refuses padded episodes to a part
         that does not, rather than fit the padding. Every part must have it.
+      step_prefix: the first ``k`` steps of an ``n``-step run are a ``k``-step run: a
+        step depends on the steps before it and its index alone, never on how many
+        steps the run makes (so a learned optimizer fed the fraction of the horizon
+        does not have it), and the loop can keep the weights after each step. Then
+        :meth:`~metalearn.Learner.run_task` given several counts adapts once, for the
+        most steps asked, and measures after each count on the way (evaluation after
+        1, 5 and 10 steps: one run of 10). Off unless a piece says it (every shipped
+        piece that qualifies does); every part must have it.
     """
 
     custom_gradient: bool = False
     task_axis: bool = True
     first_order: bool = False
     padding: bool = True
+    step_prefix: bool = False
 
     def __and__(self, other: "Capabilities") -> "Capabilities":
         return Capabilities(custom_gradient=self.custom_gradient or other.custom_gradient,
                             task_axis=self.task_axis and other.task_axis,
                             first_order=self.first_order or other.first_order,
-                            padding=self.padding and other.padding)
+                            padding=self.padding and other.padding,
+                            step_prefix=self.step_prefix and other.step_prefix)
 
 
 class Piece(tf.Module):
@@ -174,6 +184,15 @@ class Piece(tf.Module):
         return [f"{type(self).__name__} cannot run on a task axis (its "
                 "capabilities.task_axis is False)"]
 
+    def own_step_prefix_reasons(self) -> List[str]:
+        """Why this piece itself does not allow several counts of inner steps from one
+        run (empty where its :meth:`own_capabilities` say ``step_prefix``): named where
+        :meth:`~metalearn.Learner.run_task` runs each count on its own."""
+        if self.own_capabilities().step_prefix:
+            return []
+        return [f"{type(self).__name__} does not say that the first k steps of an "
+                "n-step run are a k-step run (its capabilities.step_prefix is False)"]
+
     def own_inner_steps(self) -> Optional[int]:
         """The inner steps this piece itself runs by default (``None``: it runs none
         of its own; a gradient-descent loop gives its ``steps``)."""
@@ -195,6 +214,13 @@ class Piece(tf.Module):
         """Why this piece or a part cannot run on a task axis (empty when
         :attr:`capabilities` allow it): :meth:`own_task_axis_reasons` of every part."""
         return [r for piece in [self, *self.parts()] for r in piece.own_task_axis_reasons()]
+
+    def step_prefix_reasons(self) -> List[str]:
+        """Why this piece or a part does not allow several counts of inner steps from
+        one run (empty when :attr:`capabilities` have ``step_prefix``):
+        :meth:`own_step_prefix_reasons` of every part."""
+        return [r for piece in [self, *self.parts()]
+                for r in piece.own_step_prefix_reasons()]
 
     @property
     def inner_steps(self) -> int:
@@ -265,6 +291,9 @@ class Pieces(Piece):
             if not isinstance(piece, Piece):
                 raise TypeError(f"Pieces holds metalearn pieces, got {piece!r}")
         self.members = pieces
+
+    def own_capabilities(self) -> Capabilities:
+        return Capabilities(step_prefix=True)  # a holder: its pieces say the rest
 
     def __iter__(self):
         return iter(self.members)

@@ -44,9 +44,15 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
         most this often while sampling and evaluating; an evaluation that ends sooner
         logs none. ``0``: none.
 
-    A sampler whose batches are made outside the step
+    Every count is measured in one traced function (:meth:`~metalearn.Learner.
+    meta_metrics` given the counts): where the learner's pieces allow it
+    (``pieces.capabilities.step_prefix``, :meth:`~metalearn.Learner.run_task`) each
+    task adapts once, for the most steps, and is measured after each count on the way
+    (1, 5, 10: 10 inner steps, not 16), with the figures of evaluating each count on
+    its own. A sampler whose batches are made outside the step
     (:meth:`~metalearn.tasks.TaskSampler.collection`: a Python environment) has every
-    batch collected for each number of inner steps, with the learner's weights.
+    batch collected for each number of inner steps, with the learner's weights, and
+    each count traced and run on its own.
 
     Returns:
       ``{"num_tasks", "split", "seed", "tasks" (:func:`task_description`: the sampler,
@@ -72,7 +78,7 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     if any(s < 0 for s in inner_steps):
         raise ValueError(f"inner_steps must be >= 0, got {inner_steps}")
     batches = math.ceil(int(num_tasks) / int(batch_size))
-    progress = _Progress(batches * (1 + len(inner_steps)), float(log_every_seconds))
+    progress = _Progress(batches * 2, float(log_every_seconds))
     episodes = []
     for batch in sampler.dataset(int(batch_size), seed=seed, split=split,
                                  num_steps=batches):  # decoding, for image data
@@ -85,24 +91,33 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     # A sampler whose batches are made outside the step (a Python environment's
     # trajectories, collected with the weights after each number of inner steps).
     collection = sampler.collection(learner)
+    counts = list(dict.fromkeys(inner_steps))
+    # one pass over the batches for every count, or one per count where a batch is
+    # collected with the weights after each
+    passes = [counts] if collection is None else [[steps] for steps in counts]
+    progress.total = batches * (1 + len(passes))
+    per_task: Dict[int, Dict[str, list]] = {steps: {} for steps in counts}
     try:
-        for steps in inner_steps:
-            run = tf.function(lambda batch, steps=steps: learner.meta_metrics(
-                batch, steps=steps, formulation=formulation))
-            per_task: Dict[str, list] = {}
+        for part in passes:
+            run = tf.function(lambda batch, part=tuple(part): learner.meta_metrics(
+                batch, part, formulation=formulation))
+            what = ", ".join(map(str, part))
             for index, batch in enumerate(episodes, 1):
                 if collection is not None:
-                    batch = collection(batch, steps)
-                for name, values in run(batch).items():
-                    per_task.setdefault(name, []).extend(values.numpy().tolist())
-                progress.advance(f"{steps} inner steps: batch {index}/{batches}")
-            results[str(steps)] = {name: mean_and_interval(values[:num_tasks])
-                                   for name, values in per_task.items()}
-            per_episode[str(steps)] = {name: values[:num_tasks]
-                                       for name, values in per_task.items()}
+                    batch = collection(batch, part[0])
+                figures = run(batch)
+                for steps in part:
+                    for name, values in figures[steps].items():
+                        per_task[steps].setdefault(name, []).extend(values.numpy().tolist())
+                progress.advance(f"{what} inner steps: batch {index}/{batches}")
     finally:
         if collection is not None:
             collection.close()
+    for steps in inner_steps:
+        results[str(steps)] = {name: mean_and_interval(values[:num_tasks])
+                               for name, values in per_task[steps].items()}
+        per_episode[str(steps)] = {name: values[:num_tasks]
+                                   for name, values in per_task[steps].items()}
     # Per-episode values and a digest of the episodes, so that two runs evaluated on
     # the same episodes can be compared pair by pair (metalearn.studies.results.compare_runs).
     # (Labels, and each example's mean rounded to 5 decimals: the same on any machine.)

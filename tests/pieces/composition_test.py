@@ -16,7 +16,7 @@ import metalearn
 from metalearn import execution, models
 from metalearn.adapters import (AnnealOrder, Capabilities, GradientDescent, GradientStep,
                                 Hypernetwork, ImplicitGradientDescent, Mask, MiniBatches,
-                                PerStepWeights, Recompute)
+                                PerStepWeights, Recompute, WhileLoop)
 from metalearn.tasks import Episode
 from metalearn.testing import (analytic_meta_gradient,
                                assert_meta_gradient_matches_finite_differences,
@@ -174,11 +174,15 @@ def _sinusoid_model():
 # --- capabilities are computed through composition ----------------------------------
 
 @pytest.mark.parametrize("wrappers,update,expected", [
-    ((), None, Capabilities(custom_gradient=False, task_axis=True)),
-    ((Recompute(),), None, Capabilities(custom_gradient=True, task_axis=True)),
-    ((MiniBatches(2),), None, Capabilities(custom_gradient=False, task_axis=False)),
+    ((), None, Capabilities(custom_gradient=False, task_axis=True, step_prefix=True)),
+    ((Recompute(),), None, Capabilities(custom_gradient=True, task_axis=True,
+                                        step_prefix=True)),
+    ((MiniBatches(2),), None, Capabilities(custom_gradient=False, task_axis=False,
+                                           step_prefix=True)),
     ((Recompute(), MiniBatches(2)), [Mask(("head",)), GradientStep(0.1)],
-     Capabilities(custom_gradient=True, task_axis=False)),
+     Capabilities(custom_gradient=True, task_axis=False, step_prefix=True)),
+    ((MiniBatches(2), WhileLoop()), None,  # a WhileLoop keeps no step's weights
+     Capabilities(custom_gradient=False, task_axis=False, step_prefix=False)),
 ])
 def test_capabilities_combine_over_every_part(wrappers, update, expected):
     adapter = GradientDescent(2, update=update, wrappers=list(wrappers)) if update else \
