@@ -37,12 +37,13 @@ import tensorflow as tf
 from metalearn import atomic
 from metalearn.adapters.base import NoAdaptation
 from metalearn.adapters.gradient_descent import GradientDescent
+from metalearn.flags import EXPORT_FORMATS
 from metalearn.learners import (EmbeddingLearner, Learner, MultiStepLossLearner,
                                 PrototypicalNetworks, ProtoMAML)
 from metalearn.learners.task import Adapted
 from metalearn.tasks.episode import Episode
 
-FORMATS = ("saved_model", "litert", "onnx")
+FORMATS = EXPORT_FORMATS
 """The export formats ``python -m metalearn.export --format`` names; only
 ``saved_model`` is written so far (the others raise :class:`UnsupportedExport`)."""
 
