@@ -4,6 +4,7 @@ own task run at any support and query set size."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -17,6 +18,7 @@ from metalearn import models, tasks
 from metalearn.adapters import GradientDescent
 from metalearn.serving import (METADATA, UnsupportedExport, check_exportable,
                                export_saved_model)
+from metalearn.repository import ROOT
 from metalearn.tasks import Episode
 
 pytestmark = pytest.mark.xdist_group(__name__)
@@ -178,3 +180,11 @@ def test_a_non_empty_version_folder_is_refused_before_any_work(tmp_path):
     assert sorted(os.listdir(tmp_path / "m")) == ["1"]  # no partial folder left
     with pytest.raises(ValueError, match="version must be a positive integer"):
         export_saved_model(learner, str(tmp_path / "m"), version=0, example=episode)
+
+
+def test_the_export_pages_example_runs_as_written(capsys):
+    page = os.path.join(ROOT, "docs", "concepts", "export.md")
+    blocks = re.findall(r"^```python\n(.*?)^```", open(page).read(), re.M | re.S)
+    assert len(blocks) == 1
+    exec(compile(blocks[0], f"{page}[python block 0]", "exec"), {"__name__": "docs_export"})
+    assert "True (10, 1) True" in capsys.readouterr().out  # what the page's comment says
