@@ -132,6 +132,25 @@ def test_inner_steps_given_replace_the_trained_ones(tmp_path):
     np.testing.assert_allclose(served, expected, rtol=0, atol=1e-5)
 
 
+def test_maml_through_batch_norm_serves_the_task_runs_predictions(tmp_path):
+    """The inner loop's gradients through BatchNorm on the support batch's statistics
+    (the library's exact batch moments), and the queries' own statistics, traced."""
+    keras.utils.set_random_seed(0)
+    model = models.conv_net((8, 8, 1), outputs=3, filters=4, blocks=2)
+    learner = metalearn.Learner(model, adapter=GradientDescent(steps=2, learning_rate=0.3),
+                                loss=metalearn.functional.softmax_cross_entropy)
+    episodes = [image_episode(s, q, seed=i) for i, (s, q) in enumerate([(1, 4), (4, 1)])]
+    path = export_saved_model(learner, str(tmp_path / "conv"), example=episodes[0])
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    for episode in episodes:
+        predictions = served(support_x=episode.support_x, support_y=episode.support_y,
+                             query_x=episode.query_x)["predictions"]
+        expected = learner.run_task(episode, measure=False).predictions
+        np.testing.assert_allclose(predictions, expected, rtol=0, atol=1e-5)
+        before = learner.predict(learner.initial_weights(), episode.query_x)
+        assert np.abs(predictions - before).max() > 1e-4  # adapted
+
+
 def test_protonets_serve_and_cache_the_heads_fit(tmp_path):
     learner = protonets_learner()
     sizes = [(1, 5), (5, 2), (3, 7)]  # (shots, queries) per class
