@@ -27,9 +27,12 @@ The public surface (folders by role; docs/architecture.md has the whole picture)
     metalearn.models             plain Keras model builders (conv nets, ResNet-12, WRN)
     metalearn.layers             Keras layers they need (DropBlock)
     metalearn.testing            the contract every piece meets, for research code
+    metalearn.serving            adapt-then-predict exported as a SavedModel that loads
+                                 without metalearn (export_saved_model)
     metalearn.restore(workdir)   a trained run, ready to adapt and predict
 
-Command lines: ``python -m metalearn.train`` and ``python -m metalearn.evaluate``.
+Command lines: ``python -m metalearn.train``, ``python -m metalearn.evaluate`` and
+``python -m metalearn.export``.
 
 A script's ``import metalearn`` imports all of the above at once (TensorFlow, Keras,
 and every gin configurable registered). In a command line's process

@@ -1,7 +1,7 @@
 """Flags shared by the absl entry points (gin's conventional flag names), and the
-constants their flags take (:data:`STRATEGIES`, :data:`SEED_KEY`): an entry point
-defines its flags from this module and absl only, so that ``--help`` and flag errors
-import nothing heavy (no TensorFlow).
+constants their flags take (:data:`STRATEGIES`, :data:`EXPORT_FORMATS`,
+:data:`SEED_KEY`): an entry point defines its flags from this module and absl only, so
+that ``--help`` and flag errors import nothing heavy (no TensorFlow).
 
 An entry point calls :func:`define_gin_flags` (and :func:`define_determinism_flag`) at
 import; the flags they define belong to that entry point, as if it had defined them
@@ -26,6 +26,10 @@ flags.disclaim_key_flags()
 STRATEGIES = ("default", "mirrored", "multi_worker")
 """The tf.distribute strategies by name: ``--strategy``'s choices and the names
 :func:`metalearn.training.distribute.make_strategy` accepts."""
+
+EXPORT_FORMATS = ("saved_model", "litert", "onnx")
+"""``python -m metalearn.export --format``'s choices (:data:`metalearn.serving.FORMATS`):
+only ``saved_model`` is written so far; the others are refused as not supported yet."""
 
 SEED_KEY = "Runtime.seed"
 """The binding a report averages over (``--seed_key``'s default,

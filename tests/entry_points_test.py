@@ -24,7 +24,10 @@ ENTRY_POINTS = sorted(
     if re.search(r"^if __name__ == \"__main__\":\n\s+app\.run\(", open(p).read(), re.M))
 GIN_FLAGS = ("--gin_file", "--gin_param", "--module", "--deterministic")
 # report reads finished runs' files: it parses no gin, so it has no gin flags
-OWN_FLAGS = {"report": ("--output_dir", "--metrics", "--paired")}
+# export restores a run as evaluate does (gin flags), and has nothing to make deterministic
+OWN_FLAGS = {"report": ("--output_dir", "--metrics", "--paired"),
+             "export": ("--gin_file", "--gin_param", "--module", "--workdir", "--output",
+                        "--format", "--inner_steps", "--version", "--overwrite")}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,8 @@ def helps():
 
 
 def test_the_entry_points_are_found():
-    assert {"train", "evaluate", "sweep", "report"} <= set(ENTRY_POINTS), ENTRY_POINTS
+    assert {"train", "evaluate", "sweep", "report", "export"} <= set(ENTRY_POINTS), \
+        ENTRY_POINTS
 
 
 @pytest.mark.parametrize("name", ENTRY_POINTS)
@@ -59,11 +63,14 @@ def test_help_lists_the_flags_a_user_needs(helps, name):
 # line of its text; TensorFlow is not imported for any of them.
 ANSWERS_BEFORE_WORK = [
     *[(name, ["--help"], "Try --helpfull") for name in ("train", "evaluate", "sweep",
-                                                         "report")],
+                                                         "report", "export")],
     *[(name, ["--no_such_flag"], "Unknown command line flag 'no_such_flag'")
-      for name in ("train", "evaluate", "sweep", "report")],
+      for name in ("train", "evaluate", "sweep", "report", "export")],
     ("train", [], "Flag --workdir must have a value other than None"),
     ("evaluate", [], "Flag --workdir must have a value other than None"),
+    ("export", ["--output=out"], "Flag --workdir must have a value other than None"),
+    ("export", ["--workdir=runs/x", "--output=out", "--format=onnx"],
+     "export format 'onnx' is not supported yet"),
     ("train", ["--workdir=runs/x"], "give at least one --gin_file"),
     ("sweep", ["--gin_file=experiments/sinusoid/maml.gin"], "give --root"),
     ("report", [], "give run directories or sweep roots")]

@@ -126,9 +126,9 @@ FLOORS = {
     "metalearn.outer": 5,
     "metalearn.rl": 6, "metalearn.runs": 6,
     "metalearn.training": 7, "metalearn": 7,
-    "metalearn.studies": 8, "metalearn.testing": 8,
+    "metalearn.studies": 8, "metalearn.testing": 8, "metalearn.serving": 8,
     "metalearn.train": 9, "metalearn.evaluate": 9, "metalearn.sweep": 9,
-    "metalearn.report": 9,
+    "metalearn.report": 9, "metalearn.export": 9,
 }
 """The one copy of the floor table in code: a module's floor is its longest dotted
 prefix's (``"metalearn"``, the package's public surface, is the root module only).

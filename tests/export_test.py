@@ -1,0 +1,93 @@
+"""``python -m metalearn.export`` end to end: a tiny trained sinusoid MAML run exported,
+the SavedModel's predictions those of the restored learner's task run; a format or a
+learner not supported yet, and a non-empty version folder, refused with their names."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from metalearn import tasks
+from metalearn.repository import ROOT
+from metalearn.serving import METADATA
+from metalearn.tasks import Episode
+from metalearn.training import build_experiment, parse_config, restore, train
+from tests.run_fixtures import saved_run
+
+pytestmark = pytest.mark.xdist_group(__name__)
+
+TINY = ["Loop.num_steps = 2", "Loop.log_every = 1", "Loop.checkpoint_every = 2",
+        "Experiment.meta_batch_size = 2", "mlp.hidden = (8,)"]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A sinusoid MAML run trained for two meta-steps (one inner step, as trained)."""
+    folder = str(tmp_path_factory.mktemp("run"))
+    parse_config(["experiments/sinusoid/maml.gin"], TINY)
+    train(build_experiment(), folder)
+    return folder
+
+
+def export(*args):
+    return subprocess.run([sys.executable, "-m", "metalearn.export", *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+                                   PYTHONPATH=os.pathsep.join(
+                                       [ROOT, os.environ.get("PYTHONPATH", "")])))
+
+
+def test_a_trained_run_exports_its_task_run(workdir, tmp_path):
+    out = export(f"--workdir={workdir}", f"--output={tmp_path / 'served'}",
+                 "--inner_steps=2", "--version=3")
+    assert out.returncode == 0, out.stderr[-3000:]
+    path = str(tmp_path / "served" / "3")
+    assert f"exported to {path}" in out.stdout
+    metadata = json.load(open(os.path.join(path, METADATA)))
+    assert (metadata["inner_steps"], metadata["inner_steps_trained"]) == (2, 1)
+    assert metadata["meta_step"] == 2
+    assert metadata["inputs"]["query_x"] == {"shape": [None, 1], "dtype": "float32"}
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    learner = restore(workdir).learner
+    for shots, queries in ((5, 10), (10, 4)):
+        episode = Episode(*[t[0] for t in tasks.Sinusoid(shots=shots, queries=queries)
+                            .sample(tf.constant([shots, 2]), 1)])
+        predictions = served(support_x=episode.support_x, support_y=episode.support_y,
+                             query_x=episode.query_x)["predictions"]
+        expected = learner.run_task(episode, steps=2, measure=False).predictions
+        np.testing.assert_allclose(predictions, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("format", ["onnx", "litert"])
+def test_a_format_not_supported_yet_is_named(workdir, tmp_path, format):
+    out = export(f"--workdir={workdir}", f"--output={tmp_path / 'm'}", f"--format={format}")
+    assert out.returncode == 1
+    assert f"export format '{format}' is not supported yet" in out.stderr, out.stderr[-2000:]
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_non_empty_version_folder_is_refused_unless_overwritten(workdir, tmp_path):
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "1" / "keep.txt").write_text("an earlier model")
+    out = export(f"--workdir={workdir}", f"--output={tmp_path / 'm'}")
+    assert out.returncode == 1
+    assert "m/1 exists and is not empty" in out.stderr, out.stderr[-2000:]
+    assert (tmp_path / "m" / "1" / "keep.txt").exists()
+    out = export(f"--workdir={workdir}", f"--output={tmp_path / 'm'}", "--overwrite")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert not (tmp_path / "m" / "1" / "keep.txt").exists()
+    assert (tmp_path / "m" / "1" / "saved_model.pb").exists()
+
+
+def test_a_learner_not_supported_yet_is_named(tmp_path):
+    run = str(tmp_path / "cnp")
+    saved_run(run, "experiments/gaussian_process/cnp.gin")
+    out = export(f"--workdir={run}", f"--output={tmp_path / 'm'}")
+    assert out.returncode == 1
+    assert "cannot be exported to 'saved_model' yet" in out.stderr, out.stderr[-2000:]
+    assert "Learner (adapter ConditionalNeuralProcess)" in out.stderr, out.stderr[-2000:]
+    assert not (tmp_path / "m").exists()
