@@ -53,3 +53,27 @@ def _clear_gin():
     gin.clear_config()
     yield
     gin.clear_config()
+
+
+def _logging_state():
+    import logging
+    return {name: (logger.level, logger.disabled)
+            for name, logger in (("root", logging.getLogger()),
+                                 ("absl", logging.getLogger("absl")))}
+
+
+@pytest.fixture(autouse=True)
+def _logging_kept():
+    """A test leaves the root and absl loggers' levels as it found them: one that did
+    (an export through ``tf.saved_model.save``) silenced the INFO lines that later tests
+    on its worker read with ``caplog``, failing them by the order xdist dealt."""
+    before = _logging_state()
+    yield
+    after = _logging_state()
+    if after != before:
+        import logging
+        for name, (level, disabled) in before.items():
+            logger = logging.getLogger(None if name == "root" else name)
+            logger.setLevel(level)
+            logger.disabled = disabled
+        pytest.fail(f"the test changed the loggers' (level, disabled): {before} -> {after}")

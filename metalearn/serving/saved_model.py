@@ -25,11 +25,13 @@ ANIL, Meta-SGD, MAML++, ...) and the embedding learners with a head
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import re
 import shutil
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import keras
 import tensorflow as tf
@@ -174,6 +176,21 @@ def _adapt_and_predict(learner: Learner, steps: Optional[int], specs: Dict[str, 
     return adapt, predict, state_specs
 
 
+@contextlib.contextmanager
+def _absl_level_kept() -> Iterator[None]:
+    """Puts the ``absl`` logger's level back as it was: ``tf.saved_model.save`` (its
+    ``AutoTrackable._trackable_children``) silences absl while it lists attributes and
+    then sets the verbosity it read, which pins the logger at the level it inherited
+    (WARNING under the root's default), so every later INFO line of the program would
+    go silent."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def export_saved_model(learner: Learner, directory: str, inner_steps: Optional[int] = None,
                        version: int = 1, example: Optional[Episode] = None,
                        overwrite: bool = False) -> str:
@@ -273,7 +290,8 @@ def export_saved_model(learner: Learner, directory: str, inner_steps: Optional[i
     partial = os.path.join(parent, f".{os.path.basename(path)}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        tf.saved_model.save(module, partial, signatures=signatures)
+        with _absl_level_kept():
+            tf.saved_model.save(module, partial, signatures=signatures)
         atomic.write(os.path.join(partial, METADATA),
                      json.dumps(metadata, indent=2, sort_keys=True) + "\n")
         if os.path.isdir(path):

@@ -3,6 +3,7 @@ gives, in a fresh process that never imports metalearn, the predictions of the l
 own task run at any support and query set size."""
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -122,8 +123,13 @@ def test_inner_steps_given_replace_the_trained_ones(tmp_path):
     learner = sinusoid_learner()
     episode = Episode(*[t[0] for t in tasks.Sinusoid(shots=4, queries=6).sample(
         tf.constant([3, 1]), 1)])
+    absl = logging.getLogger("absl")
+    absl.setLevel(logging.NOTSET)  # absl's own until a program sets its verbosity
     path = export_saved_model(learner, str(tmp_path / "m"), inner_steps=1, version=2,
                               example=episode)
+    # tf.saved_model.save pins the absl logger at the level it reads (WARNING, the
+    # root's): metalearn's INFO lines, and pytest's caplog of them, went silent after
+    assert absl.level == logging.NOTSET
     assert json.load(open(os.path.join(path, METADATA)))["inner_steps"] == 1
     served = tf.saved_model.load(path).signatures["serving_default"](
         support_x=episode.support_x, support_y=episode.support_y,

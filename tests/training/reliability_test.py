@@ -274,7 +274,6 @@ def test_a_sweep_axis_given_twice_is_an_error():
 def test_log_line_has_elapsed_time_and_eta(tmp_path, caplog):
     import logging
     caplog.set_level(logging.INFO)
-    caplog.set_level(logging.INFO, logger="absl")  # whatever an earlier test left on it
     _train(tmp_path / "run", params=["Loop.num_steps = 4", "Loop.log_every = 2"])
     lines = [r.getMessage() for r in caplog.records if "meta-loss" in r.getMessage()]
     assert len(lines) == 2, lines
