@@ -29,6 +29,8 @@ The public surface (folders by role; docs/architecture.md has the whole picture)
     metalearn.testing            the contract every piece meets, for research code
     metalearn.serving            adapt-then-predict exported as a SavedModel that loads
                                  without metalearn (export_saved_model)
+    metalearn.keras              MetaModel: meta-training with keras.Model.fit (the
+                                 meta-step as train_step, Keras' callbacks and saving)
     metalearn.restore(workdir)   a trained run, ready to adapt and predict
 
 Command lines: ``python -m metalearn.train``, ``python -m metalearn.evaluate`` and

@@ -21,7 +21,7 @@ DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "tutorials", "*.md")))
 TUTORIALS = ["first_meta_learner.md", "cavia.md", "custom_learner.md", "gin_and_sweeps.md",
              "several_devices.md", "maml_from_scratch.md", "inner_loop_piece.md",
              "own_head.md", "own_images.md", "outer_rule.md", "in_context.md",
-             "learned_optimizer.md", "meta_rl.md"]
+             "learned_optimizer.md", "meta_rl.md", "keras_fit.md"]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 

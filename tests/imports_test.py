@@ -127,6 +127,7 @@ FLOORS = {
     "metalearn.rl": 6, "metalearn.runs": 6,
     "metalearn.training": 7, "metalearn": 7,
     "metalearn.studies": 8, "metalearn.testing": 8, "metalearn.serving": 8,
+    "metalearn.keras": 8,
     "metalearn.train": 9, "metalearn.evaluate": 9, "metalearn.sweep": 9,
     "metalearn.report": 9, "metalearn.export": 9,
 }

@@ -7,10 +7,11 @@ from metalearn.training.checkpoint import restore
 from metalearn.training.distribute import make_strategy
 from metalearn.training.evaluation import evaluate, mean_and_interval
 from metalearn.training.loop import train
-from metalearn.training.step import make_distributed_meta_step, make_meta_step
+from metalearn.training.step import (build_meta_step, make_distributed_meta_step,
+                                     make_meta_step)
 from metalearn.training.warm_start import WarmStart, restore_weights
 
-__all__ = ["Experiment", "Loop", "Runtime", "build_experiment", "distribute", "enable_determinism", "evaluate",
-           "make_distributed_meta_step", "make_meta_step", "make_strategy",
-           "mean_and_interval", "parse_config", "restore", "restore_weights", "train",
-           "WarmStart"]
+__all__ = ["Experiment", "Loop", "Runtime", "build_experiment", "build_meta_step",
+           "distribute", "enable_determinism", "evaluate", "make_distributed_meta_step",
+           "make_meta_step", "make_strategy", "mean_and_interval", "parse_config",
+           "restore", "restore_weights", "train", "WarmStart"]

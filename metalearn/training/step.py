@@ -11,7 +11,7 @@ it, runs it per replica, averages the metrics over all tasks and advances the le
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, NamedTuple, Optional, Union
 
 import tensorflow as tf
 
@@ -21,6 +21,28 @@ from metalearn.outer.guards import NON_FINITE, SkipNonFinite, guarded
 from metalearn.outer.rule import OuterRule, check_compiles, check_replicas
 
 MetaStep = Callable[[Any], Dict[str, tf.Tensor]]
+
+
+class StepFunction(NamedTuple):
+    """The meta-step before it is compiled (:func:`build_meta_step`).
+
+    Attributes:
+      step: the step as a plain Python function of a batch of episodes, for a caller
+        that traces it inside its own ``tf.function`` (``make_meta_step``; a Keras
+        ``train_step``, :class:`metalearn.keras.MetaModel`).
+      jit_compile: whether that ``tf.function`` compiles the whole step with XLA (on
+        one replica, for a rule that applies one update; otherwise the step compiles
+        each computation of the directions itself).
+      in_replica: on one replica, the same step for a caller that already runs it
+        inside the replica (a Keras ``train_step``, which Keras' ``train_function``
+        runs under ``strategy.run``): the rule's step, the means over the tasks, the
+        step counter advanced, with no ``strategy.run`` of its own; ``None`` on
+        several replicas.
+    """
+
+    step: MetaStep
+    jit_compile: bool
+    in_replica: Optional[MetaStep] = None
 
 
 def make_meta_step(learner: Learner, outer_rule: OuterRule,
@@ -56,6 +78,20 @@ def make_meta_step(learner: Learner, outer_rule: OuterRule,
         :func:`~metalearn.training.distribute.split_episodes`). ``None``: the current
         strategy (one device by default), taking a plain batch of episodes.
     """
+    built = build_meta_step(learner, outer_rule, formulation, jit_compile=jit_compile,
+                            skip_non_finite=skip_non_finite, strategy=strategy)
+    return tf.function(built.step, jit_compile=built.jit_compile)
+
+
+def build_meta_step(learner: Learner, outer_rule: OuterRule,
+                    formulation: Union[None, str, execution.Formulation] = None,
+                    jit_compile: bool = False, skip_non_finite: bool = False,
+                    strategy: Optional[tf.distribute.Strategy] = None) -> StepFunction:
+    """:func:`make_meta_step`'s step before it is compiled, and whether to compile it
+    with XLA: the one builder, for a caller that compiles the step inside its own
+    ``tf.function`` (:class:`metalearn.keras.MetaModel`'s ``train_step``). The checks
+    and the outer rule's ``build`` run here, at once; the arguments are
+    :func:`make_meta_step`'s."""
     if not isinstance(outer_rule, OuterRule):
         raise TypeError(f"make_meta_step needs a metalearn outer rule (MetaGradient(), "
                         f"Reptile(), ...: metalearn.outer), got {outer_rule!r}")
@@ -78,18 +114,26 @@ def make_meta_step(learner: Learner, outer_rule: OuterRule,
     def replica_step(episodes):
         return outer_rule.step(learner, episodes, formulation, jit_compile=inner_jit)
 
-    def step(episodes) -> Dict[str, tf.Tensor]:
-        per_replica = strategy.run(replica_step, args=(episodes,))
-        metrics = {name: strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=0)
-                   for name, value in per_replica.items() if name != NON_FINITE}
+    def finish(per_replica, mean, local) -> Dict[str, tf.Tensor]:
+        metrics = {name: mean(value) for name, value in per_replica.items()
+                   if name != NON_FINITE}
         if guard:  # already summed over replicas: any local copy
-            metrics[NON_FINITE] = strategy.experimental_local_results(
-                per_replica[NON_FINITE])[0]
+            metrics[NON_FINITE] = local(per_replica[NON_FINITE])
         with tf.control_dependencies(tf.nest.flatten(metrics)):
             learner.meta_step.assign_add(1)  # what meta-training schedules read
         return metrics
 
-    return tf.function(step, jit_compile=whole_jit)
+    def step(episodes) -> Dict[str, tf.Tensor]:
+        return finish(strategy.run(replica_step, args=(episodes,)),
+                      lambda value: strategy.reduce(tf.distribute.ReduceOp.MEAN, value,
+                                                    axis=0),
+                      lambda value: strategy.experimental_local_results(value)[0])
+
+    def in_replica(episodes) -> Dict[str, tf.Tensor]:
+        return finish(replica_step(episodes), lambda value: tf.reduce_mean(value, axis=0),
+                      lambda value: value)
+
+    return StepFunction(step, whole_jit, in_replica if replicas == 1 else None)
 
 
 def make_distributed_meta_step(strategy: tf.distribute.Strategy, learner: Learner,
