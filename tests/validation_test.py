@@ -21,7 +21,7 @@ from tests.outer import bad_outer_rule_test
 from tests.rl import bad_rl_test
 from tests.runs import bad_gin_test, bad_workdir_test
 from tests.studies import bad_results_test
-from tests.tasks import bad_data_test, bad_tasks_test
+from tests.tasks import bad_data_test, bad_tasks_test, bad_tfds_test
 from tests.training import (bad_checkpoint_test, bad_config_test, bad_distribution_test,
                             bad_evaluation_test)
 
@@ -30,7 +30,7 @@ DOCS_TABLE = os.path.join(ROOT, "docs", "errors.md")
 
 # In docs/errors.md's order: the configuration, the data, the pieces, then the runs.
 SUBJECTS = [bad_gin_test, bad_config_test, bad_execution_test, bad_distribution_test,
-            bad_data_test, bad_tasks_test,
+            bad_data_test, bad_tfds_test, bad_tasks_test,
             bad_learner_test, bad_head_test, bad_adapter_test, bad_outer_rule_test,
             bad_rl_test,
             bad_workdir_test, bad_checkpoint_test, bad_evaluation_test, bad_results_test]

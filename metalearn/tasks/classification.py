@@ -33,6 +33,13 @@ def _choices(name: str, value: IntOrChoices) -> Tuple[int, ...]:
     return tuple(sorted(set(int(v) for v in values)))
 
 
+class _Names:
+    """Class names standing in for a data set not read yet (the class split only)."""
+
+    def __init__(self, class_names: Tuple[str, ...]):
+        self.class_names, self.groups = class_names, None
+
+
 @gin.configurable
 class FewShotClassification(TaskSampler):
     """N-way K-shot episodes, with meta-train / validation / test class sets that never
@@ -269,6 +276,10 @@ class FewShotClassification(TaskSampler):
         rotations = self.rotations if split in self.rotation_splits else (0,)
         counts = np.array([len(by_class[c]) for c in classes], np.int32)
         order = np.concatenate([by_class[c] for c in classes]) if classes else np.zeros([0], int)
+        # Stored class by class; data already so (TFDSImages') are kept as a view.
+        contiguous = len(order) > 0 and bool(np.all(np.diff(order) == 1))
+        stored = (dataset.images[order[0]:order[-1] + 1] if contiguous else
+                  dataset.images[order] if classes else dataset.images[:0])
         offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
         groups = dataset.groups if dataset.groups is not None else [""] * dataset.num_classes
         group_names = sorted(set(groups[c] for c in classes))
@@ -282,7 +293,7 @@ class FewShotClassification(TaskSampler):
                       for i, c in enumerate(pool_class)]
         return {
             "names": pool_names, "groups": [groups[classes[c]] for c in pool_class],
-            "images": dataset.images[order] if classes else dataset.images[:0],
+            "images": stored,
             "counts": counts, "offsets": offsets, "pool_class": pool_class,
             "pool_rotation": pool_rotation, "pool_group": group_ids[pool_class],
             "num_groups": len(group_names), "min_count": int(counts.min()) if classes else 0,
@@ -318,6 +329,8 @@ class FewShotClassification(TaskSampler):
     def _check_split(self, split: str) -> str:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if self._splits is None:
+            self._check_ways_before_loading(split)
         splits = self._prepare()
         if split not in splits or not splits[split]["names"]:
             raise ValueError(f"the {split!r} split has no classes; give it some (e.g. "
@@ -328,6 +341,30 @@ class FewShotClassification(TaskSampler):
             raise ValueError(f"ways={max(self.ways)} is more than the {available} classes "
                              f"the {split!r} split has {where}")
         return split
+
+    def _check_ways_before_loading(self, split: str) -> None:
+        """``ways`` against the classes of ``split`` where a data function given by
+        reference says its class names before reading (``TFDSImages.class_names``), so
+        that too few classes are named before a long load; the check after loading
+        (:meth:`_check_split`) stays the one that counts classes with examples."""
+        known = getattr(self._dataset, "class_names", None)
+        if known is None or self.within_group or \
+                isinstance(self._dataset, (LabelledImages, Mapping)):
+            return
+        if isinstance(known, Mapping):
+            names = known.get(split, ())
+        elif self.split_by == "class":
+            names = self._split_names(_Names(tuple(known)), self._given,
+                                      self._split_fractions, self._split_sizes,
+                                      self._split_seed)[split]
+        else:
+            return
+        classes = len(names) * (len(self.rotations) if split in self.rotation_splits
+                                else 1)
+        if classes and max(self.ways) > classes:
+            raise ValueError(f"ways={max(self.ways)} is more than the {classes} classes "
+                             f"the {split!r} split has in all (of {self._dataset!r}, "
+                             "before reading it)")
 
     # --- sampling ----------------------------------------------------------------
 

@@ -11,9 +11,11 @@ from metalearn.tasks.datasets.meta_dataset import load_meta_dataset_source
 from metalearn.tasks.datasets.mini_imagenet import load_mini_imagenet
 from metalearn.tasks.datasets.mnist import load_mnist
 from metalearn.tasks.datasets.omniglot import MINIMAL_SPLIT, load_omniglot
+from metalearn.tasks.datasets.tfds_images import TFDSImages
 from metalearn.tasks.datasets.tiered_imagenet import load_tiered_imagenet
 
-__all__ = ["ChecksumError", "LabelledImages", "MINIMAL_SPLIT", "clear_caches", "load_cifar_fs",
+__all__ = ["ChecksumError", "LabelledImages", "MINIMAL_SPLIT", "TFDSImages", "clear_caches",
+           "load_cifar_fs",
            "load_cub",
            "load_fc100", "load_image_folder", "load_meta_dataset_source", "load_mini_imagenet",
            "load_mnist", "load_omniglot", "load_tiered_imagenet", "select_classes",

@@ -94,7 +94,8 @@ SPLIT_NAMES = ("train", "validation", "test")
 def split_class_names(names: Sequence[str], train: Optional[Sequence[str]] = None,
                       validation: Optional[Sequence[str]] = None,
                       test: Optional[Sequence[str]] = None,
-                      fractions: Optional[Sequence[float]] = None, seed: int = 0,
+                      fractions: Optional[Sequence[float]] = None,
+                      seed: Optional[int] = 0,
                       where: str = "the data set", *, sizes: Optional[Sequence[int]] = None,
                       kind: str = "class", keep_order: bool = False
                       ) -> Dict[str, Tuple[str, ...]]:
@@ -108,7 +109,8 @@ def split_class_names(names: Sequence[str], train: Optional[Sequence[str]] = Non
       fractions: ``(train, validation, test)`` fractions instead (default ``(0.7, 0.1,
         0.2)``): the sorted names are shuffled with ``seed`` (NumPy's PCG64, the same on
         every machine) and cut.
-      seed: the shuffle's seed.
+      seed: the shuffle's seed; ``None`` cuts the names unshuffled, in their order
+        (sorted, or as given with ``keep_order``): ranges of classes.
       where: what the names come from, for error messages (a folder, a file).
       sizes: ``(train, validation)`` counts instead of fractions (the test split gets
         the rest).
@@ -157,7 +159,8 @@ def split_class_names(names: Sequence[str], train: Optional[Sequence[str]] = Non
             raise ValueError("split_fractions must be 3 non-negative numbers summing to 1, "
                              f"got {fractions!r}")
         cuts = np.round(np.cumsum(fractions) * len(ordered)).astype(int)
-    shuffled = [ordered[i] for i in np.random.default_rng(int(seed)).permutation(len(ordered))]
+    shuffled = ordered if seed is None else \
+        [ordered[i] for i in np.random.default_rng(int(seed)).permutation(len(ordered))]
     return {"train": tuple(shuffled[:cuts[0]]),
             "validation": tuple(shuffled[cuts[0]:cuts[1]]),
             "test": tuple(shuffled[cuts[1]:])}
@@ -293,7 +296,8 @@ def write_cache(file: str, name: str, **arrays: np.ndarray) -> bool:
 
 
 def cached_splits(cache_dir: Optional[str], name: str, key: Any, build,
-                  sources: str = "") -> Dict[str, LabelledImages]:
+                  sources: str = "", split_names: Sequence[str] = SPLIT_NAMES
+                  ) -> Dict[str, LabelledImages]:
     """``build()``'s ``{split: LabelledImages}``, kept in ``cache_dir`` as one ``.npz`` of
     plain arrays per split (read back with ``allow_pickle=False``: a cache never runs
     code), named by a digest of ``key`` (the loader's parameters); ``cache_dir=None``
@@ -302,6 +306,7 @@ def cached_splits(cache_dir: Optional[str], name: str, key: Any, build,
     Args:
       sources: :func:`source_fingerprint` of the files the data are made from; a cache
         made from other files (changed since) is rebuilt, never served.
+      split_names: the keys of ``build()``'s mapping, a file each.
     """
     import hashlib
     import json
@@ -310,7 +315,7 @@ def cached_splits(cache_dir: Optional[str], name: str, key: Any, build,
         return build()
     folder = os.path.expanduser(cache_dir)
     digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
-    files = {s: os.path.join(folder, f"{name}_{digest}_{s}.npz") for s in SPLIT_NAMES}
+    files = {s: os.path.join(folder, f"{name}_{digest}_{s}.npz") for s in split_names}
     if all(os.path.isfile(f) for f in files.values()):
         splits = {}
         for split, file in files.items():

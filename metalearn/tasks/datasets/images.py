@@ -87,10 +87,16 @@ def decode_image(data: bytes, where: str, channels: int = 3,
             first = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]", "", first)  # TF's op names
             raise ValueError(f"{where} is not a decodable image ({first})") from None
     if image_size is not None and tuple(image.shape[:2]) != (image_size, image_size):
-        image = tf.image.resize(image, (image_size, image_size), method="bilinear",
-                                antialias=True)
-        image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+        image = resize_uint8(image, image_size)
     return image.numpy()
+
+
+def resize_uint8(image: tf.Tensor, image_size: int) -> tf.Tensor:
+    """A uint8 ``[H, W, C]`` image (or a batch of them) resized to ``image_size x
+    image_size`` (antialiased bilinear, rounded back to uint8): every loader's resize."""
+    image = tf.image.resize(image, (image_size, image_size), method="bilinear",
+                            antialias=True)
+    return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
 
 
 def convert_channels(image: tf.Tensor, channels: int) -> tf.Tensor:
