@@ -291,7 +291,7 @@ class MetaModel(keras.Model):
         episodes = _episodes(data)
         counts = self.eval_inner_steps
         figures = self.learner.meta_metrics(episodes, counts,
-                                            formulation=self.formulation)
+                                            formulation=self.formulation.for_evaluation())
         by_count = figures if counts is not None else {None: figures}
         for count, values in by_count.items():
             for name, value in values.items():

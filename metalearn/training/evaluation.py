@@ -38,8 +38,9 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
       batch_size: tasks run at once.
       seed, split: the task stream (``"test"`` tasks never appear in meta-training).
       formulation: how a batch of tasks runs (:mod:`metalearn.execution`): the run's
-        (``Experiment.formulation``) at the entry points; ``None``: ``Auto()``, resolved
-        as the meta-step resolves it.
+        (``Experiment.formulation``) at the entry points, as it answers
+        :meth:`~metalearn.execution.Formulation.for_evaluation` (``Unrolled``: ``MapFn``);
+        ``None``: ``Auto()``, resolved as the meta-step resolves it.
       log_every_seconds: a progress line (the part under way, elapsed time, ETA) at
         most this often while sampling and evaluating; an evaluation that ends sooner
         logs none. ``0``: none.
@@ -77,6 +78,8 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     inner_steps = [int(s) for s in inner_steps]
     if any(s < 0 for s in inner_steps):
         raise ValueError(f"inner_steps must be >= 0, got {inner_steps}")
+    if formulation is not None:
+        formulation = formulation.for_evaluation()
     batches = math.ceil(int(num_tasks) / int(batch_size))
     progress = _Progress(batches * 2, float(log_every_seconds))
     episodes = []
