@@ -135,3 +135,50 @@ def episodes(kind, sizes=SIZES):
             synthetic_regression(i, 1, shots=shots * WAYS, queries=queries * WAYS)
         found.append(Episode(*[t[0] for t in batch]))
     return found
+
+
+def table(names=None, calls=50) -> str:
+    """A markdown table, per family: the export's size on disk, and the latency of one
+    task's ``serving_default`` (and of ``predict`` from a cached ``adapt``) loaded in
+    this process, the first task's size, median of ``calls`` calls."""
+    import os
+    import statistics
+    import tempfile
+    import time
+
+    import tensorflow as tf
+
+    from metalearn.serving import export_saved_model
+    rows = ["| family | size (KiB) | serving_default (ms) | predict from adapt (ms) |",
+            "| --- | --- | --- | --- |"]
+    for name in names or sorted(FAMILIES):
+        build, kind = FAMILIES[name]
+        task = episodes(kind)[0]
+        path = export_saved_model(build(), tempfile.mkdtemp() + "/m", example=task)
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path)
+                   for f in fs)
+        signatures = tf.saved_model.load(path).signatures
+        given = {k: getattr(task, k) for k in ("support_x", "support_y", "query_x")}
+
+        def median_ms(fn):
+            fn()
+            times = []
+            for _ in range(calls):
+                start = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - start)
+            return f"{1000 * statistics.median(times):.2f}"
+
+        serve = median_ms(lambda: signatures["serving_default"](**given))
+        cached = "-"
+        if "adapt" in signatures:
+            solution = signatures["adapt"](support_x=task.support_x,
+                                           support_y=task.support_y)
+            cached = median_ms(lambda: signatures["predict"](query_x=task.query_x,
+                                                             **solution))
+        rows.append(f"| {name} | {size / 1024:.0f} | {serve} | {cached} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python -m tests.serving.export_families
+    print(table())
