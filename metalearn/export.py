@@ -13,10 +13,12 @@ trained, or --inner_steps, then predict the queries) for any set sizes, with
 ``metadata.json`` beside it (:func:`metalearn.serving.export_saved_model`). Load it with
 ``tf.saved_model.load(path)`` or serve it with TensorFlow Serving.
 
-The gradient-based learners (MAML and its variants through ``GradientDescent``) and the
-embedding learners with a head (Prototypical Networks) are supported; another learner,
-and --format=litert or onnx, stop with an error naming them (later slices). A non-empty
-version folder is refused before anything is restored, unless --overwrite.
+Every learner family the library trains exports (its task run is what is traced:
+inner loops, heads, neural processes, in-context learners; ``adapt`` and ``predict``
+signatures beside it cache a task's solution); a learner that cannot (a meta-RL policy,
+a task run that does not trace with the set sizes unknown) and --format=litert or onnx
+(later slices) stop with an error naming them. A non-empty version folder is refused
+before anything is restored, unless --overwrite.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """``python -m metalearn.export`` end to end: a tiny trained sinusoid MAML run exported,
-the SavedModel's predictions those of the restored learner's task run; a format or a
-learner not supported yet, and a non-empty version folder, refused with their names."""
+the SavedModel's predictions those of the restored learner's task run; a neural
+process's run (Gaussian predictions, its encoded context cached); a format not written
+yet, a meta-RL run and a non-empty version folder refused with their names."""
 
 import json
 import os
@@ -13,7 +14,8 @@ import tensorflow as tf
 
 from metalearn import tasks
 from metalearn.repository import ROOT
-from metalearn.serving import METADATA
+from metalearn.export import run as export_run
+from metalearn.serving import METADATA, UnsupportedExport
 from metalearn.tasks import Episode
 from metalearn.training import build_experiment, parse_config, restore, train
 from tests.run_fixtures import saved_run
@@ -83,11 +85,40 @@ def test_a_non_empty_version_folder_is_refused_unless_overwritten(workdir, tmp_p
     assert (tmp_path / "m" / "1" / "saved_model.pb").exists()
 
 
-def test_a_learner_not_supported_yet_is_named(tmp_path):
+def test_a_neural_process_run_exports_its_gaussian_predictions(tmp_path):
+    """A conditional neural process's run (no inner loop, Gaussian predictions): one
+    output per part of the Gaussian, and adapt/predict with the encoded context."""
     run = str(tmp_path / "cnp")
     saved_run(run, "experiments/gaussian_process/cnp.gin")
     out = export(f"--workdir={run}", f"--output={tmp_path / 'm'}")
-    assert out.returncode == 1
-    assert "cannot be exported to 'saved_model' yet" in out.stderr, out.stderr[-2000:]
-    assert "Learner (adapter ConditionalNeuralProcess)" in out.stderr, out.stderr[-2000:]
+    assert out.returncode == 0, out.stderr[-3000:]
+    path = str(tmp_path / "m" / "1")
+    metadata = json.load(open(os.path.join(path, METADATA)))
+    assert (metadata["learner"], metadata["adapter"]) == ("Learner",
+                                                          "ConditionalNeuralProcess")
+    assert sorted(metadata["solution"]) == ["state_context_representation"]
+    experiment = restore(run)
+    episode = Episode(*[t[0] for t in next(iter(experiment.sampler.dataset(
+        1, seed=1, split="test", num_steps=1)))])
+    signatures = tf.saved_model.load(path).signatures
+    served = signatures["serving_default"](support_x=episode.support_x,
+                                           support_y=episode.support_y,
+                                           query_x=episode.query_x)
+    solution = signatures["adapt"](support_x=episode.support_x,
+                                   support_y=episode.support_y)
+    cached = signatures["predict"](query_x=episode.query_x, **solution)
+    expected = experiment.learner.run_task(episode, measure=False).predictions
+    for part in ("mean", "scale"):
+        np.testing.assert_allclose(served[f"predictions_{part}"], getattr(expected, part),
+                                   rtol=0, atol=1e-5)
+        np.testing.assert_allclose(cached[f"predictions_{part}"], getattr(expected, part),
+                                   rtol=0, atol=1e-5)
+
+
+def test_a_meta_rl_run_is_refused_naming_the_learner(tmp_path):
+    run = str(tmp_path / "rl")
+    saved_run(run, "experiments/rl/point_nav_maml.gin", ["PointNavigation.horizon = 3",
+                                                          "PolicyLearner.rollouts = 2"])
+    with pytest.raises(UnsupportedExport, match="PolicyLearner overrides query_data"):
+        export_run(run, str(tmp_path / "m"))
     assert not (tmp_path / "m").exists()

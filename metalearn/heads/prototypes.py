@@ -17,8 +17,11 @@ DISTANCES = ("squared_euclidean", "cosine")
 
 
 def flat(embeddings: tf.Tensor) -> tf.Tensor:
-    """``[n, ...]`` embeddings as ``[n, features]``."""
-    return tf.reshape(embeddings, [tf.shape(embeddings)[0], -1])
+    """``[n, ...]`` embeddings as ``[n, features]`` (the features' size static where
+    the embeddings' is, whatever ``n``: a task of unknown size, as an export traces it,
+    keeps the head's shapes)."""
+    size = embeddings.shape[1:].num_elements()
+    return tf.reshape(embeddings, [tf.shape(embeddings)[0], -1 if size is None else size])
 
 
 def class_prototypes(embeddings: tf.Tensor, labels: tf.Tensor, ways: int) -> tf.Tensor:

@@ -123,10 +123,13 @@ def face_matrix(alpha: tf.Tensor, kernel: tf.Tensor, targets: tf.Tensor, c: floa
     """``A = P (K (x) I) P + (I - P)`` ``[..., n * ways, n * ways]`` on the face of
     ``alpha``: the Jacobian of the face's stationarity condition (symmetric, positive
     definite when ``K`` is), over ``alpha`` flattened row by row."""
-    n, ways = alpha.shape[-2], alpha.shape[-1]
-    if n is None or ways is None:
-        raise ValueError(f"SVMHead needs the support set's size and the ways statically "
-                         f"known, got dual variables of shape {alpha.shape}")
+    ways = alpha.shape[-1]
+    if ways is None:
+        raise ValueError(f"SVMHead needs the ways statically known, got dual variables "
+                         f"of shape {alpha.shape}")
+    # the support set's size: a tensor where it is not static (a task of any size, as
+    # an export traces it)
+    n = alpha.shape[-2] if alpha.shape[-2] is not None else tf.shape(alpha)[-2]
     mask = tf.cast(c * targets - alpha > 0, alpha.dtype)                   # [..., n, w]
     count = tf.maximum(tf.reduce_sum(mask, -1), 1)[..., None, None]  # 0 for a held row
     blocks = (tf.linalg.diag(mask) - mask[..., :, None] * mask[..., None, :]
@@ -134,7 +137,8 @@ def face_matrix(alpha: tf.Tensor, kernel: tf.Tensor, targets: tf.Tensor, c: floa
     eye_ways = tf.eye(ways, dtype=alpha.dtype)
     a = (kernel[..., :, None, :, None] * tf.einsum("...nkl,...mlj->...nkmj", blocks, blocks)
          + tf.einsum("nm,...nkj->...nkmj", tf.eye(n, dtype=alpha.dtype), eye_ways - blocks))
-    return tf.reshape(a, tf.concat([tf.shape(alpha)[:-2], [n * ways, n * ways]], 0))
+    return tf.reshape(a, tf.concat([tf.shape(alpha)[:-2], tf.stack([n * ways, n * ways])],
+                                   0))
 
 
 def newton_step_on_face(alpha: tf.Tensor, kernel: tf.Tensor, targets: tf.Tensor,

@@ -3,9 +3,10 @@ TensorFlow SavedModel (:func:`export_saved_model`) that loads with TensorFlow al
 (``tf.saved_model.load``, TensorFlow Serving). ``python -m metalearn.export`` writes one
 from a trained run. Consumers of the learners; nothing below imports them."""
 
-from metalearn.serving.saved_model import (FORMATS, METADATA, UnsupportedExport,
+from metalearn.serving.saved_model import (FORMATS, METADATA, TOLERANCE, UnsupportedExport,
                                            check_exportable, check_target,
-                                           export_saved_model)
+                                           export_refusals, export_saved_model,
+                                           named_leaves)
 
-__all__ = ["FORMATS", "METADATA", "UnsupportedExport", "check_exportable", "check_target",
-           "export_saved_model"]
+__all__ = ["FORMATS", "METADATA", "TOLERANCE", "UnsupportedExport", "check_exportable",
+           "check_target", "export_refusals", "export_saved_model", "named_leaves"]

@@ -3,24 +3,32 @@
 :func:`export_saved_model` traces the learner's own task run
 (:meth:`~metalearn.Learner.run_task`: adapt on the support set, then predict the
 queries, BatchNorm as the library computes it) into a ``tf.function`` whose set sizes
-are unknown, and saves it in a plain ``tf.Module`` that holds the learner's variables,
+are unknown, and saves it in a plain ``tf.Module`` that holds the variables it reads,
 in TensorFlow Serving's layout (``directory/<version>/``)::
 
     path = export_saved_model(learner, "exported/sinusoid", example=episode)
     served = tf.saved_model.load(path).signatures["serving_default"]
     predictions = served(support_x=sx, support_y=sy, query_x=qx)["predictions"]
 
-A learner whose adapted state is a head's fit and whose weights do not change per task
-(Prototypical Networks) also gets ``adapt(support_x, support_y) -> state`` and
-``predict(query_x, state...) -> {"predictions"}`` signatures, so that a task's fit is
-computed once and cached. ``metadata.json`` beside ``saved_model.pb`` says the inputs'
-shapes and dtypes, the ways, the inner steps and the signatures.
+Nothing here knows a family of learners: whatever the learner's task run does (an inner
+loop of any update transforms and step wrappers, implicit gradients, a learned
+optimizer, generated weights, a head's fit, a neural process's encoding, a transformer
+reading the support set in context) is what is traced. The same mechanism gives the
+``adapt`` and ``predict`` signatures: ``adapt(support_x, support_y)`` returns the
+task's solution, :meth:`~metalearn.Learner.adapt`'s ``Adapted(weights, state)``, as
+flat tensors (the weights adaptation changed, ``weights_<path>``, and the task's state,
+``state_<path>``: a head's fit, an encoded context), and ``predict(query_x, ...)``
+gives the predictions of :meth:`~metalearn.Learner.predict` from them, so that a
+server adapts once per task and caches the result for later queries. ``metadata.json``
+beside ``saved_model.pb`` says the inputs' and outputs' shapes and dtypes, the ways,
+the inner steps and the signatures.
 
-Supported in this first slice: the gradient-based learners (``Learner``,
-``MultiStepLossLearner`` and ``ProtoMAML`` with a ``GradientDescent`` inner loop: MAML,
-ANIL, Meta-SGD, MAML++, ...) and the embedding learners with a head
-(``PrototypicalNetworks``, ``EmbeddingLearner``). Other learners, and the formats
-``litert`` and ``onnx``, raise :class:`UnsupportedExport` naming them.
+Before it is written, the traced task run is run on the example episode and compared
+with the library's own ``run_task`` (and ``adapt`` then ``predict`` with it). A learner
+that cannot be exported raises :class:`UnsupportedExport` naming it and the reason: a
+learner whose queries are made inside its task run (``query_data``, a meta-RL policy's
+rollouts), a task run that does not trace with the set sizes unknown, or one whose
+traced predictions differ from the library's.
 """
 
 from __future__ import annotations
@@ -31,17 +39,15 @@ import logging
 import os
 import re
 import shutil
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from metalearn import atomic
-from metalearn.adapters.base import NoAdaptation
-from metalearn.adapters.gradient_descent import GradientDescent
 from metalearn.flags import EXPORT_FORMATS
-from metalearn.learners import (EmbeddingLearner, Learner, MultiStepLossLearner,
-                                PrototypicalNetworks, ProtoMAML)
+from metalearn.learners import Learner
 from metalearn.learners.task import Adapted
 from metalearn.tasks.episode import Episode
 
@@ -53,16 +59,33 @@ METADATA = "metadata.json"
 """The file beside ``saved_model.pb`` that describes the export (inputs, ways, inner
 steps, signatures)."""
 
-_GRADIENT_LEARNERS = (Learner, MultiStepLossLearner, ProtoMAML)
-_EMBEDDING_LEARNERS = (EmbeddingLearner, PrototypicalNetworks)
-_SUPPORTED = ("Learner, MultiStepLossLearner and ProtoMAML with a GradientDescent inner "
-              "loop; PrototypicalNetworks and EmbeddingLearner (no inner loop or "
-              "GradientDescent)")
+TOLERANCE = 1e-4
+"""The largest difference (absolute, and relative to the predictions' size) between
+the traced task run's predictions on the example episode and the library's that an
+export accepts (float32 round-off of another order of the same ops is ~1e-6)."""
 
 
 class UnsupportedExport(NotImplementedError):
-    """A learner or a format that cannot be exported yet (the message names it and
-    what is supported)."""
+    """A learner or a format that cannot be exported (the message names it and why)."""
+
+
+def _who(learner: Any) -> str:
+    adapter = getattr(learner, "adapter", None)
+    return f"{type(learner).__name__} (adapter {type(adapter).__name__})"
+
+
+def export_refusals(learner: Any) -> List[str]:
+    """Why ``learner``'s task run cannot be served from a support set and queries,
+    known before any tracing (empty: nothing known; the trace may still fail, and
+    :func:`export_saved_model` then names that)."""
+    if not isinstance(learner, Learner):
+        return [f"{type(learner).__name__} is not a metalearn Learner"]
+    reasons = []
+    if type(learner).query_data is not Learner.query_data:
+        reasons.append(f"{type(learner).__name__} overrides query_data: its queries are "
+                       "made inside the task run by the adapted model (e.g. a meta-RL "
+                       "policy's rollouts), so there are no given queries to predict")
+    return reasons
 
 
 def check_exportable(learner: Learner, format: str = "saved_model") -> None:
@@ -70,8 +93,8 @@ def check_exportable(learner: Learner, format: str = "saved_model") -> None:
 
     Raises:
       ValueError: a format that is not one of :data:`FORMATS`.
-      UnsupportedExport: a format or a learner (its class, or its adapter's) that is
-        not supported yet, naming it.
+      UnsupportedExport: a format not written yet, or a learner that cannot be exported
+        (:func:`export_refusals`), naming it and the reason.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}: one of {', '.join(FORMATS)}")
@@ -79,13 +102,10 @@ def check_exportable(learner: Learner, format: str = "saved_model") -> None:
         raise UnsupportedExport(f"export format {format!r} is not supported yet: only "
                                 "'saved_model' is written (LiteRT and ONNX are later "
                                 "slices)")
-    adapter = type(getattr(learner, "adapter", None))
-    if type(learner) in _EMBEDDING_LEARNERS and adapter in (NoAdaptation, GradientDescent):
-        return
-    if type(learner) in _GRADIENT_LEARNERS and adapter is GradientDescent:
-        return
-    raise UnsupportedExport(f"{type(learner).__name__} (adapter {adapter.__name__}) cannot "
-                            f"be exported to {format!r} yet; supported: {_SUPPORTED}")
+    reasons = export_refusals(learner)
+    if reasons:
+        raise UnsupportedExport(f"{_who(learner)} cannot be exported to {format!r}: "
+                                + "; ".join(reasons))
 
 
 def check_target(directory: str, version: int = 1, overwrite: bool = False) -> str:
@@ -129,11 +149,13 @@ def _described(spec: tf.TensorSpec) -> Dict[str, Any]:
     return {"shape": spec.shape.as_list(), "dtype": spec.dtype.name}
 
 
-def _variables(learner: Learner) -> List[tf.Variable]:
-    """Every TensorFlow variable the learner's task run may read: the model's (Keras
-    variables unwrapped), the pieces' meta-variables and the learner's own."""
+def _variables(learner: Learner, functions: List[Any]) -> List[tf.Variable]:
+    """Every TensorFlow variable the exported functions read (what their traces
+    captured), and the learner's model's, meta-variables and own, once each."""
     found, seen = [], set()
-    for variable in [*learner.model.variables, *learner.meta_variables, *learner.variables]:
+    candidates = [*learner.model.variables, *learner.meta_variables, *learner.variables,
+                  *[v for f in functions for v in f.variables]]
+    for variable in candidates:
         variable = variable.value if isinstance(variable, keras.Variable) else variable
         if id(variable) not in seen:
             seen.add(id(variable))
@@ -141,39 +163,119 @@ def _variables(learner: Learner) -> List[tf.Variable]:
     return found
 
 
-def _names(paths: List[str]) -> List[str]:
-    return [re.sub(r"[^A-Za-z0-9_]", "_", p) or f"state_{i}" for i, p in enumerate(paths)]
+def named_leaves(value: Any, prefix: str) -> List[Tuple[str, Any]]:
+    """``(name, leaf)`` of a nest in ``keras.tree.flatten``'s order, each name
+    ``prefix`` and the leaf's path joined by ``_`` (dict keys, a named tuple's fields,
+    list indices), made a valid signature name; a single tensor is ``prefix`` alone."""
+    pairs = []
+
+    def walk(item, path):
+        if isinstance(item, dict):
+            for key in sorted(item):
+                walk(item[key], path + [str(key)])
+        elif isinstance(item, tuple) and type(item) is not tuple:  # a named tuple
+            for field, leaf in zip(item._fields, item):
+                walk(leaf, path + [field])
+        elif isinstance(item, (list, tuple)):
+            for i, leaf in enumerate(item):
+                walk(leaf, path + [str(i)])
+        elif item is not None:
+            pairs.append(("_".join([prefix, *path]), item))
+
+    walk(value, [])
+    names, used = [], set()
+    for name, leaf in pairs:
+        name = re.sub(r"[^A-Za-z0-9_]", "_", name)
+        unique, i = name, 1
+        while unique in used:
+            unique, i = f"{name}_{i}", i + 1
+        used.add(unique)
+        names.append((unique, leaf))
+    return names
 
 
-def _adapt_and_predict(learner: Learner, steps: Optional[int], specs: Dict[str, Any]):
-    """The ``adapt`` and ``predict`` functions of a head learner whose weights stay
-    those of its variables (no inner loop): the head's fit by name, and predictions from
-    it. ``None`` for other learners."""
-    if not (isinstance(learner, EmbeddingLearner) and
-            isinstance(learner.adapter, NoAdaptation)):
-        return None
-    sx, sy, qx = specs["support_x"], specs["support_y"], specs["query_x"]
-    state = tf.function(lambda x, y: learner.adapt(x, y, steps).state,
-                        input_signature=[sx, sy], autograph=False
-                        ).get_concrete_function().structured_outputs
-    flat = keras.tree.flatten_with_path(state)
-    names = _names(["/".join(str(p) for p in path) for path, _ in flat])
-    state_specs = {n: tf.TensorSpec(t.shape, t.dtype, name=n) for n, (_, t) in
-                   zip(names, flat)}
+def _outputs(predictions: Any) -> Dict[str, tf.Tensor]:
+    # a single tensor is "predictions"; a nest (a Gaussian) "predictions_mean", ...
+    return dict(named_leaves(predictions, "predictions"))
 
-    @tf.function(input_signature=[sx, sy], autograph=False)
+
+class _Cache(NamedTuple):
+    """What the ``adapt`` signature gives, as found while tracing it."""
+    paths: List[str]                 # the adapted weights' paths, in order
+    weights: Dict[str, str]          # signature name -> path of each changed weight
+    state: Any                       # the state's structure
+    state_names: List[str]           # signature names of its leaves, in flatten order
+
+
+def _cached_functions(learner: Learner, steps: Optional[int], specs: Dict[str, Any]
+                      ) -> Tuple[Any, Any, _Cache]:
+    """The ``adapt`` and ``predict`` functions (traced) of any learner: the task's
+    solution (:meth:`~metalearn.Learner.adapt`: the weights its adaptation changed and
+    its state) as flat tensors by name, and :meth:`~metalearn.Learner.predict` from
+    them."""
+    found: List[_Cache] = []
+
+    @tf.function(input_signature=[specs["support_x"], specs["support_y"]],
+                 autograph=False)
     def adapt(support_x, support_y):
-        fitted = learner.adapt(support_x, support_y, steps).state
-        return dict(zip(names, keras.tree.flatten(fitted)))
+        initial = learner.initial_weights()
+        adapted = Adapted.of(learner.adapt(support_x, support_y, steps, weights=initial),
+                             f"{type(learner).__name__}.adapt")
+        changed = {p: t for p, t in adapted.weights.items() if t is not initial.get(p)}
+        weights = named_leaves(changed, "weights")
+        state = named_leaves(adapted.state, "state")
+        found.append(_Cache(list(adapted.weights),
+                            {n: p for (n, _), p in zip(weights, sorted(changed))},
+                            adapted.state, [n for n, _ in state]))
+        return dict(weights + state)
 
-    @tf.function(input_signature=[qx, state_specs], autograph=False)
-    def predict(query_x, state):
-        fitted = keras.tree.pack_sequence_as(state_structure, [state[n] for n in names])
-        adapted = Adapted(learner.initial_weights(), fitted)
-        return {"predictions": learner.predict(adapted, query_x)}
+    outputs = adapt.get_concrete_function().structured_outputs
+    cache = found[-1]
+    inputs = {n: tf.TensorSpec(t.shape, t.dtype, name=n) for n, t in outputs.items()}
 
-    state_structure = state
-    return adapt, predict, state_specs
+    @tf.function(input_signature=[specs["query_x"], inputs], autograph=False)
+    def predict(query_x, solution):
+        initial = learner.initial_weights()
+        by_path = {p: n for n, p in cache.weights.items()}
+        weights = {p: solution[by_path[p]] if p in by_path else initial[p]
+                   for p in cache.paths}
+        state = keras.tree.pack_sequence_as(cache.state,
+                                            [solution[n] for n in cache.state_names])
+        return _outputs(learner.predict(Adapted(weights, state), query_x))
+
+    predict.get_concrete_function()
+    return adapt, predict, cache
+
+
+def _difference(got: Dict[str, Any], expected: Dict[str, Any]) -> Optional[str]:
+    """Where ``got`` differs from ``expected`` beyond :data:`TOLERANCE`, else ``None``."""
+    if sorted(got) != sorted(expected):
+        return f"outputs {sorted(got)}, the library's {sorted(expected)}"
+    for name, want in expected.items():
+        want, have = np.asarray(want, np.float64), np.asarray(got[name], np.float64)
+        if want.shape != have.shape:
+            return (f"output {name} of shape {list(have.shape)}, the library's "
+                    f"{list(want.shape)}")
+        gap = float(np.max(np.abs(have - want), initial=0.0))
+        if not np.isfinite(gap) or gap > TOLERANCE * (1.0 + float(
+                np.max(np.abs(want), initial=0.0))):
+            return f"output {name} differs from the library's by {gap:.3g}"
+    return None
+
+
+def _traced(what: str, learner: Learner, fn: Callable[[], Any]) -> Any:
+    """``fn()``, a failure of its trace raised as :class:`UnsupportedExport` naming the
+    learner, ``what`` was traced and the error."""
+    try:
+        return fn()
+    except UnsupportedExport:
+        raise
+    except Exception as error:  # noqa: BLE001 -- any failure of the trace is the reason
+        message = str(error).strip().splitlines()
+        raise UnsupportedExport(
+            f"{_who(learner)} cannot be exported to 'saved_model': {what} with the set "
+            f"sizes unknown failed: {type(error).__name__}: "
+            f"{message[0] if message else ''}") from error
 
 
 @contextlib.contextmanager
@@ -193,22 +295,29 @@ def _absl_level_kept() -> Iterator[None]:
 
 def export_saved_model(learner: Learner, directory: str, inner_steps: Optional[int] = None,
                        version: int = 1, example: Optional[Episode] = None,
-                       overwrite: bool = False) -> str:
+                       overwrite: bool = False, check: bool = True) -> str:
     """Writes ``learner``'s adapt-then-predict as a SavedModel in TensorFlow Serving's
     layout, ``directory/<version>/``, loadable with TensorFlow alone.
 
     The ``serving_default`` signature, ``(support_x, support_y, query_x) ->
     {"predictions": ...}``, runs the learner's own :meth:`~metalearn.Learner.run_task`
-    (its inner loop for ``inner_steps`` steps on the support set, then its predictions
-    on the queries), traced with the support and query set sizes unknown; the feature
-    shapes and dtypes are the ``example`` episode's. A head learner without an inner loop
-    also gets ``adapt`` and ``predict`` signatures (its fit computed once per task).
-    ``metadata.json`` beside ``saved_model.pb`` describes the inputs and outputs, the
-    ways, the inner steps and the signatures.
+    (its adaptation, ``inner_steps`` inner steps where it has an inner loop, on the
+    support set, then its predictions on the queries), traced with the support and
+    query set sizes unknown; the feature shapes and dtypes are the ``example``
+    episode's. Predictions that are a nest (a neural process's Gaussian) are one output
+    per leaf (``predictions_mean``, ``predictions_scale``). The ``adapt`` signature,
+    ``(support_x, support_y) -> {name: tensor}``, gives the task's solution (the
+    weights adaptation changed, ``weights_<path>``, and the task's state,
+    ``state_<path>``), and ``predict``, ``(query_x, that solution by name) ->
+    {"predictions": ...}``, the predictions from it; they are left out where
+    adaptation gives nothing to keep, or where the learner's class overrides ``split``
+    (the support set it adapts on is then not the one given). ``metadata.json`` beside
+    ``saved_model.pb`` describes the inputs and outputs, the ways, the inner steps and
+    the signatures.
 
     Args:
-      learner: a supported learner (:func:`check_exportable`), e.g. a restored run's
-        ``experiment.learner``.
+      learner: a learner (e.g. a restored run's ``experiment.learner``) that
+        :func:`check_exportable` accepts.
       directory: the model's folder; the export is its ``<version>`` subfolder.
       inner_steps: inner steps of the served adaptation; ``None``: the adapter's own
         (as trained).
@@ -216,12 +325,16 @@ def export_saved_model(learner: Learner, directory: str, inner_steps: Optional[i
       example: one episode (no task axis) of the tasks to serve, e.g. the first of
         ``sampler.sample(seed, 1, "test")``: its inputs' feature shapes and dtypes.
       overwrite: replace a non-empty version folder instead of refusing it.
+      check: run the traced functions on ``example`` and compare their predictions
+        with the library's (``run_task``; ``predict`` of ``adapt``) before writing.
 
     Returns:
       The version folder written.
 
     Raises:
-      UnsupportedExport: a learner that cannot be exported yet (named).
+      UnsupportedExport: a learner that cannot be exported (named, with the reason:
+        :func:`export_refusals`, a trace that fails with the set sizes unknown, or
+        traced predictions that differ from the library's).
       FileExistsError: a non-empty version folder without ``overwrite`` (before any
         tracing).
       ValueError: ``inner_steps`` negative, or given to a learner without an inner loop.
@@ -236,8 +349,8 @@ def export_saved_model(learner: Learner, directory: str, inner_steps: Optional[i
     if inner_steps is not None:
         if int(inner_steps) < 0:
             raise ValueError(f"inner_steps must be 0 or more, got {inner_steps}")
-        if isinstance(learner.adapter, NoAdaptation) and inner_steps:
-            raise ValueError(f"{type(learner).__name__} has no inner loop: inner_steps="
+        if getattr(type(learner.adapter), "steps", None) == 0 and inner_steps:
+            raise ValueError(f"{_who(learner)} has no inner loop: inner_steps="
                              f"{inner_steps} does not apply")
         inner_steps = int(inner_steps)
     steps = trained if inner_steps is None else inner_steps
@@ -252,22 +365,32 @@ def export_saved_model(learner: Learner, directory: str, inner_steps: Optional[i
         labels = tf.zeros(tf.concat([tf.shape(query_x)[:1], tf.shape(example.query_y)[1:]
                                      ], 0), query_y.dtype)
         episode = Episode(support_x, support_y, query_x, labels)
-        return {"predictions": learner.run_task(episode, inner_steps,
-                                                measure=False).predictions}
+        return _outputs(learner.run_task(episode, inner_steps, measure=False).predictions)
 
-    module = tf.Module()
-    serving = serve.get_concrete_function()
+    serving = _traced("tracing its task run (run_task)", learner,
+                      serve.get_concrete_function)
     signatures = {"serving_default": serving}
-    module.serve = serve
-    cached = _adapt_and_predict(learner, inner_steps, specs)
-    state_specs = {}
-    if cached is not None:
-        adapt, predict, state_specs = cached
-        module.adapt, module.predict = adapt, predict
-        signatures["adapt"] = adapt.get_concrete_function()
-        signatures["predict"] = predict.get_concrete_function()
-    module.state = _variables(learner)
-    output = serving.structured_outputs["predictions"]
+    module = tf.Module()  # the signatures alone: saving the functions as attributes
+    # too would serialise each twice (four times the seconds)
+    cache, left_out = None, None
+    if type(learner).split is not Learner.split:
+        left_out = (f"{type(learner).__name__} overrides split: the support set it adapts "
+                    "on is not the one given")
+    else:
+        adapt, predict, cache = _traced("tracing its adapt and predict", learner,
+                                        lambda: _cached_functions(learner, inner_steps,
+                                                                  specs))
+        if not (cache.weights or cache.state_names):
+            cache, left_out = None, "adaptation gives nothing to keep (no weight changed, " \
+                                    "no state)"
+        else:
+            signatures["adapt"] = adapt.get_concrete_function()
+            signatures["predict"] = predict.get_concrete_function()
+    if check:
+        _check(learner, example, inner_steps, signatures)
+    module.state = _variables(learner, list(signatures.values()))
+    outputs = serving.structured_outputs
+    solution = signatures["adapt"].structured_outputs if cache else {}
     metadata = {
         "format": "saved_model", "learner": type(learner).__name__,
         "adapter": type(learner.adapter).__name__, "inner_steps": steps,
@@ -275,23 +398,34 @@ def export_saved_model(learner: Learner, directory: str, inner_steps: Optional[i
         "query_training": learner.query_training,
         "meta_step": int(learner.meta_step.numpy()),
         "inputs": {name: _described(spec) for name, spec in specs.items()},
-        "outputs": {"predictions": _described(tf.TensorSpec(output.shape, output.dtype))},
+        "outputs": {name: _described(tf.TensorSpec(t.shape, t.dtype))
+                    for name, t in outputs.items()},
+        "solution": {name: _described(tf.TensorSpec(t.shape, t.dtype))
+                     for name, t in solution.items()},
+        "adapted_weights": dict(cache.weights) if cache else {},
         "signatures": {
             "serving_default": "adapt on (support_x, support_y), then predict query_x: "
-                               "{'predictions'}",
-            **({"adapt": "(support_x, support_y) -> the task's state by name: "
-                         + ", ".join(f"{n} {s.shape.as_list()} {s.dtype.name}"
-                                     for n, s in state_specs.items()),
-                "predict": "(query_x, the state adapt gave, by name) -> {'predictions'}"}
-               if state_specs else {})},
+                               f"{sorted(outputs)}",
+            **({"adapt": "(support_x, support_y) -> the task's solution by name (the "
+                         "weights adaptation changed, weights_<path>; the task's state, "
+                         "state_<path>): " + ", ".join(sorted(solution)),
+                "predict": f"(query_x, the solution adapt gave, by name) -> "
+                           f"{sorted(outputs)}"}
+               if cache else {})},
+        **({"adapt_left_out": left_out} if left_out else {}),
     }
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     partial = os.path.join(parent, f".{os.path.basename(path)}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     try:
+        # the functions serve predictions: the gradients of custom-gradient ops in them
+        # (iMAML's, a head's implicit fit) are not saved; saving them takes seconds
+        options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
         with _absl_level_kept():
-            tf.saved_model.save(module, partial, signatures=signatures)
+            _traced("saving its traced functions", learner,
+                    lambda: tf.saved_model.save(module, partial, signatures=signatures,
+                                                options=options))
         atomic.write(os.path.join(partial, METADATA),
                      json.dumps(metadata, indent=2, sort_keys=True) + "\n")
         if os.path.isdir(path):
@@ -300,3 +434,29 @@ def export_saved_model(learner: Learner, directory: str, inner_steps: Optional[i
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return path
+
+
+def _check(learner: Learner, example: Episode, steps: Optional[int],
+           signatures: Dict[str, Any]) -> None:
+    """The traced functions on ``example`` against the library's predictions.
+
+    Raises:
+      UnsupportedExport: naming the learner and the difference (a random op in the
+        task run, or code that reads the static set sizes).
+    """
+    expected = _outputs(learner.run_task(example, steps, measure=False).predictions)
+    got = signatures["serving_default"](support_x=example.support_x,
+                                        support_y=example.support_y,
+                                        query_x=example.query_x)
+    found = _difference(got, expected)
+    if found is None and "adapt" in signatures:
+        solution = signatures["adapt"](support_x=example.support_x,
+                                       support_y=example.support_y)
+        found = _difference(signatures["predict"](query_x=example.query_x, **solution),
+                            expected)
+        found = found and f"predict(adapt(...)): {found}"
+    if found:
+        raise UnsupportedExport(
+            f"{_who(learner)} cannot be exported to 'saved_model': traced with the set "
+            f"sizes unknown, on the example episode, {found} (a random op in the task "
+            "run, or code that reads the set sizes while tracing)")
