@@ -19,8 +19,9 @@ shapes and dtypes, the ways, the inner steps and the signatures.
 Supported in this first slice: the gradient-based learners (``Learner``,
 ``MultiStepLossLearner`` and ``ProtoMAML`` with a ``GradientDescent`` inner loop: MAML,
 ANIL, Meta-SGD, MAML++, ...) and the embedding learners with a head
-(``PrototypicalNetworks``, ``EmbeddingLearner``). Other learners, and the formats
-``litert`` and ``onnx``, raise :class:`UnsupportedExport` naming them.
+(``PrototypicalNetworks``, ``EmbeddingLearner``). Other learners raise
+:class:`UnsupportedExport` naming them. LiteRT and ONNX are converted from this SavedModel
+(:mod:`metalearn.serving.litert`, :mod:`metalearn.serving.onnx`).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ from metalearn.learners.task import Adapted
 from metalearn.tasks.episode import Episode
 
 FORMATS = EXPORT_FORMATS
-"""The export formats ``python -m metalearn.export --format`` names; only
-``saved_model`` is written so far (the others raise :class:`UnsupportedExport`)."""
+"""The export formats ``python -m metalearn.export --format`` names: ``litert`` and
+``onnx`` are converted from the SavedModel (:mod:`metalearn.serving.conversion`)."""
 
 METADATA = "metadata.json"
 """The file beside ``saved_model.pb`` that describes the export (inputs, ways, inner
@@ -68,15 +69,16 @@ def check_exportable(learner: Learner, format: str = "saved_model") -> None:
 
     Raises:
       ValueError: a format that is not one of :data:`FORMATS`.
-      UnsupportedExport: a format or a learner (its class, or its adapter's) that is
-        not supported yet, naming it.
+      UnsupportedExport: a learner (its class, or its adapter's) that is not
+        supported yet, or cannot go to ``format``, naming it
+        (:func:`~metalearn.serving.conversion.check_convertible` for ``litert`` and
+        ``onnx``).
     """
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}: one of {', '.join(FORMATS)}")
-    if format != "saved_model":
-        raise UnsupportedExport(f"export format {format!r} is not supported yet: only "
-                                "'saved_model' is written (LiteRT and ONNX are later "
-                                "slices)")
+    if format != "saved_model":  # converted from the SavedModel
+        from metalearn.serving.conversion import check_convertible
+        return check_convertible(learner, format)
     adapter = type(getattr(learner, "adapter", None))
     if type(learner) in _EMBEDDING_LEARNERS and adapter in (NoAdaptation, GradientDescent):
         return
