@@ -110,10 +110,7 @@ def main(argv) -> None:
             folder = os.path.join(FLAGS.out, name.split()[0].lower(), format)
             extra = {"select_tf_ops": True} if format == "litert" else {}
             try:
-                if extra:
-                    serving.check_convertible(learner, format, **extra)
-                else:
-                    serving.check_exportable(learner, format)
+                serving.check_exportable(learner, format, select_tf_ops=True)
             except serving.UnsupportedExport as error:
                 rows.append(f"| {name} | {format} | - | - | refused: "
                             f"{str(error).split(':')[0]} |")

@@ -101,7 +101,7 @@ def run(workdir: str, output: str, format: str = "saved_model",
     metalearn.import_all()  # TensorFlow and every configurable (once), before gin parses
     from metalearn.runs.modules import import_modules
     from metalearn import serving
-    from metalearn.serving.conversion import check_convertible, require_packages
+    from metalearn.serving.conversion import require_packages
     from metalearn.tasks import Episode
     from metalearn.training import restore
     if _usage(format, support_size, query_size, select_tf_ops):
@@ -112,10 +112,7 @@ def run(workdir: str, output: str, format: str = "saved_model",
     params = [f"include '{p}'" for p in resolve_gin_files(gin_files)]
     experiment = restore(workdir, gin_params=params + list(gin_params), modules=modules,
                          trust_workdir=trust_workdir)
-    if format == "saved_model":
-        serving.check_exportable(experiment.learner, format)
-    else:  # before anything is traced
-        check_convertible(experiment.learner, format, select_tf_ops)
+    serving.check_exportable(experiment.learner, format, select_tf_ops)  # before tracing
     batch = next(iter(experiment.sampler.dataset(1, seed=experiment.seed, split=split,
                                                  num_steps=1)))
     example = Episode(*[value[0] for value in batch])

@@ -6,12 +6,12 @@ TensorFlow SavedModel (:func:`export_saved_model`) that loads with TensorFlow al
 ``python -m metalearn.export`` writes one from a trained run. Consumers of the
 learners; nothing below imports them."""
 
-from metalearn.serving.conversion import ConverterMissing, check_convertible
+from metalearn.serving.conversion import (ConverterMissing, check_convertible,
+                                          check_exportable)
 from metalearn.serving.litert import export_litert
 from metalearn.serving.onnx import export_onnx
 from metalearn.serving.saved_model import (FORMATS, METADATA, UnsupportedExport,
-                                           check_exportable, check_target,
-                                           export_saved_model)
+                                           check_target, export_saved_model)
 
 __all__ = ["FORMATS", "METADATA", "ConverterMissing", "UnsupportedExport",
            "check_convertible", "check_exportable", "check_target", "export_litert",

@@ -32,7 +32,8 @@ import tensorflow as tf
 from metalearn import atomic
 from metalearn.adapters import InContext, NeuralProcess, NoAdaptation
 from metalearn.learners import Learner
-from metalearn.serving.saved_model import METADATA, UnsupportedExport, check_exportable
+from metalearn.serving import saved_model
+from metalearn.serving.saved_model import METADATA, UnsupportedExport
 
 CONVERTED_FORMATS = ("litert", "onnx")
 """The formats converted from the SavedModel."""
@@ -87,7 +88,7 @@ def check_convertible(learner: Learner, format: str, select_tf_ops: bool = False
     if format not in CONVERTED_FORMATS:
         raise ValueError(f"{format!r} is not a converted format: one of "
                          f"{', '.join(CONVERTED_FORMATS)}")
-    check_exportable(learner, "saved_model")
+    saved_model.check_exportable(learner, "saved_model")
     if is_gradient_free(learner):
         return
     name = f"{type(learner).__name__} (adapter {type(learner.adapter).__name__})"
@@ -105,6 +106,24 @@ def check_convertible(learner: Learner, format: str, select_tf_ops: bool = False
             "builtin kernels for. select_tf_ops=True (--select_tf_ops) writes them as "
             "Select TF ops, which run only in a LiteRT runtime linked with the Flex "
             "delegate (not the ai-edge-litert Python package); or export 'saved_model'")
+
+
+def check_exportable(learner: Learner, format: str = "saved_model",
+                     select_tf_ops: bool = False) -> None:
+    """Checks that ``learner`` can be exported to ``format``, any of
+    :data:`~metalearn.serving.FORMATS`, before anything is traced
+    (``metalearn.serving.check_exportable``): the SavedModel's check
+    (:func:`metalearn.serving.saved_model.check_exportable`), and for ``litert`` and
+    ``onnx`` :func:`check_convertible`'s.
+
+    Raises:
+      ValueError: an unknown format.
+      UnsupportedExport: the learner, or the combination, naming them.
+    """
+    if format in CONVERTED_FORMATS:
+        check_convertible(learner, format, select_tf_ops)
+    else:
+        saved_model.check_exportable(learner, format)
 
 
 def set_size(value: Optional[int], name: str) -> Optional[int]:

@@ -70,15 +70,14 @@ def check_exportable(learner: Learner, format: str = "saved_model") -> None:
     Raises:
       ValueError: a format that is not one of :data:`FORMATS`.
       UnsupportedExport: a learner (its class, or its adapter's) that is not
-        supported yet, or cannot go to ``format``, naming it
-        (:func:`~metalearn.serving.conversion.check_convertible` for ``litert`` and
-        ``onnx``).
+        supported yet, naming it. (``metalearn.serving.check_exportable`` also checks
+        the limits of ``litert`` and ``onnx``:
+        :func:`~metalearn.serving.conversion.check_exportable`.)
     """
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}: one of {', '.join(FORMATS)}")
-    if format != "saved_model":  # converted from the SavedModel
-        from metalearn.serving.conversion import check_convertible
-        return check_convertible(learner, format)
+    # litert and onnx: the SavedModel they are converted from is checked here, the
+    # format's own limits by metalearn.serving.conversion.check_convertible
     adapter = type(getattr(learner, "adapter", None))
     if type(learner) in _EMBEDDING_LEARNERS and adapter in (NoAdaptation, GradientDescent):
         return
