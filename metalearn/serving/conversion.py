@@ -25,13 +25,15 @@ import importlib
 import json
 import os
 import shutil
-from typing import Any, Callable, Dict, Optional
+import tempfile
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 
 from metalearn import atomic
 from metalearn.adapters import InContext, NeuralProcess, NoAdaptation
 from metalearn.learners import Learner
+from metalearn.tasks.episode import Episode
 from metalearn.serving import saved_model
 from metalearn.serving.saved_model import METADATA, UnsupportedExport
 
@@ -226,3 +228,47 @@ def convert(learner: Learner, format: str, step: Callable[[], bytes]) -> bytes:
             f"to convert to {format!r}: {type(error).__name__}: {first_lines(error)}"
         ) from error
 
+
+
+def prepare(learner: Learner, format: str, directory: str, version: int, overwrite: bool,
+            example: Optional[Episode], support_size: Optional[int],
+            query_size: Optional[int], select_tf_ops: bool = False
+            ) -> Tuple[str, Optional[int], Optional[int]]:
+    """What a conversion checks before any work, in this order: the learner and the
+    format (:func:`check_convertible`), the packages, the version folder, the set sizes,
+    an example given.
+
+    Returns:
+      The version folder, and the set sizes checked.
+    """
+    check_convertible(learner, format, select_tf_ops)
+    require_packages(format)
+    path = saved_model.check_target(directory, version, overwrite)
+    support_size = set_size(support_size, "support_size")
+    query_size = set_size(query_size, "query_size")
+    if example is None:
+        raise ValueError(f"export_{format} needs an example episode (no task axis) for "
+                         "the inputs' feature shapes and dtypes")
+    return path, support_size, query_size
+
+
+def from_saved_model(learner: Learner, format: str, example: Episode,
+                     inner_steps: Optional[int], support_size: Optional[int],
+                     query_size: Optional[int], converter: Callable[[str], bytes]
+                     ) -> Tuple[bytes, Dict[str, Any], Dict[str, Any]]:
+    """Exports ``learner``'s SavedModel to a temporary folder, re-saves it with the set
+    sizes given (:func:`fix_set_sizes`) and runs ``converter`` on that folder.
+
+    Returns:
+      The converted model, the SavedModel's metadata and the inputs as converted.
+
+    Raises:
+      UnsupportedExport: the converter failed (:func:`convert`).
+    """
+    with tempfile.TemporaryDirectory() as work:
+        saved = saved_model.export_saved_model(learner, os.path.join(work, "saved"),
+                                               inner_steps=inner_steps, example=example)
+        fixed = os.path.join(work, "fixed")
+        inputs = fix_set_sizes(saved, fixed, support_size, query_size)
+        model = convert(learner, format, lambda: converter(fixed))
+        return model, saved_metadata(saved), inputs

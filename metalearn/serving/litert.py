@@ -16,13 +16,12 @@ package has none, so such a model is written but cannot be checked here
 
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import List, Optional
+
+import tensorflow as tf
 
 from metalearn.learners import Learner
 from metalearn.serving import conversion
-from metalearn.serving.saved_model import check_target, export_saved_model
 from metalearn.tasks.episode import Episode
 
 FILE = "model.tflite"
@@ -74,31 +73,20 @@ def export_litert(learner: Learner, directory: str, example: Optional[Episode] =
       FileExistsError: a non-empty version folder without ``overwrite``.
       ValueError: a set size that is not a positive integer, or no example.
     """
-    conversion.check_convertible(learner, "litert", select_tf_ops)
-    conversion.require_packages("litert")
-    path = check_target(directory, version, overwrite)
-    support_size = conversion.set_size(support_size, "support_size")
-    query_size = conversion.set_size(query_size, "query_size")
-    if example is None:
-        raise ValueError("export_litert needs an example episode (no task axis) for the "
-                         "inputs' feature shapes and dtypes")
+    path, support_size, query_size = conversion.prepare(
+        learner, "litert", directory, version, overwrite, example, support_size,
+        query_size, select_tf_ops)
     support_size = support_size or int(example.support_x.shape[0])
     query_size = query_size or int(example.query_x.shape[0])
-    import tensorflow as tf
-    with tempfile.TemporaryDirectory() as work:
-        saved = export_saved_model(learner, os.path.join(work, "saved"),
-                                   inner_steps=inner_steps, example=example)
-        fixed = os.path.join(work, "fixed")
-        inputs = conversion.fix_set_sizes(saved, fixed, support_size, query_size)
 
-        def converted() -> bytes:
-            converter = tf.lite.TFLiteConverter.from_saved_model(fixed)
-            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS] + (
-                [tf.lite.OpsSet.SELECT_TF_OPS] if select_tf_ops else [])
-            return converter.convert()
+    def converted(source: str) -> bytes:
+        converter = tf.lite.TFLiteConverter.from_saved_model(source)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS] + (
+            [tf.lite.OpsSet.SELECT_TF_OPS] if select_tf_ops else [])
+        return converter.convert()
 
-        model = conversion.convert(learner, "litert", converted)
-        metadata = conversion.saved_metadata(saved)
+    model, metadata, inputs = conversion.from_saved_model(
+        learner, "litert", example, inner_steps, support_size, query_size, converted)
     select = [op[len("Flex"):] for op in _custom_ops(model) if op.startswith("Flex")]
     metadata = conversion.converted_metadata(metadata, "litert", FILE, inputs, {
         "select_tf_ops": select,

@@ -11,13 +11,10 @@ gradient operators have no ONNX counterpart (:mod:`metalearn.serving.conversion`
 
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Optional
 
 from metalearn.learners import Learner
 from metalearn.serving import conversion
-from metalearn.serving.saved_model import check_target, export_saved_model
 from metalearn.tasks.episode import Episode
 
 FILE = "model.onnx"
@@ -60,33 +57,22 @@ def export_onnx(learner: Learner, directory: str, example: Optional[Episode] = N
       FileExistsError: a non-empty version folder without ``overwrite``.
       ValueError: a set size that is not a positive integer, or no example.
     """
-    conversion.check_convertible(learner, "onnx")
-    conversion.require_packages("onnx")
-    path = check_target(directory, version, overwrite)
-    support_size = conversion.set_size(support_size, "support_size")
-    query_size = conversion.set_size(query_size, "query_size")
-    if example is None:
-        raise ValueError("export_onnx needs an example episode (no task axis) for the "
-                         "inputs' feature shapes and dtypes")
+    path, support_size, query_size = conversion.prepare(
+        learner, "onnx", directory, version, overwrite, example, support_size, query_size)
     import tf2onnx
     from tf2onnx import tf_loader
-    with tempfile.TemporaryDirectory() as work:
-        saved = export_saved_model(learner, os.path.join(work, "saved"),
-                                   inner_steps=inner_steps, example=example)
-        source = os.path.join(work, "fixed")
-        inputs = conversion.fix_set_sizes(saved, source, support_size, query_size)
 
-        def converted() -> bytes:
-            graph, names_in, names_out, renames = tf_loader.from_saved_model(
-                source, None, None, tag="serve", signatures=["serving_default"],
-                return_tensors_to_rename=True)
-            model, _ = tf2onnx.convert.from_graph_def(
-                graph, input_names=names_in, output_names=names_out, opset=opset,
-                tensors_to_rename=renames)
-            return model.SerializeToString()
+    def converted(source: str) -> bytes:
+        graph, names_in, names_out, renames = tf_loader.from_saved_model(
+            source, None, None, tag="serve", signatures=["serving_default"],
+            return_tensors_to_rename=True)
+        model, _ = tf2onnx.convert.from_graph_def(
+            graph, input_names=names_in, output_names=names_out, opset=opset,
+            tensors_to_rename=renames)
+        return model.SerializeToString()
 
-        model = conversion.convert(learner, "onnx", converted)
-        metadata = conversion.saved_metadata(saved)
+    model, metadata, inputs = conversion.from_saved_model(
+        learner, "onnx", example, inner_steps, support_size, query_size, converted)
     metadata = conversion.converted_metadata(metadata, "onnx", FILE, inputs, {
         "opset": int(opset),
         "runtime": "onnxruntime (onnxruntime.InferenceSession)"})
