@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from metalearn.serving import METADATA, export_litert, export_onnx
-from tests.serving.saved_model_test import image_episode, protonets_learner
+from tests.serving.export_fixtures import image_episode, protonets_learner
 
 pytestmark = pytest.mark.xdist_group(__name__)
 
