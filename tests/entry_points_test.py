@@ -27,7 +27,8 @@ GIN_FLAGS = ("--gin_file", "--gin_param", "--module", "--deterministic")
 # export restores a run as evaluate does (gin flags), and has nothing to make deterministic
 OWN_FLAGS = {"report": ("--output_dir", "--metrics", "--paired"),
              "export": ("--gin_file", "--gin_param", "--module", "--workdir", "--output",
-                        "--format", "--inner_steps", "--version", "--overwrite")}
+                        "--format", "--inner_steps", "--version", "--overwrite",
+                        "--support_size", "--query_size", "--select_tf_ops")}
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +70,8 @@ ANSWERS_BEFORE_WORK = [
     ("train", [], "Flag --workdir must have a value other than None"),
     ("evaluate", [], "Flag --workdir must have a value other than None"),
     ("export", ["--output=out"], "Flag --workdir must have a value other than None"),
-    ("export", ["--workdir=runs/x", "--output=out", "--format=onnx"],
-     "export format 'onnx' is not supported yet"),
+    ("export", ["--workdir=runs/x", "--output=out", "--support_size=5"],
+     "--support_size and --query_size apply to --format=litert and onnx"),
     ("train", ["--workdir=runs/x"], "give at least one --gin_file"),
     ("sweep", ["--gin_file=experiments/sinusoid/maml.gin"], "give --root"),
     ("report", [], "give run directories or sweep roots")]

@@ -1,7 +1,8 @@
 """``python -m metalearn.export`` end to end: a tiny trained sinusoid MAML run exported,
 the SavedModel's predictions those of the restored learner's task run; a neural
-process's run (Gaussian predictions, its encoded context cached); a format not written
-yet, a meta-RL run and a non-empty version folder refused with their names."""
+process's run (Gaussian predictions, its encoded context cached); the MAML run written
+for LiteRT with Select TF ops at the set sizes given; a meta-RL run and a non-empty
+version folder refused with their names."""
 
 import json
 import os
@@ -11,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from ai_edge_litert.interpreter import Interpreter
 
 from metalearn import tasks
 from metalearn.repository import ROOT
@@ -64,12 +66,24 @@ def test_a_trained_run_exports_its_task_run(workdir, tmp_path):
         np.testing.assert_allclose(predictions, expected, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("format", ["onnx", "litert"])
-def test_a_format_not_supported_yet_is_named(workdir, tmp_path, format):
-    out = export(f"--workdir={workdir}", f"--output={tmp_path / 'm'}", f"--format={format}")
-    assert out.returncode == 1
-    assert f"export format '{format}' is not supported yet" in out.stderr, out.stderr[-2000:]
-    assert not (tmp_path / "m").exists()
+def test_maml_goes_to_litert_with_select_tf_ops_at_the_sizes_given(workdir, tmp_path):
+    """(Its refusal by ONNX, and by LiteRT without Select TF ops, is
+    tests/serving/bad_export_test.py's: the check the command runs after the restore.)"""
+    out = export(f"--workdir={workdir}", f"--output={tmp_path / 'm'}", "--format=litert",
+                 "--select_tf_ops", "--support_size=4", "--query_size=6")
+    assert out.returncode == 0, out.stderr[-3000:]
+    path = str(tmp_path / "m" / "1")
+    assert f"exported to {path}" in out.stdout
+    metadata = json.load(open(os.path.join(path, METADATA)))
+    assert metadata["set_sizes"] == {"support": 4, "query": 6}
+    assert metadata["inputs"]["query_x"] == {"shape": [6, 1], "dtype": "float32"}
+    assert "ReluGrad" in metadata["select_tf_ops"], metadata  # the inner loop's gradient
+    # the documented limit: the ai-edge-litert interpreter has no Flex delegate to run it
+    runner = Interpreter(model_path=os.path.join(path, "model.tflite")
+                         ).get_signature_runner()
+    with pytest.raises(RuntimeError, match=r"Select TensorFlow op\(s\)"):
+        runner(support_x=np.zeros([4, 1], np.float32), support_y=np.zeros([4, 1], np.float32),
+               query_x=np.zeros([6, 1], np.float32))
 
 
 def test_a_non_empty_version_folder_is_refused_unless_overwritten(workdir, tmp_path):

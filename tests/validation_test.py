@@ -20,7 +20,7 @@ from tests.learners import bad_learner_test
 from tests.outer import bad_outer_rule_test
 from tests.rl import bad_rl_test
 from tests.runs import bad_gin_test, bad_workdir_test
-from tests.serving import bad_export_test
+from tests.serving import bad_conversion_test, bad_export_test
 from tests.studies import bad_results_test
 from tests.tasks import bad_data_test, bad_tasks_test, bad_tfds_test
 from tests.training import (bad_checkpoint_test, bad_config_test, bad_distribution_test,
@@ -35,7 +35,7 @@ SUBJECTS = [bad_gin_test, bad_config_test, bad_execution_test, bad_distribution_
             bad_learner_test, bad_head_test, bad_adapter_test, bad_outer_rule_test,
             bad_rl_test,
             bad_workdir_test, bad_checkpoint_test, bad_evaluation_test, bad_export_test,
-            bad_results_test]
+            bad_conversion_test, bad_results_test]
 CASES = [case for subject in SUBJECTS for case in subject.CASES]
 
 

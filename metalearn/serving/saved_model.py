@@ -28,7 +28,8 @@ with the library's own ``run_task`` (and ``adapt`` then ``predict`` with it). A 
 that cannot be exported raises :class:`UnsupportedExport` naming it and the reason: a
 learner whose queries are made inside its task run (``query_data``, a meta-RL policy's
 rollouts), a task run that does not trace with the set sizes unknown, or one whose
-traced predictions differ from the library's.
+traced predictions differ from the library's. LiteRT and ONNX are converted from this
+SavedModel (:mod:`metalearn.serving.litert`, :mod:`metalearn.serving.onnx`).
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ from metalearn.learners.task import Adapted
 from metalearn.tasks.episode import Episode
 
 FORMATS = EXPORT_FORMATS
-"""The export formats ``python -m metalearn.export --format`` names; only
-``saved_model`` is written so far (the others raise :class:`UnsupportedExport`)."""
+"""The export formats ``python -m metalearn.export --format`` names: ``litert`` and
+``onnx`` are converted from the SavedModel (:mod:`metalearn.serving.conversion`)."""
 
 METADATA = "metadata.json"
 """The file beside ``saved_model.pb`` that describes the export (inputs, ways, inner
@@ -93,15 +94,15 @@ def check_exportable(learner: Learner, format: str = "saved_model") -> None:
 
     Raises:
       ValueError: a format that is not one of :data:`FORMATS`.
-      UnsupportedExport: a format not written yet, or a learner that cannot be exported
-        (:func:`export_refusals`), naming it and the reason.
+      UnsupportedExport: a learner that cannot be exported (:func:`export_refusals`),
+        naming it and the reason. (``metalearn.serving.check_exportable`` also checks
+        the limits of ``litert`` and ``onnx``:
+        :func:`~metalearn.serving.conversion.check_exportable`.)
     """
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}: one of {', '.join(FORMATS)}")
-    if format != "saved_model":
-        raise UnsupportedExport(f"export format {format!r} is not supported yet: only "
-                                "'saved_model' is written (LiteRT and ONNX are later "
-                                "slices)")
+    # litert and onnx: the SavedModel they are converted from is checked here, the
+    # format's own limits by metalearn.serving.conversion.check_convertible
     reasons = export_refusals(learner)
     if reasons:
         raise UnsupportedExport(f"{_who(learner)} cannot be exported to {format!r}: "
@@ -279,7 +280,7 @@ def _traced(what: str, learner: Learner, fn: Callable[[], Any]) -> Any:
 
 
 @contextlib.contextmanager
-def _absl_level_kept() -> Iterator[None]:
+def absl_level_kept() -> Iterator[None]:
     """Puts the ``absl`` logger's level back as it was: ``tf.saved_model.save`` (its
     ``AutoTrackable._trackable_children``) silences absl while it lists attributes and
     then sets the verbosity it read, which pins the logger at the level it inherited
@@ -422,7 +423,7 @@ def export_saved_model(learner: Learner, directory: str, inner_steps: Optional[i
         # the functions serve predictions: the gradients of custom-gradient ops in them
         # (iMAML's, a head's implicit fit) are not saved; saving them takes seconds
         options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
-        with _absl_level_kept():
+        with absl_level_kept():
             _traced("saving its traced functions", learner,
                     lambda: tf.saved_model.save(module, partial, signatures=signatures,
                                                 options=options))

@@ -21,6 +21,7 @@ from metalearn.serving import (METADATA, UnsupportedExport, check_exportable,
                                export_saved_model)
 from metalearn.repository import ROOT
 from metalearn.tasks import Episode
+from tests.serving.export_fixtures import image_episode, protonets_learner, sinusoid_learner
 
 pytestmark = pytest.mark.xdist_group(__name__)
 
@@ -71,30 +72,6 @@ def serve_in_fresh_process(path, episodes, tmp_path):
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["metalearn_imported"] is False
     return dict(np.load(tmp_path / "served.npz")), report
-
-
-def sinusoid_learner():
-    keras.utils.set_random_seed(0)
-    model = models.mlp((1,), hidden=(16, 16), outputs=1)
-    return metalearn.Learner(model, adapter=GradientDescent(steps=3, learning_rate=0.05),
-                             loss="mse")
-
-
-def image_episode(shots, queries, ways=3, seed=0):
-    """A float32 ``ways``-way task on 8x8 one-channel images, labels ``0 .. ways - 1``."""
-    keys = tf.random.experimental.stateless_split([seed, 5], 3)
-    centres = tf.random.stateless_normal([ways, 1, 8, 8, 1], keys[0])
-    examples = lambda key, n: tf.reshape(
-        centres + 0.5 * tf.random.stateless_normal([ways, n, 8, 8, 1], key), [-1, 8, 8, 1])
-    labels = lambda n: tf.repeat(tf.range(ways), n)
-    return Episode(examples(keys[1], shots), labels(shots), examples(keys[2], queries),
-                   labels(queries))
-
-
-def protonets_learner():
-    keras.utils.set_random_seed(0)
-    model = models.conv_net((8, 8, 1), outputs=3, filters=4, blocks=2)
-    return metalearn.PrototypicalNetworks(model, ways=3, drop_head="head")
 
 
 def test_maml_serves_the_task_runs_predictions_at_any_set_size(tmp_path):
@@ -183,9 +160,11 @@ def test_a_format_not_written_yet_is_named():
     keras.utils.set_random_seed(0)
     model = models.mlp((1,), hidden=(4,), outputs=1)
     maml = metalearn.Learner(model, adapter=GradientDescent(), loss="mse")
-    with pytest.raises(UnsupportedExport, match="'onnx' is not supported yet"):
+    with pytest.raises(UnsupportedExport, match=r"\(adapter GradientDescent\) cannot be "
+                       "exported to 'onnx'"):
         check_exportable(maml, "onnx")
-    with pytest.raises(UnsupportedExport, match="'litert' is not supported yet"):
+    with pytest.raises(UnsupportedExport, match="cannot be exported to 'litert' with "
+                       "builtin ops"):
         check_exportable(maml, "litert")
     with pytest.raises(ValueError, match="unknown export format 'tflite'"):
         check_exportable(maml, "tflite")
