@@ -682,7 +682,7 @@ class GymCollector:
         env, n, horizon = self.environment, self.rollouts, self.environment.horizon
         task = np.asarray(task)
         seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
-        keys = tf.random.experimental.stateless_split(seed, 2 * horizon + 1)
+        keys = tf.random.experimental.stateless_split(seed, 2 * horizon + 1).numpy()
         reset_seed = int(np.asarray(seed)[0] % (2 ** 31 - 1))
         where = lambda t: (f"{type(env).__name__} task {task.tolist()!r}, seed "
                            f"{np.asarray(seed).tolist()}, step {t}")
