@@ -633,6 +633,7 @@ class GymCollector:
                              f"{environment.env_id!r}: {error}") from error
         shape = self.env.single_observation_space.shape
         if tuple(shape) != (environment.observation_size,):
+            self.env.close()
             raise ValueError(f"{environment.env_id} gives observations of shape "
                              f"{tuple(shape)}, {type(environment).__name__} declares "
                              f"({environment.observation_size},)")
@@ -655,6 +656,8 @@ class GymCollector:
         except _TaskRejected as error:
             raise ValueError(f"{error} ({where(t)})") from None
         except _TimeLimitReached:
+            if isinstance(self.env, _WorkerPool):  # a reply may still come: end them
+                self.env.close(terminate=True)
             raise SimulatorError(
                 f"{subject} did not return within {self.step_time_limit:g} s "
                 f"({where(t)}): raise GymCollector.step_time_limit if it is only "
