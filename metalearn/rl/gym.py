@@ -4,12 +4,14 @@ to the ordinary meta-step.
 
 * :class:`PythonEnvironment`: a task sampler like the in-graph environments (its tasks
   are a pure function of a seed, in TensorFlow) whose dynamics are a Gymnasium
-  environment; :class:`HalfCheetahVelocity` and :class:`HalfCheetahDirection` are the
-  MAML paper's MuJoCo tasks (Finn et al. 2017, section 5.3).
+  environment; a task reaches the reward (``task_reward``) and, before each reset, the
+  simulator itself (``set_task``, ``reset_options``); :class:`HalfCheetahVelocity` and
+  :class:`HalfCheetahDirection` are the MAML paper's MuJoCo tasks (Finn et al. 2017,
+  section 5.3), :class:`PendulumGravity` a gravity per task.
 * :class:`GymCollector`: ``rollouts`` copies of the environment in one Gymnasium vector
-  environment (``gymnasium.make_vec``), run by a policy for the horizon; it returns
-  :class:`~metalearn.rl.learner.Collected` trajectories with the actions'
-  log-probabilities under the collecting policy.
+  environment, or in ``workers`` processes (the same trajectories bit for bit), run by
+  a policy for the horizon; it returns :class:`~metalearn.rl.learner.Collected`
+  trajectories with the actions' log-probabilities under the collecting policy.
 * :class:`GymCollection` (and :func:`collect_episodes`): MAML-RL's data flow for such
   environments: every task's pre-update trajectories with the current weights, the
   adaptation in TensorFlow on them (``learner.adapt``), the post-update trajectories
