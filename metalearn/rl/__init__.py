@@ -10,9 +10,11 @@ learner that samples trajectories inside the compiled step.
   :class:`LinearFeatureBaseline`, :class:`ValueNetworkBaseline`, :func:`magic_box`,
   :class:`DiCE`, :class:`NaiveSurrogate`.
 * :mod:`metalearn.rl.gym`: Python environments (Gymnasium, MuJoCo):
-  :class:`PythonEnvironment`, :class:`HalfCheetahVelocity`, :class:`HalfCheetahDirection`,
-  :class:`GymCollector` (Gymnasium's vector API), :class:`GymCollection` (the batches a
-  Python environment gives the training loop), :func:`collect_episodes`.
+  :class:`PythonEnvironment` (tasks that reach the reward, or the simulator before
+  each reset: ``set_task``), :class:`HalfCheetahVelocity`, :class:`HalfCheetahDirection`,
+  :class:`PendulumGravity` (a gravity per task), :class:`GymCollector` (Gymnasium's
+  vector API; ``workers`` processes), :class:`GymCollection` (the batches a Python
+  environment gives the training loop), :func:`collect_episodes`.
 * :mod:`metalearn.rl.learner`: :class:`PolicyLearner`, :class:`Rollouts`,
   :class:`Collected` (trajectories collected ahead of the step, replayed).
 * meta-RL's own outer rules, which run on a :class:`PolicyLearner` only:
@@ -29,8 +31,8 @@ from metalearn.rl.estimators import (Batch, DiCE, LinearFeatureBaseline, NaiveSu
                                      ValueNetworkBaseline, discounted_returns, gae,
                                      magic_box)
 from metalearn.rl.gym import (GymCollection, GymCollector, HalfCheetahDirection,
-                              HalfCheetahVelocity, PolicySampler, PythonEnvironment,
-                              SimulatorError, collect_episodes)
+                              HalfCheetahVelocity, PendulumGravity, PolicySampler,
+                              PythonEnvironment, SimulatorError, collect_episodes)
 from metalearn.rl.learner import Collected, PolicyLearner, Rollouts, mean_return
 from metalearn.rl.policies import Categorical, Gaussian, LogStd, gaussian_policy
 from metalearn.rl.trpo import TRPO, TrustRegion
@@ -38,7 +40,8 @@ from metalearn.rl.clipped import ClippedRatio
 
 __all__ = ["MDP", "Batch", "Categorical", "ClippedRatio", "Collected", "DiCE", "Environment", "Gaussian",
            "GymCollection", "GymCollector", "HalfCheetahDirection", "HalfCheetahVelocity",
-           "LinearFeatureBaseline", "LogStd", "NaiveSurrogate", "PointNavigation",
+           "LinearFeatureBaseline", "LogStd", "NaiveSurrogate", "PendulumGravity",
+           "PointNavigation",
            "PolicyLearner", "PolicySampler", "PythonEnvironment", "Rollouts",
            "SimulatorError", "TRPO", "TabularMDP", "Trajectories", "TrustRegion", "ValueNetworkBaseline",
            "collect_episodes",

@@ -4,12 +4,14 @@ to the ordinary meta-step.
 
 * :class:`PythonEnvironment`: a task sampler like the in-graph environments (its tasks
   are a pure function of a seed, in TensorFlow) whose dynamics are a Gymnasium
-  environment; :class:`HalfCheetahVelocity` and :class:`HalfCheetahDirection` are the
-  MAML paper's MuJoCo tasks (Finn et al. 2017, section 5.3).
+  environment; a task reaches the reward (``task_reward``) and, before each reset, the
+  simulator itself (``set_task``, ``reset_options``); :class:`HalfCheetahVelocity` and
+  :class:`HalfCheetahDirection` are the MAML paper's MuJoCo tasks (Finn et al. 2017,
+  section 5.3), :class:`PendulumGravity` a gravity per task.
 * :class:`GymCollector`: ``rollouts`` copies of the environment in one Gymnasium vector
-  environment (``gymnasium.make_vec``), run by a policy for the horizon; it returns
-  :class:`~metalearn.rl.learner.Collected` trajectories with the actions'
-  log-probabilities under the collecting policy.
+  environment, or in ``workers`` processes (the same trajectories bit for bit), run by
+  a policy for the horizon; it returns :class:`~metalearn.rl.learner.Collected`
+  trajectories with the actions' log-probabilities under the collecting policy.
 * :class:`GymCollection` (and :func:`collect_episodes`): MAML-RL's data flow for such
   environments: every task's pre-update trajectories with the current weights, the
   adaptation in TensorFlow on them (``learner.adapt``), the post-update trajectories
@@ -33,17 +35,21 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
+import multiprocessing
+import os
+import pickle
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import gin
 import numpy as np
 import tensorflow as tf
 
 from metalearn.learners.learner import Learner
-from metalearn.ranges import POSITIVE, check_range
+from metalearn.ranges import COUNT, POSITIVE, check_range
 from metalearn.rl.environments import Environment, Trajectories, check_goal_range
 from metalearn.rl.learner import Collected
 from metalearn.tasks.base import Collection
@@ -138,13 +144,23 @@ def _call_within(seconds: Optional[float], function: Callable, *args: Any) -> An
 class PythonEnvironment(Environment):
     """A task family whose dynamics are a Gymnasium environment: a
     :class:`~metalearn.tasks.TaskSampler` (``tasks(seed, num_tasks)`` in TensorFlow, as
-    the in-graph environments) for the episodes, and, for :class:`GymCollector`,
-    :meth:`make` (the Gymnasium id and keywords) and :meth:`task_reward`.
+    the in-graph environments) for the episodes, and, for :class:`GymCollector`, how a
+    simulator is made (:meth:`make_env`: :attr:`env_id` and :meth:`make_kwargs`), how a
+    task reaches it before each reset (:meth:`set_task`: physical parameters;
+    :meth:`reset_options`: the reset's ``options``, e.g. a start state) and the task's
+    reward (:meth:`task_reward`).
 
     Subclasses set :attr:`env_id`, :attr:`observation_size`, :attr:`action_size`,
-    :attr:`horizon` and implement :meth:`tasks` and :meth:`task_reward`. The in-graph
-    dynamics (``reset``, ``observe``, ``step``) raise: its trajectories come from a
-    collector (:func:`collect_episodes`), not from rollouts inside the step.
+    :attr:`horizon` and implement :meth:`tasks` and :meth:`task_reward`; a task family
+    whose tasks change the dynamics overrides :meth:`set_task` (or
+    :meth:`reset_options`). The in-graph dynamics (``reset``, ``observe``, ``step``)
+    raise: its trajectories come from a collector (:func:`collect_episodes`), not from
+    rollouts inside the step.
+
+    The collector hands the task to every copy's reset (``reset(seed=...,
+    options={"task": task})``, through a wrapper around what :meth:`make_env` made), in
+    the process that steps that copy: so :meth:`make_env`, :meth:`set_task` and
+    :meth:`reset_options` run in worker processes with ``GymCollector(workers > 1)``.
     """
 
     env_id: str
@@ -152,8 +168,28 @@ class PythonEnvironment(Environment):
     dtype = tf.float32
 
     def make_kwargs(self) -> Dict[str, Any]:
-        """Keywords of ``gymnasium.make_vec`` / ``gymnasium.make`` for :attr:`env_id`."""
+        """Keywords of ``gymnasium.make`` for :attr:`env_id` (the same for every task)."""
         return {}
+
+    def make_env(self) -> Any:
+        """One simulator (a ``gymnasium.Env``): ``gymnasium.make(env_id,
+        **make_kwargs())``. Override to build one another way (an environment class
+        that is not registered); the collector makes one per copy, once."""
+        return require_gymnasium(type(self).__name__).make(self.env_id,
+                                                           **self.make_kwargs())
+
+    def set_task(self, env: Any, task: np.ndarray) -> None:
+        """Sets ``task`` (its parameters, NumPy, as :meth:`tasks` gives one) on one
+        simulator ``env`` (what :meth:`make_env` made; the simulator itself is
+        ``env.unwrapped``) before each of its resets: a physical parameter (a gravity,
+        a mass), a goal the simulator reads. By default nothing: the task reaches the
+        reward only (:meth:`task_reward`). Raise ``ValueError`` for a task it cannot
+        take; the collector names the task, the seed and this method."""
+
+    def reset_options(self, task: np.ndarray) -> Optional[Dict[str, Any]]:
+        """The ``options`` of the simulator's ``reset`` for ``task`` (e.g. a start state
+        the Gymnasium environment reads from them); ``None`` by default."""
+        return None
 
     @abc.abstractmethod
     def task_reward(self, task: np.ndarray, reward: np.ndarray, info: Dict[str, Any]
@@ -228,6 +264,279 @@ class HalfCheetahDirection(HalfCheetahVelocity):
         return task * info["x_velocity"] + info["reward_ctrl"]
 
 
+@gin.configurable
+class PendulumGravity(PythonEnvironment):
+    """Gymnasium's Pendulum (swing up and hold upright) with the gravity drawn per task:
+    tasks that change the dynamics, not the reward. Each task is a gravity uniform in
+    ``gravity_range`` (Gymnasium's default is 10), set on every copy before its reset
+    (:meth:`set_task`); the reward is Pendulum's own, ``-(theta^2 + 0.1 theta_dot^2 +
+    0.001 u^2)``. Observations ``[cos theta, sin theta, theta_dot]``, one action (the
+    torque, clipped to ``[-2, 2]``).
+
+    Args:
+      gravity_range: ``(low, high)`` of the gravity, ``0 < low <= high``.
+      horizon: steps per rollout (at most Pendulum's 200, after which Gymnasium
+        truncates it).
+      env_id: the Gymnasium id.
+    """
+
+    observation_size, action_size = 3, 1
+
+    def __init__(self, gravity_range: Tuple[float, float] = (5.0, 15.0), horizon: int = 100,
+                 env_id: str = "Pendulum-v1"):
+        name = type(self).__name__
+        require_gymnasium(name)
+        low, high = (float(v) for v in gravity_range)
+        if not 0 < low <= high < np.inf:
+            raise ValueError(f"{name}.gravity_range must be (low, high) with 0 < low <= "
+                             f"high, got {gravity_range!r}")
+        self.gravity_range, self.env_id = (low, high), str(env_id)
+        self.horizon = check_range(name, "horizon", horizon, COUNT)
+
+    def tasks(self, seed, num_tasks):
+        return tf.random.stateless_uniform([num_tasks], seed, *self.gravity_range,
+                                           dtype=self.dtype)
+
+    def set_task(self, env, task):
+        gravity = float(task)
+        if not (np.isfinite(gravity) and gravity > 0):
+            raise ValueError(f"the gravity must be a finite number > 0, got {gravity!r}")
+        env.unwrapped.g = gravity
+
+    def task_reward(self, task, reward, info):
+        return reward
+
+
+TASK_OPTION = "task"
+"""The key of the reset ``options`` in which :class:`GymCollector` hands the task to
+every copy (the wrapper around each simulator takes it out before the simulator's own
+reset, which gets :meth:`PythonEnvironment.reset_options` instead)."""
+
+
+class _TaskRejected(ValueError):
+    """A task that :meth:`PythonEnvironment.set_task` or
+    :meth:`~PythonEnvironment.reset_options` could not take (raised where the copy runs,
+    a worker process included; the collector adds the task, the seed and the step)."""
+
+
+_TASK_RESET: List[type] = []
+
+
+def _task_reset() -> type:
+    """The Gymnasium wrapper that hands the task in a reset's ``options`` to its
+    environment's :meth:`~PythonEnvironment.set_task` and
+    :meth:`~PythonEnvironment.reset_options` (made once, Gymnasium imported then)."""
+    if _TASK_RESET:
+        return _TASK_RESET[0]
+    gymnasium = require_gymnasium("GymCollector")
+
+    class TaskReset(gymnasium.Wrapper):
+        """One copy of a :class:`PythonEnvironment`: each reset sets the latest task
+        given (``options["task"]``) on the simulator and resets it with the task's
+        options; resets without a task (Gymnasium's autoreset) keep the latest."""
+
+        def __init__(self, env: Any, environment: PythonEnvironment):
+            super().__init__(env)
+            self.environment, self.task = environment, None
+
+        def reset(self, *, seed: Optional[int] = None,
+                  options: Optional[Dict[str, Any]] = None) -> Any:
+            options = dict(options or {})
+            if TASK_OPTION in options:
+                self.task = np.asarray(options.pop(TASK_OPTION))
+            if self.task is not None:
+                self._apply("set_task", self.env, self.task)
+                options.update(self._apply("reset_options", self.task) or {})
+            return self.env.reset(seed=seed, options=options or None)
+
+        def _apply(self, method: str, *args: Any) -> Any:
+            try:
+                return getattr(self.environment, method)(*args)
+            except Exception as error:  # noqa: BLE001  (named, with the task)
+                raise _TaskRejected(
+                    f"{type(self.environment).__name__}.{method} cannot take the task "
+                    f"{self.task.tolist()!r}: {type(error).__name__}: {error}") from error
+
+    _TASK_RESET.append(TaskReset)
+    return TaskReset
+
+
+def _make_copy(environment: PythonEnvironment) -> Any:
+    """One copy for a vector environment: :meth:`PythonEnvironment.make_env` wrapped so
+    that the task in a reset's ``options`` reaches it."""
+    return _task_reset()(environment.make_env(), environment)
+
+
+def _start_method() -> str:
+    """How the collector starts its worker processes: ``fork`` where the platform has it
+    (nothing to import or pickle: a worker starts in milliseconds), else ``spawn`` (then
+    the environment must pickle)."""
+    return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def _portable(error: BaseException) -> BaseException:
+    """``error`` if it pickles (to cross a pipe), else a ``RuntimeError`` with its text."""
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:  # noqa: BLE001  (any pickling failure)
+        return RuntimeError(f"{type(error).__name__}: {error}")
+
+
+def _simulator_worker(connection: Any, make_copy: Callable[[], Any], size: int) -> None:
+    """A worker process of :class:`_WorkerPool`: ``size`` copies in one Gymnasium
+    ``SyncVectorEnv``, reset and stepped on the parent's commands; every reply is
+    ``("ok", result)`` or ``("error", exception)``. Stop signals are the parent's
+    business (it ends its workers)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    import gymnasium
+    try:
+        env = gymnasium.vector.SyncVectorEnv([make_copy] * size)
+        connection.send(("ok", None))
+    except Exception as error:  # noqa: BLE001  (handed to the parent)
+        connection.send(("error", _portable(error)))
+        return
+    while True:
+        try:
+            command, args = connection.recv()
+        except EOFError:  # the parent is gone
+            break
+        if command == "close":
+            env.close()
+            break
+        try:
+            result = env.reset(**args) if command == "reset" else env.step(args)
+            connection.send(("ok", result))
+        except Exception as error:  # noqa: BLE001  (handed to the parent)
+            connection.send(("error", _portable(error)))
+
+
+def _merge_infos(infos: Sequence[Dict[str, Any]], sizes: Sequence[int]) -> Dict[str, Any]:
+    """The vector ``info`` of all copies from the workers' (each over its own copies,
+    in order): every key's array concatenated, a worker without the key filling its
+    rows as Gymnasium would (zeros, ``None`` for objects, ``False`` in its ``_key``
+    mask)."""
+    merged: Dict[str, Any] = {}
+    for key in dict.fromkeys(k for info in infos for k in info):
+        values = [info.get(key) for info in infos]
+        if any(isinstance(v, dict) for v in values):
+            merged[key] = _merge_infos([v or {} for v in values], sizes)
+            continue
+        like = next(np.asarray(v) for v in values if v is not None)
+        parts = []
+        for value, size in zip(values, sizes):
+            if value is not None:
+                parts.append(np.asarray(value))
+            elif like.dtype == object:
+                parts.append(np.full([size, *like.shape[1:]], None, object))
+            else:
+                parts.append(np.zeros([size, *like.shape[1:]], like.dtype))
+        merged[key] = np.concatenate(parts)
+    return merged
+
+
+class _WorkerPool:
+    """``num_envs`` copies (``make_copy()`` each) split over ``workers`` processes in
+    order (the first ``num_envs % workers`` take one more), with a Gymnasium vector
+    environment's ``reset`` / ``step`` / ``close``: copy ``i`` is reset with
+    ``seed + i`` wherever it runs and every worker gets the same ``options``, so what
+    the copies do does not depend on ``workers``. The collector's own policy samples
+    every copy's actions at once in its process."""
+
+    def __init__(self, make_copy: Callable[[], Any], num_envs: int, workers: int):
+        probe = make_copy()  # the spaces, and any error of making one, here
+        self.single_observation_space = probe.observation_space
+        self.single_action_space = probe.action_space
+        probe.close()
+        self.num_envs = int(num_envs)
+        self.sizes = [num_envs // workers + (k < num_envs % workers) for k in range(workers)]
+        self.starts = [sum(self.sizes[:k]) for k in range(workers)]
+        context = multiprocessing.get_context(_start_method())
+        self.pipes, self.processes, self.closed = [], [], False
+        self.owner = os.getpid()  # a worker forked later holds a copy of this object
+        for k, size in enumerate(self.sizes):
+            parent, child = context.Pipe()
+            process = context.Process(target=_simulator_worker, args=(child, make_copy, size),
+                                      name=f"metalearn-simulators-{k}", daemon=True)
+            process.start()
+            child.close()
+            self.pipes.append(parent)
+            self.processes.append(process)
+        self._replies()
+
+    def _send(self, messages: Sequence[Tuple[str, Any]]) -> List[Any]:
+        """``messages[k]`` to worker ``k``, then :meth:`_replies`."""
+        if self.closed:
+            raise RuntimeError("this GymCollector's worker processes were ended (after "
+                               "an interruption, a time limit or close()): make a new "
+                               "GymCollector")
+        for pipe, message in zip(self.pipes, messages):
+            pipe.send(message)
+        return self._replies()
+
+    def _replies(self) -> List[Any]:
+        """Every worker's reply to the last command, in order; the first error raised
+        after all replies are in. An interruption (a time limit, a stop signal) or a
+        worker gone ends every worker: the pool is closed."""
+        try:
+            replies = [pipe.recv() for pipe in self.pipes]
+        except EOFError:
+            codes = [p.exitcode for p in self.processes]
+            self.close(terminate=True)
+            raise RuntimeError(f"a simulator worker process ended unexpectedly (exit "
+                               f"codes {codes})") from None
+        except BaseException:
+            self.close(terminate=True)
+            raise
+        for status, payload in replies:
+            if status == "error":
+                raise payload
+        return [payload for _, payload in replies]
+
+    def reset(self, seed: Optional[int] = None,
+              options: Optional[Dict[str, Any]] = None) -> Tuple[np.ndarray, Dict[str, Any]]:
+        """All copies reset: copy ``i`` with ``seed + i``."""
+        replies = self._send([("reset", {"seed": None if seed is None else int(seed) + start,
+                                         "options": options}) for start in self.starts])
+        return (np.concatenate([r[0] for r in replies]),
+                _merge_infos([r[1] for r in replies], self.sizes))
+
+    def step(self, actions: np.ndarray) -> Tuple[Any, ...]:
+        """All copies stepped, ``actions[i]`` in copy ``i``."""
+        actions = np.asarray(actions)
+        replies = self._send([("step", actions[start:start + size])
+                              for start, size in zip(self.starts, self.sizes)])
+        columns = [np.concatenate([r[i] for r in replies]) for i in range(4)]
+        return (*columns, _merge_infos([r[4] for r in replies], self.sizes))
+
+    def close(self, terminate: bool = False) -> None:
+        """Ends the workers (at once with ``terminate``, else after closing their
+        simulators)."""
+        if self.closed or os.getpid() != self.owner:
+            return
+        self.closed = True
+        for pipe, process in zip(self.pipes, self.processes):
+            if not terminate and process.is_alive():
+                with contextlib.suppress(OSError, BrokenPipeError):
+                    pipe.send(("close", None))
+        for process in self.processes:
+            if not terminate:
+                process.join(5)
+            if process.is_alive():
+                process.terminate()
+                process.join(5)
+        for pipe in self.pipes:
+            pipe.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "closed", True):
+            self.close(terminate=True)
+
+
 class PolicySampler:
     """A learner's policy with given weights as a NumPy function for a collector:
     ``(observations [n, obs], seed [2]) -> (actions [n, ...], log-probabilities [n])``,
@@ -256,10 +565,24 @@ class GymCollector:
     """``rollouts`` copies of a :class:`PythonEnvironment` in one Gymnasium vector
     environment; :meth:`collect` runs a policy in one task for the horizon.
 
+    Each copy is what :meth:`PythonEnvironment.make_env` makes, wrapped so that the task
+    given to :meth:`collect` reaches it at every reset
+    (:meth:`PythonEnvironment.set_task`, :meth:`~PythonEnvironment.reset_options`).
+    With ``workers > 1`` the copies are stepped in that many worker processes (copies
+    split in order; each worker a Gymnasium ``SyncVectorEnv`` of its share), the
+    policy sampling every copy's actions at once in the collecting process: copy ``i``
+    is reset with the same seed and gets the same actions whatever ``workers`` is, so
+    the trajectories are the same bit for bit (``tests/rl/dynamics_test.py``). Workers
+    start by ``fork`` where the platform has it (else ``spawn``: the environment must
+    then pickle) and end with :meth:`close`, an interruption or the process.
+
     Args:
       environment: the task family.
       rollouts: copies, i.e. trajectories per task and inner step.
-      vectorization_mode: ``"sync"`` (one process) or ``"async"`` (a process per copy).
+      vectorization_mode: ``"sync"`` (the copies stepped in turn) or ``"async"``
+        (Gymnasium's ``AsyncVectorEnv``: a process per copy; ``workers`` must be 1).
+      workers: processes that step the copies, ``1 <= workers <= rollouts``; 1 (the
+        default) steps them in the collecting process.
       step_time_limit: seconds each call into the simulators may take (the vector
         environment's ``reset`` or ``step`` of all copies, or the task's
         ``task_reward``), ``> 0``; past it the collection raises
@@ -275,7 +598,7 @@ class GymCollector:
 
     def __init__(self, environment: PythonEnvironment, rollouts: int = 20,
                  vectorization_mode: str = "sync",
-                 step_time_limit: Optional[float] = 300.0):
+                 step_time_limit: Optional[float] = 300.0, workers: int = 1):
         gymnasium = require_gymnasium("GymCollector")
         if not isinstance(environment, PythonEnvironment):
             raise TypeError(f"GymCollector needs a metalearn.rl.PythonEnvironment, got "
@@ -285,11 +608,25 @@ class GymCollector:
                              f"{rollouts!r}")
         self.step_time_limit = None if step_time_limit is None else check_range(
             "GymCollector", "step_time_limit", step_time_limit, POSITIVE)
+        self.workers = check_range("GymCollector", "workers", workers, COUNT)
+        if self.workers > rollouts:
+            raise ValueError(f"GymCollector.workers must be at most rollouts ({rollouts}): "
+                             f"each worker steps one copy or more, got {workers!r}")
+        if vectorization_mode not in ("sync", "async"):
+            raise ValueError(f"GymCollector.vectorization_mode must be 'sync' or 'async', "
+                             f"got {vectorization_mode!r}")
+        if vectorization_mode == "async" and self.workers > 1:
+            raise ValueError(f"GymCollector: vectorization_mode='async' is a process per "
+                             f"copy already; give workers={workers!r} with 'sync'")
         self.environment, self.rollouts = environment, int(rollouts)
+        make_copy = functools.partial(_make_copy, environment)
         try:
-            self.env = gymnasium.make_vec(environment.env_id, num_envs=self.rollouts,
-                                          vectorization_mode=vectorization_mode,
-                                          **environment.make_kwargs())
+            if self.workers > 1:
+                self.env = _WorkerPool(make_copy, self.rollouts, self.workers)
+            else:
+                vector = (gymnasium.vector.SyncVectorEnv if vectorization_mode == "sync"
+                          else gymnasium.vector.AsyncVectorEnv)
+                self.env = vector([make_copy] * self.rollouts)
         except (ImportError, gymnasium.error.DependencyNotInstalled) as error:  # MuJoCo
             raise ImportError(f"{type(environment).__name__} ({environment.env_id}) needs "
                               f"MuJoCo: {EXTRA}") from error
@@ -298,6 +635,7 @@ class GymCollector:
                              f"{environment.env_id!r}: {error}") from error
         shape = self.env.single_observation_space.shape
         if tuple(shape) != (environment.observation_size,):
+            self.env.close()
             raise ValueError(f"{environment.env_id} gives observations of shape "
                              f"{tuple(shape)}, {type(environment).__name__} declares "
                              f"({environment.observation_size},)")
@@ -317,7 +655,11 @@ class GymCollector:
         subject = name if "." in name else f"the simulator's {name}"
         try:
             return _call_within(self.step_time_limit, lambda: function(*args, **kwargs))
+        except _TaskRejected as error:
+            raise ValueError(f"{error} ({where(t)})") from None
         except _TimeLimitReached:
+            if isinstance(self.env, _WorkerPool):  # a reply may still come: end them
+                self.env.close(terminate=True)
             raise SimulatorError(
                 f"{subject} did not return within {self.step_time_limit:g} s "
                 f"({where(t)}): raise GymCollector.step_time_limit if it is only "
@@ -331,9 +673,13 @@ class GymCollector:
         log_probs)`` in ``task`` for the horizon (NumPy arrays in a :class:`Collected`;
         actions clipped to the action space for the simulator, recorded as sampled).
         The policy's seed at step ``t`` is the one :func:`~metalearn.rl.rollout` uses;
-        the simulators are reset with a seed derived from ``seed``.
+        the simulators are reset with a seed derived from ``seed`` (copy ``i``: that
+        seed ``+ i``), each after the task is set on it
+        (:meth:`PythonEnvironment.set_task`, :meth:`~PythonEnvironment.reset_options`).
 
         Raises:
+          ValueError: the environment's ``set_task`` or ``reset_options`` could not
+            take ``task`` (the task, the seed and the method named).
           SimulatorError: the simulator (its ``reset`` or ``step``, or the task's
             ``task_reward``) raised, gave non-finite values or did not return within
             ``step_time_limit`` (the task, the seed, the step and the call named).
@@ -341,12 +687,12 @@ class GymCollector:
         env, n, horizon = self.environment, self.rollouts, self.environment.horizon
         task = np.asarray(task)
         seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
-        keys = tf.random.experimental.stateless_split(seed, 2 * horizon + 1)
+        keys = tf.random.experimental.stateless_split(seed, 2 * horizon + 1).numpy()
         reset_seed = int(np.asarray(seed)[0] % (2 ** 31 - 1))
         where = lambda t: (f"{type(env).__name__} task {task.tolist()!r}, seed "
                            f"{np.asarray(seed).tolist()}, step {t}")
         observation, _ = self._call(where, 0, "at reset", "reset", self.env.reset,
-                                    seed=reset_seed)
+                                    seed=reset_seed, options={TASK_OPTION: task})
         columns = {name: [] for name in ("observations", "actions", "rewards", "mask",
                                          "log_probs")}
         alive = np.ones([n], np.float32)

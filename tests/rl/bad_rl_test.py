@@ -1,7 +1,7 @@
 """Bad meta-RL input: policies that do not fit the environment, TRPO on a learner without
-trajectories, and Python simulators (``GymCollector``) that cannot be made, are not
-installed, fail, hang or are not collected. Cases of docs/errors.md
-(tests/bad_input.py)."""
+trajectories, Python simulators (``GymCollector``) that cannot be made, are not
+installed, fail, hang, cannot take their task or are not collected, and collection
+workers that cannot be. Cases of docs/errors.md (tests/bad_input.py)."""
 
 import time
 
@@ -11,13 +11,16 @@ import tensorflow as tf
 
 import metalearn
 from metalearn.pieces import HyperparameterRangeError
-from metalearn.rl import GymCollector, HalfCheetahVelocity
+from metalearn.rl import GymCollector, HalfCheetahVelocity, PendulumGravity
 from metalearn.training import build_experiment, parse_config
 from tests.bad_input import (POINT_NAV, SINUSOID, Case, check, gin_case, parametrize,
                              run_gin)
 from tests.run_fixtures import not_installed
 
 TITLE = "Meta-RL: policies, TRPO and simulators"
+PENDULUM = ["include 'experiments/rl/pendulum_gravity_maml.gin'", "Loop.num_steps = 2",
+            "PendulumGravity.horizon = 3", "GymCollector.rollouts = 2",
+            "Experiment.meta_batch_size = 1", "mlp.hidden = (4,)"]
 
 
 def unknown_gymnasium_id(tmp_path) -> None:
@@ -63,6 +66,12 @@ def simulator_step_hangs(tmp_path) -> None:
 
 def simulator_time_limit_negative(tmp_path) -> None:
     GymCollector(HalfCheetahVelocity(horizon=3), rollouts=1, step_time_limit=-1.0)
+
+
+def task_the_simulator_cannot_take(tmp_path) -> None:
+    policy = lambda observations, seed: (np.zeros([1, 1], np.float32),
+                                         np.zeros([1], np.float32))
+    GymCollector(PendulumGravity(horizon=3), rollouts=1).collect(policy, -1.0, [4, 2])
 
 
 def python_environment_in_the_step(tmp_path) -> None:
@@ -118,6 +127,24 @@ CASES = [
     Case("simulator time limit not positive", "`GymCollector.step_time_limit = -1.0`",
          HyperparameterRangeError, "GymCollector.step_time_limit must be > 0, got -1.0",
          simulator_time_limit_negative, None, "the value and the range (`None`: no limit)"),
+    Case("a task the simulator cannot take", "a task `PythonEnvironment.set_task` refuses "
+         "(here `PendulumGravity`'s gravity -1.0 given to `GymCollector.collect`)",
+         ValueError, "PendulumGravity.set_task cannot take the task -1.0: ValueError: the "
+         "gravity must be a finite number > 0, got -1.0 (PendulumGravity task -1.0, seed "
+         "[4, 2], step 0)", task_the_simulator_cannot_take, None,
+         "the method, the task, its error, the seed and the step"),
+    gin_case("gravity range not positive", "PendulumGravity.gravity_range = (0.0, 5.0)",
+             ValueError, "PendulumGravity.gravity_range must be (low, high) with 0 < low "
+             "<= high, got (0.0, 5.0)", base=PENDULUM),
+    Case("collection workers not a whole number >= 1", "`GymCollector.workers = 0`",
+         HyperparameterRangeError, "GymCollector.workers must be a whole number >= 1, got 0",
+         lambda p: GymCollector(PendulumGravity(horizon=3), rollouts=2, workers=0), None,
+         "the value and the range"),
+    Case("more collection workers than rollouts", "`GymCollector.workers = 3` with "
+         "`GymCollector.rollouts = 2`", ValueError, "GymCollector.workers must be at most "
+         "rollouts (2): each worker steps one copy or more, got 3",
+         lambda p: GymCollector(PendulumGravity(horizon=3), rollouts=2, workers=3), None,
+         "the value and the rollouts"),
     Case("a Python environment's episodes without collection", "episodes of "
          "`HalfCheetahVelocity` given to the learner as sampled (not through "
          "`collect_episodes`)", NotImplementedError,
