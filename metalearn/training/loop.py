@@ -343,6 +343,15 @@ def _train(experiment: Experiment, workdir: str, strategy: tf.distribute.Strateg
         else:
             progress.add({name: float(value) for name, value in metrics.items()})
         done = current >= experiment.loop.num_steps
+        if current == start + 1 and current % experiment.loop.log_every and not done:
+            # a sign of life at once (the step's trace took the time): the window's
+            # figures and summaries stay every log_every steps'
+            logging.info("step %d/%d  meta-loss %.5f  the first step, %s after the start "
+                         "(tracing included); the next line at step %d", current,
+                         experiment.loop.num_steps, float(metrics.get("loss", math.nan)),
+                         _duration(time.perf_counter() - run_start),
+                         min(experiment.loop.num_steps, (current // experiment.loop.log_every
+                                                         + 1) * experiment.loop.log_every))
         if current % experiment.loop.log_every == 0 or done:
             elapsed = time.perf_counter() - window_start
             final = progress.means(running)

@@ -276,10 +276,15 @@ def test_log_line_has_elapsed_time_and_eta(tmp_path, caplog):
     caplog.set_level(logging.INFO)
     _train(tmp_path / "run", params=["Loop.num_steps = 4", "Loop.log_every = 2"])
     lines = [r.getMessage() for r in caplog.records if "meta-loss" in r.getMessage()]
-    assert len(lines) == 2, lines
+    assert len(lines) == 3, lines
+    # the first step says the run is alive at once (its trace took the time), then
+    # every log_every steps
+    assert re.fullmatch(r"step 1/4  meta-loss [\d.]+  the first step, \d+:\d\d:\d\d "
+                        r"after the start \(tracing included\); the next line at step 2",
+                        lines[0]), lines[0]
     assert all(re.search(r"elapsed \d+:\d\d:\d\d  ETA \d+:\d\d:\d\d$", line)
-               for line in lines), lines
-    assert lines[-1].endswith("ETA 0:00:00")
+               for line in lines[1:]), lines
+    assert lines[1].startswith("step 2/4") and lines[-1].endswith("ETA 0:00:00")
 
 
 def test_tensorflow_info_chatter_is_filtered_ours_is_not():
