@@ -57,7 +57,7 @@ from metalearn.pieces import COUNT, CallFn, Capabilities, LossFn, check_range
 from metalearn.rl.environments import Environment, Trajectories
 from metalearn.rl.estimators import DiCE
 from metalearn.rl.learner import PolicyLearner
-from metalearn.rl.policies import Gaussian, LogStd
+from metalearn.rl.policies import LogStd
 
 
 def trial_input_size(environment: Environment) -> int:

@@ -104,8 +104,8 @@ CASES = [
              base=RL2),
     gin_case("RL² with a feed-forward policy", "RecurrentPolicyLearner.model = @mlp()",
              ValueError, "RecurrentTrial unrolls a recurrent step, a model [inputs, "
-             "hidden] -> [outputs, hidden']; 'mlp' has 1 inputs", base=RL2 + ["mlp.input_shape = (6,)",
-                                                   "mlp.outputs = 4"]),
+             "hidden] -> [outputs, hidden']; 'mlp' has 1 inputs",
+             base=RL2 + ["mlp.input_shape = (6,)", "mlp.outputs = 4"]),
     Case("TRPO on a learner without trajectories", "`Experiment.outer_rule = @TRPO()` with "
          "a supervised `Learner`", TypeError,
          "TRPO needs a learner whose trajectories can be collected",
