@@ -17,6 +17,9 @@ learner that samples trajectories inside the compiled step.
   environment gives the training loop), :func:`collect_episodes`.
 * :mod:`metalearn.rl.learner`: :class:`PolicyLearner`, :class:`Rollouts`,
   :class:`Collected` (trajectories collected ahead of the step, replayed).
+* :mod:`metalearn.rl.recurrent`: RL², a recurrent policy whose hidden state carries
+  over a trial of episodes (no gradient inner loop): :class:`RecurrentPolicyLearner`,
+  :class:`RecurrentTrial` (the adapter), :func:`recurrent_policy`.
 * meta-RL's own outer rules, which run on a :class:`PolicyLearner` only:
   :mod:`metalearn.rl.trpo` (:class:`TRPO`, the MAML paper's trust region) and
   :mod:`metalearn.rl.clipped` (:class:`ClippedRatio`, PPO / ProMP).
@@ -35,6 +38,8 @@ from metalearn.rl.gym import (GymCollection, GymCollector, HalfCheetahDirection,
                               PythonEnvironment, SimulatorError, collect_episodes)
 from metalearn.rl.learner import Collected, PolicyLearner, Rollouts, mean_return
 from metalearn.rl.policies import Categorical, Gaussian, LogStd, gaussian_policy
+from metalearn.rl.recurrent import (RecurrentPolicyLearner, RecurrentTrial,
+                                    recurrent_policy, trial_input_size)
 from metalearn.rl.trpo import TRPO, TrustRegion
 from metalearn.rl.clipped import ClippedRatio
 
@@ -42,8 +47,9 @@ __all__ = ["MDP", "Batch", "Categorical", "ClippedRatio", "Collected", "DiCE", "
            "GymCollection", "GymCollector", "HalfCheetahDirection", "HalfCheetahVelocity",
            "LinearFeatureBaseline", "LogStd", "NaiveSurrogate", "PendulumGravity",
            "PointNavigation",
-           "PolicyLearner", "PolicySampler", "PythonEnvironment", "Rollouts",
+           "PolicyLearner", "PolicySampler", "PythonEnvironment", "RecurrentPolicyLearner",
+           "RecurrentTrial", "Rollouts",
            "SimulatorError", "TRPO", "TabularMDP", "Trajectories", "TrustRegion", "ValueNetworkBaseline",
            "collect_episodes",
            "discounted_returns", "gae", "gaussian_policy", "magic_box", "mean_return",
-           "rollout"]
+           "recurrent_policy", "rollout", "trial_input_size"]

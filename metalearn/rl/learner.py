@@ -158,7 +158,7 @@ class PolicyLearner(Learner):
         self._check_policy(model)
         wrappers = [m for m in [self.adapter, *self.adapter.submodules]
                     if isinstance(m, Rollouts)]
-        if not wrappers:
+        if not wrappers and self.inner_steps_sample:
             raise ValueError(
                 f"PolicyLearner's adapter {type(self.adapter).__name__} holds no Rollouts "
                 "wrapper, so its inner steps would see no trajectories: use e.g. "
@@ -166,6 +166,11 @@ class PolicyLearner(Learner):
                 "GradientDescent.wrappers = [@Rollouts()])")
         for wrapper in wrappers:
             wrapper.bind_to(self)
+
+    inner_steps_sample: bool = True
+    """Whether the adapter's inner steps see trajectories (it must hold a
+    :class:`Rollouts` wrapper); a learner whose adaptation is not a gradient step
+    (:class:`metalearn.rl.RecurrentPolicyLearner`, RL²) says ``False``."""
 
     def _check_policy(self, model: keras.Model) -> None:
         env = self.environment
@@ -210,10 +215,15 @@ class PolicyLearner(Learner):
     def policy_log_probs(self, weights: Weights, observations: tf.Tensor, actions: tf.Tensor,
                          mask: tf.Tensor) -> tf.Tensor:
         """``[n, T]`` log-probabilities of the actions, zero where ``mask`` is."""
-        flat = tf.reshape(observations, [-1, self.environment.observation_size])
-        outputs = self.predict(weights, flat)
+        outputs = self.predict(weights, self.policy_inputs(observations))
         outputs = tf.reshape(outputs, tf.concat([tf.shape(mask), [-1]], 0))
         return self.distribution.log_prob(outputs, actions) * tf.cast(mask, outputs.dtype)
+
+    def policy_inputs(self, observations: tf.Tensor) -> tf.Tensor:
+        """What :meth:`predict` takes for ``[n, T, ...]`` observations: here the flat
+        ``[n * T, observation_size]`` (a policy of the current observation alone; a
+        recurrent policy takes the sequences)."""
+        return tf.reshape(observations, [-1, self.environment.observation_size])
 
     def rollout_data(self, weights: Weights, task: Any, seed: Any) -> Tuple[tf.Tensor, Batch]:
         """``(x, y)`` of trajectories sampled with ``weights``: the flat observations and
@@ -230,8 +240,7 @@ class PolicyLearner(Learner):
             probabilities = cast(probabilities)
         batch = self.estimator.targets(trajectories, probabilities,
                                        None if behaviour is None else cast(behaviour))
-        x = tf.reshape(trajectories.observations, [-1, self.environment.observation_size])
-        return x, batch
+        return self.policy_inputs(trajectories.observations), batch
 
     def support_data(self, weights: Weights, x: Any, y: Any, step: Any) -> Tuple[tf.Tensor, Batch]:
         """What :class:`Rollouts` gives inner step ``step``: trajectories with its
@@ -292,12 +301,13 @@ class PolicyLearner(Learner):
         support = [gathered(w, support_x, tf.random.experimental.stateless_fold_in(
             tf.cast(support_y, tf.int64), tf.constant(k, tf.int64)))
             for k, w in enumerate(path[:-1])]
+        query = gathered(path[-1], query_x, query_y)
         if support:
             support = tf.nest.map_structure(lambda *t: tf.stack(t), *support)
         else:  # no inner step: an empty step axis of the query's shapes
             support = tf.nest.map_structure(lambda t: tf.zeros([0, *t.shape], t.dtype),
-                                            gathered(path[0], support_x, support_y))
-        return Episode(support_x, support, query_x, gathered(path[-1], query_x, query_y))
+                                            query)
+        return Episode(support_x, support, query_x, query)
 
     def outputs_of(self, run: TaskRun) -> tf.Tensor:
         """A run's adapted-policy outputs ``[n, T, k]`` on its query trajectories

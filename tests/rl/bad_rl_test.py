@@ -18,6 +18,9 @@ from tests.bad_input import (POINT_NAV, SINUSOID, Case, check, gin_case, paramet
 from tests.run_fixtures import not_installed
 
 TITLE = "Meta-RL: policies, TRPO and simulators"
+RL2 = ["include 'experiments/rl/rl2_point_navigation.gin'", "Loop.num_steps = 2",
+       "PointNavigation.horizon = 3", "RecurrentPolicyLearner.rollouts = 2",
+       "Experiment.meta_batch_size = 1", "recurrent_policy.units = 4"]
 PENDULUM = ["include 'experiments/rl/pendulum_gravity_maml.gin'", "Loop.num_steps = 2",
             "PendulumGravity.horizon = 3", "GymCollector.rollouts = 2",
             "Experiment.meta_batch_size = 1", "mlp.hidden = (4,)"]
@@ -95,6 +98,14 @@ CASES = [
     gin_case("exact rollouts of an environment that cannot list them",
              "PolicyLearner.rollouts = 'exact'", ValueError,
              "rollouts='exact' needs an environment that enumerates", base=POINT_NAV),
+    gin_case("RL² with a gradient inner loop",
+             "RecurrentPolicyLearner.adapter = @GradientDescent()", TypeError,
+             "its adapter must be a metalearn.rl.RecurrentTrial, got GradientDescent",
+             base=RL2),
+    gin_case("RL² with a feed-forward policy", "RecurrentPolicyLearner.model = @mlp()",
+             ValueError, "RecurrentTrial unrolls a recurrent step, a model [inputs, "
+             "hidden] -> [outputs, hidden']; 'mlp' has 1 inputs",
+             base=RL2 + ["mlp.input_shape = (6,)", "mlp.outputs = 4"]),
     Case("TRPO on a learner without trajectories", "`Experiment.outer_rule = @TRPO()` with "
          "a supervised `Learner`", TypeError,
          "TRPO needs a learner whose trajectories can be collected",
