@@ -26,15 +26,17 @@ from typing import Callable, Dict, Optional, Sequence
 from absl import app, flags
 
 import metalearn  # imports nothing heavy here: main calls metalearn.import_all()
-from metalearn.flags import (define_determinism_flag, define_gin_flags,
+from metalearn.flags import (define_determinism_flag, define_gin_flags, define_once,
                              determinism_params, resolve_gin_files)
 from metalearn.runs.workdir import Workdir  # file names only (light)
 
 define_gin_flags()
 define_determinism_flag()
-flags.DEFINE_string("workdir", None, "A run directory written by metalearn.train.")
-flags.DEFINE_string("output", Workdir.EVALUATION, "Results file, relative to the workdir (or "
-                    "absolute); its folder is created, and checked writable first.")
+define_once(flags.DEFINE_string, "workdir", None,
+            "A run directory written by metalearn.train.")
+define_once(flags.DEFINE_string, "output", Workdir.EVALUATION,
+            "Results file, relative to the workdir (or "
+            "absolute); its folder is created, and checked writable first.")
 flags.mark_flag_as_required("workdir")
 FLAGS = flags.FLAGS
 

@@ -37,13 +37,16 @@ from typing import Optional, Sequence
 from absl import app, flags
 
 import metalearn  # imports nothing heavy here: run calls metalearn.import_all()
-from metalearn.flags import EXPORT_FORMATS, define_gin_flags, resolve_gin_files
+from metalearn.flags import (EXPORT_FORMATS, define_gin_flags, define_once,
+                             resolve_gin_files)
 from metalearn.runs.workdir import Workdir  # file names only (light)
 
 define_gin_flags()
-flags.DEFINE_string("workdir", None, "A run directory written by metalearn.train.")
-flags.DEFINE_string("output", None, "The exported model's folder; the export is written "
-                    "in its <version> subfolder (TensorFlow Serving's layout).")
+define_once(flags.DEFINE_string, "workdir", None,
+            "A run directory written by metalearn.train.")
+define_once(flags.DEFINE_string, "output", None,
+            "The exported model's folder; the export is written "
+            "in its <version> subfolder (TensorFlow Serving's layout).")
 flags.DEFINE_enum("format", "saved_model", EXPORT_FORMATS, "Export format: saved_model, "
                   "or litert and onnx converted from it (pip install 'metalearn[export]').")
 flags.DEFINE_integer("inner_steps", None, "Inner steps of the served adaptation "

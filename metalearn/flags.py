@@ -13,7 +13,7 @@ it defines, so they are key to its caller).
 from __future__ import annotations
 
 import os
-from typing import List, Sequence
+from typing import Any, Callable, List, Sequence
 
 from absl import flags
 
@@ -41,33 +41,50 @@ GIN_FILE_HELP = ("Gin config files, parsed in order. A relative path is looked u
                  "any directory), then under experiments/")
 
 
+def define_once(define: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> None:
+    """``define(name, *args, **kwargs)`` (an absl ``flags.DEFINE_*``) for the calling
+    entry point, or, where another entry point imported in this process defined a flag
+    of that name already (a test or a notebook calling ``metalearn.evaluate.run`` and
+    ``metalearn.export.run``), that flag declared key to the caller too: absl refuses a
+    second definition from another module. A process run as one entry point defines
+    each of its flags itself."""
+    if name in flags.FLAGS:
+        flags.declare_key_flag(name)
+    else:
+        define(name, *args, **kwargs)
+
+
 def define_gin_flags() -> None:
     """Defines ``--gin_file``, ``--gin_param`` and ``--module`` for the calling entry
     point (key flags of it: its ``--help`` lists them)."""
-    flags.DEFINE_multi_string("gin_file", [], GIN_FILE_HELP)
-    flags.DEFINE_multi_string("gin_param", [], "Gin bindings applied after the files, "
-                              "e.g. --gin_param='Loop.num_steps=100'.")
-    flags.DEFINE_multi_string("module", [], "A module of your own to import before gin "
-                              "parses, so that its @gin.configurable classes can be "
-                              "bound: a file (--module=path/to/my_rule.py) or a dotted "
-                              "name (--module=my_package.my_rule); repeatable. Recorded "
-                              "in the workdir (modules.json); a workdir is data: "
-                              "restore, evaluation, resuming and a sweep's runs import "
-                              "what it records only when given here again (or with "
-                              "--trust_workdir).")
-    flags.DEFINE_bool("trust_workdir", False, "Import whatever the workdir names (its "
-                      "modules.json, the import lines of its config.gin) without giving "
-                      "each as --module: only for a workdir you trust, as you would a "
-                      "script.")
+    define_once(flags.DEFINE_multi_string, "gin_file", [], GIN_FILE_HELP)
+    define_once(flags.DEFINE_multi_string, "gin_param", [],
+                "Gin bindings applied after the files, "
+                "e.g. --gin_param='Loop.num_steps=100'.")
+    define_once(flags.DEFINE_multi_string, "module", [],
+                "A module of your own to import before gin "
+                "parses, so that its @gin.configurable classes can be "
+                "bound: a file (--module=path/to/my_rule.py) or a dotted "
+                "name (--module=my_package.my_rule); repeatable. Recorded "
+                "in the workdir (modules.json); a workdir is data: "
+                "restore, evaluation, resuming and a sweep's runs import "
+                "what it records only when given here again (or with "
+                "--trust_workdir).")
+    define_once(flags.DEFINE_bool, "trust_workdir", False,
+                "Import whatever the workdir names (its "
+                "modules.json, the import lines of its config.gin) without giving "
+                "each as --module: only for a workdir you trust, as you would a "
+                "script.")
 
 
 def define_determinism_flag() -> None:
     """Defines ``--deterministic`` for the calling entry point (a key flag of it)."""
-    flags.DEFINE_bool("deterministic", False, "Turn on TensorFlow's op determinism and "
-                      "seed every generator from Runtime.seed (the binding "
-                      "Runtime.deterministic=True, recorded in config.gin): the same "
-                      "config and seed then give the same weights and metrics on the "
-                      "same machine.")
+    define_once(flags.DEFINE_bool, "deterministic", False,
+                "Turn on TensorFlow's op determinism and "
+                "seed every generator from Runtime.seed (the binding "
+                "Runtime.deterministic=True, recorded in config.gin): the same "
+                "config and seed then give the same weights and metrics on the "
+                "same machine.")
 
 
 def determinism_params(deterministic: bool) -> List[str]:

@@ -34,11 +34,13 @@ from absl import app, flags, logging
 
 import metalearn  # imports nothing heavy here: main calls metalearn.import_all()
 from metalearn.flags import (STRATEGIES, define_determinism_flag, define_gin_flags,
+                             define_once,
                              determinism_params, resolve_gin_files)
 
 define_gin_flags()
 define_determinism_flag()
-flags.DEFINE_string("workdir", None, "Directory for checkpoints, summaries and results.")
+define_once(flags.DEFINE_string, "workdir", None,
+            "Directory for checkpoints, summaries and results.")
 flags.DEFINE_enum("strategy", None, STRATEGIES, "tf.distribute strategy; overrides the "
                   "gin binding make_strategy.name (default: 'default', one device).")
 flags.DEFINE_bool("allow_config_change", False, "Resume a workdir whose saved config.gin "

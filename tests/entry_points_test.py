@@ -203,3 +203,23 @@ def test_evaluation_logs_progress_and_writes_summaries(tmp_path, monkeypatch):
         for event in tf.compat.v1.train.summary_iterator(event_file):
             tags |= {(v.tag, event.step) for v in event.summary.value}
     assert {("loss/1_inner_steps", 7), ("loss_ci95/0_inner_steps", 7)} <= tags, tags
+
+
+def test_entry_points_import_side_by_side():
+    """A test or a notebook calls ``metalearn.evaluate.run`` and ``metalearn.export.run``
+    in one process: the flags they share (``--workdir``, ``--gin_file``, ...) are defined
+    once and key to each (absl refused the second definition, failing every test that
+    imported the second module after the first on one xdist worker)."""
+    code = ("import sys\nfrom absl import flags\n"
+            "import metalearn.evaluate, metalearn.export, metalearn.train\n"
+            "for name in ('evaluate', 'export', 'train'):\n"
+            "    module = sys.modules['metalearn.' + name]\n"
+            "    keys = {f.name for f in flags.FLAGS.get_key_flags_for_module(module)}\n"
+            "    print(name, sorted(keys & {'workdir', 'gin_file', 'module', 'output'}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == [
+        "evaluate ['gin_file', 'module', 'output', 'workdir']",
+        "export ['gin_file', 'module', 'output', 'workdir']",
+        "train ['gin_file', 'module', 'workdir']"], out.stdout

@@ -34,11 +34,11 @@ environment with the dynamics of an in-graph one gives the same trajectories
 from __future__ import annotations
 
 import abc
+import builtins
 import contextlib
 import functools
 import multiprocessing
 import os
-import pickle
 import signal
 import threading
 import time
@@ -375,12 +375,14 @@ def _start_method() -> str:
 
 
 def _portable(error: BaseException) -> BaseException:
-    """``error`` if it pickles (to cross a pipe), else a ``RuntimeError`` with its text."""
-    try:
-        pickle.loads(pickle.dumps(error))
-        return error
-    except Exception:  # noqa: BLE001  (any pickling failure)
-        return RuntimeError(f"{type(error).__name__}: {error}")
+    """``error`` as it crosses the pipe: a built-in exception (``ValueError``, ...) as
+    its own type with its text, any other as a ``RuntimeError`` naming its type (an
+    exception of a simulator's own class may not survive the trip, and nothing here
+    unpickles objects to find out)."""
+    kind = type(error)
+    if getattr(builtins, kind.__name__, None) is kind:
+        return kind(str(error))
+    return RuntimeError(f"{kind.__name__}: {error}")
 
 
 def _simulator_worker(connection: Any, make_copy: Callable[[], Any], size: int) -> None:
