@@ -1,5 +1,6 @@
 """Test set-up: quiet TensorFlow, and the shared data folder beside the project."""
 
+import logging
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -56,7 +57,6 @@ def _clear_gin():
 
 
 def _logging_state():
-    import logging
     return {name: (logger.level, logger.disabled)
             for name, logger in (("root", logging.getLogger()),
                                  ("absl", logging.getLogger("absl")))}
@@ -71,7 +71,6 @@ def _logging_kept():
     yield
     after = _logging_state()
     if after != before:
-        import logging
         for name, (level, disabled) in before.items():
             logger = logging.getLogger(None if name == "root" else name)
             logger.setLevel(level)

@@ -93,7 +93,7 @@ def check_convertible(learner: Learner, format: str, select_tf_ops: bool = False
     saved_model.check_exportable(learner, "saved_model")
     if is_gradient_free(learner):
         return
-    name = f"{type(learner).__name__} (adapter {type(learner.adapter).__name__})"
+    name = saved_model.describe_learner(learner)
     if format == "onnx":
         raise UnsupportedExport(
             f"{name} cannot be exported to 'onnx': its inner loop takes gradients in the "
@@ -226,7 +226,7 @@ def convert(learner: Learner, format: str, step: Callable[[], bytes]) -> bytes:
             return step()
     except Exception as error:  # the converters raise their own types
         raise UnsupportedExport(
-            f"{type(learner).__name__} (adapter {type(learner.adapter).__name__}) failed "
+            f"{saved_model.describe_learner(learner)} failed "
             f"to convert to {format!r}: {type(error).__name__}: {first_lines(error)}"
         ) from error
 

@@ -70,7 +70,9 @@ class UnsupportedExport(NotImplementedError):
     """A learner or a format that cannot be exported (the message names it and why)."""
 
 
-def _who(learner: Any) -> str:
+def describe_learner(learner: Any) -> str:
+    """``"<Learner class> (adapter <Adapter class>)"``, how export errors name a
+    learner."""
     adapter = getattr(learner, "adapter", None)
     return f"{type(learner).__name__} (adapter {type(adapter).__name__})"
 
@@ -105,8 +107,8 @@ def check_exportable(learner: Learner, format: str = "saved_model") -> None:
     # format's own limits by metalearn.serving.conversion.check_convertible
     reasons = export_refusals(learner)
     if reasons:
-        raise UnsupportedExport(f"{_who(learner)} cannot be exported to {format!r}: "
-                                + "; ".join(reasons))
+        raise UnsupportedExport(f"{describe_learner(learner)} cannot be exported to "
+                                f"{format!r}: " + "; ".join(reasons))
 
 
 def check_target(directory: str, version: int = 1, overwrite: bool = False) -> str:
@@ -274,8 +276,8 @@ def _traced(what: str, learner: Learner, fn: Callable[[], Any]) -> Any:
     except Exception as error:  # noqa: BLE001 -- any failure of the trace is the reason
         message = str(error).strip().splitlines()
         raise UnsupportedExport(
-            f"{_who(learner)} cannot be exported to 'saved_model': {what} with the set "
-            f"sizes unknown failed: {type(error).__name__}: "
+            f"{describe_learner(learner)} cannot be exported to 'saved_model': {what} with "
+            f"the set sizes unknown failed: {type(error).__name__}: "
             f"{message[0] if message else ''}") from error
 
 
@@ -351,7 +353,7 @@ def export_saved_model(learner: Learner, directory: str, inner_steps: Optional[i
         if int(inner_steps) < 0:
             raise ValueError(f"inner_steps must be 0 or more, got {inner_steps}")
         if getattr(type(learner.adapter), "steps", None) == 0 and inner_steps:
-            raise ValueError(f"{_who(learner)} has no inner loop: inner_steps="
+            raise ValueError(f"{describe_learner(learner)} has no inner loop: inner_steps="
                              f"{inner_steps} does not apply")
         inner_steps = int(inner_steps)
     steps = trained if inner_steps is None else inner_steps
@@ -458,6 +460,6 @@ def _check(learner: Learner, example: Episode, steps: Optional[int],
         found = found and f"predict(adapt(...)): {found}"
     if found:
         raise UnsupportedExport(
-            f"{_who(learner)} cannot be exported to 'saved_model': traced with the set "
-            f"sizes unknown, on the example episode, {found} (a random op in the task "
+            f"{describe_learner(learner)} cannot be exported to 'saved_model': traced with "
+            f"the set sizes unknown, on the example episode, {found} (a random op in the task "
             "run, or code that reads the set sizes while tracing)")
