@@ -280,7 +280,10 @@ class TRPO(OuterRule):
         self.check(learner)
         region = TrustRegion(learner, episodes, formulation)
         g, metrics, surrogate_before = region.gradient()
-        product = lambda v: region.fisher_product(v, self.cg_damping)
+        # one graph for the damped Fisher product, called by conjugate gradient's loop
+        # and for the step's scale (traced inline twice, it doubled the step's tracing)
+        product = tf.function(lambda v: region.fisher_product(v, self.cg_damping),
+                              autograph=False)
         x = conjugate_gradient(product, g, self.cg_iters, self.residual_tol)
         scale = tf.sqrt(2.0 * self.max_kl / (_dot(x, product(x)) + 1e-8))
         step = [scale * t for t in x]
