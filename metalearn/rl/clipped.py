@@ -182,9 +182,12 @@ class ClippedRatio(OptimizerRule):
                              f"{context.num_replicas_in_sync} replicas cannot share")
         apply = apply or self.apply
         region = self.region(learner, episodes, formulation)
+        # one graph for the objective's gradient, called at each epoch's values (traced
+        # inline, each epoch added a copy of the double pass through the inner loops)
+        gradient = tf.function(lambda: self.objective_gradient(region), autograph=False)
         first, carried = None, {}
         for _ in range(self.epochs):
-            gradients, metrics = self.objective_gradient(region)
+            gradients, metrics = gradient()
             given = set(metrics)
             result = apply(learner, gradients, {**metrics, **carried})
             carried = {k: v for k, v in result.items() if k not in given}
