@@ -153,13 +153,15 @@ class EvolutionStrategies(OptimizerRule):
         eps_j)`` and ``F(theta - sigma eps_j)`` (``[population]`` each) and the per-task
         metrics averaged over the members."""
         values = [tf.convert_to_tensor(v) for v in learner.meta_variables]
+        # one graph for the meta-loss at given values, called for both members of every
+        # pair (traced inline, the first pair and the loop's body held four copies)
+        at = tf.function(lambda moved: objective(learner, moved, episodes,
+                                                 formulation=formulation), autograph=False)
 
         def member(pair):
             eps = self.perturbations(learner, seed, pair)
-            plus = objective(learner, [v + self.sigma * e for v, e in zip(values, eps)],
-                             episodes, formulation=formulation)
-            minus = objective(learner, [v - self.sigma * e for v, e in zip(values, eps)],
-                              episodes, formulation=formulation)
+            plus = at([v + self.sigma * e for v, e in zip(values, eps)])
+            minus = at([v - self.sigma * e for v, e in zip(values, eps)])
             summed = {name: plus[name] + minus[name] for name in plus}
             return tf.reduce_mean(plus["loss"]), tf.reduce_mean(minus["loss"]), summed
 
