@@ -383,6 +383,10 @@ class PersistentES(CarriedTrajectory):
                 w, s, metrics = self.segment(learner, episodes, formulation, w, s)
             return tf.nest.flatten(w) + tf.nest.flatten(s), metrics
 
+        # one graph for a particle's segment, called for both members of every pair
+        # (traced inline, the first pair and the loop's body held four copies)
+        member = tf.function(member, autograph=False)
+
         def pair(j):
             eps = noise(pair_seed(seed, j), shapes, dtypes)
             index = tf.cast(j, tf.int32)
