@@ -250,13 +250,13 @@ def test_a_few_trpo_steps_raise_the_post_adaptation_return():
     after one adaptation step; on held-out tasks it rises over four TRPO steps."""
     learner = _learner(hidden=(4,), seed=2)
     rule = TRPO(max_kl=0.05)
-    rule.build(learner)
     held_out = _episodes(tasks=8, seed=11)
     before = float(tf.reduce_mean(learner.meta_metrics(held_out, formulation="unrolled")
                                   ["return"]))
-    for step in range(4):
-        metrics = rule.step(learner, _episodes(tasks=4, seed=20 + step), UNROLLED)
-        assert 0 < float(metrics["kl"][0]) <= 0.05
+    step_function = metalearn.training.make_meta_step(learner, rule, UNROLLED)
+    for step in range(4):  # one trace, four steps
+        metrics = step_function(_episodes(tasks=4, seed=20 + step))
+        assert 0 < float(metrics["kl"]) <= 0.05
     after = float(tf.reduce_mean(learner.meta_metrics(held_out, formulation="unrolled")
                                  ["return"]))
     assert after > before + 0.05, (before, after)
