@@ -315,9 +315,9 @@ class MapFn(InFlight):
     name = "map_fn"
 
     def per_task(self, learner, fn, episodes, signature=None):
-        signature = self._signature(fn, episodes, signature)
         if learner.pieces.capabilities.custom_gradient:
             return _unrolled(fn, episodes)
+        signature = self._signature(fn, episodes, signature)
         # tf.map_fn sets the global variable scope's caching device for its loop and
         # restores it only when ``fn`` returns: an error raised by ``fn`` (a clear one of
         # ours included) left it set, and every later variable made in a strategy's
@@ -341,8 +341,7 @@ class Unrolled(Formulation):
     name = "unrolled"
 
     def per_task(self, learner, fn, episodes, signature=None):
-        signature = self._signature(fn, episodes, signature)
-        return _unrolled(fn, episodes)
+        return _unrolled(fn, episodes)  # no signature needed: one call per task
 
     def for_evaluation(self):
         """:class:`MapFn`: the same figures from a graph of one task (the main job's
@@ -426,11 +425,11 @@ class Accumulate(InFlight):
     name = "accumulate"
 
     def per_task(self, learner, fn, episodes, signature=None):
-        signature = self._signature(fn, episodes, signature)
         if learner.pieces.capabilities.custom_gradient:
             # a tape around the loop (meta_metrics under a caller's tape) would not see
             # the pieces' custom gradients, as in tf.map_fn: unrolled, as MapFn does
             return _unrolled(fn, episodes)
+        signature = self._signature(fn, episodes, signature)
         tasks = num_tasks(episodes)
         specs = tf.nest.flatten(signature)
 
