@@ -169,3 +169,34 @@ def test_the_gin_file_trains_with_the_clipped_ratio(tmp_path):
     assert np.isfinite(metrics["return"]) and np.isfinite(metrics["last_return"])
     assert any(np.max(np.abs(a - v.numpy())) > 0
                for a, v in zip(before, experiment.learner.meta_variables))
+
+
+def test_evaluation_pairs_with_the_maml_file_on_the_same_tasks():
+    """``evaluate`` gives RL²'s file the MAML file's test tasks and seeds (the same
+    ``episodes`` digest: what docs/results/meta_rl.md's paired table rests on), and
+    reads both of its columns from one trial per task: episode 1's return after 0
+    "steps" is the first episode of the trial measured after 1."""
+    from metalearn.training import build_experiment, evaluate, parse_config
+    shrunk = ["PointNavigation.horizon = 3", "evaluate.num_tasks = 2",
+              "evaluate.batch_size = 2"]
+    files = {"experiments/rl/rl2_point_navigation.gin": [
+                 "RecurrentPolicyLearner.rollouts = 2", "recurrent_policy.units = 4"],
+             "experiments/rl/point_nav_maml.gin": [
+                 "PolicyLearner.rollouts = 2", "mlp.hidden = (4,)",
+                 "evaluate.inner_steps = (0, 1)"]}
+    reports = []
+    for path, params in files.items():
+        parse_config([path], shrunk + params)
+        try:
+            experiment = build_experiment()
+            reports.append(evaluate(experiment.learner, experiment.sampler,
+                                    formulation=experiment.formulation))
+        finally:
+            gin.clear_config()
+    rl2, maml = reports
+    assert rl2["episodes"] == maml["episodes"]
+    assert rl2["num_tasks"] == maml["num_tasks"] == 2
+    per_task = rl2["per_task"]
+    assert per_task["0"]["return"] == per_task["1"]["first_return"]
+    assert per_task["1"]["return"] == per_task["0"]["last_return"]
+    assert per_task["0"]["return"] != per_task["1"]["return"]
