@@ -475,3 +475,18 @@ def metaworld_evaluation(learner: PolicyLearner, environment: Optional[MetaWorld
                          "deterministic": bool(deterministic)},
             "mean_success_rate": float(success), "mean_return": float(mean_return),
             "success_rate_per_task": {str(k): float(v) for k, v in per_task.items()}}
+
+
+def metaworld_figures(report: Dict[str, Any]) -> str:
+    """:func:`metaworld_evaluation`'s report as lines to print: what was evaluated, the
+    mean success rate and return, the success rate per test task."""
+    protocol = ", ".join(f"{k} {v}" for k, v in report["protocol"].items())
+    name = report["benchmark"] + (f" {report['env_name']}" if report["env_name"] else "")
+    lines = [f"Meta-World {name} test tasks (benchmark seed {report['seed']}, horizon "
+             f"{report['horizon']}), metaworld.evaluation.metalearning_evaluation: "
+             f"{protocol}",
+             f"mean success rate {report['mean_success_rate']:.4f}, mean return "
+             f"{report['mean_return']:.2f}"]
+    lines += [f"  {task}: success rate {rate:.4f}"
+              for task, rate in sorted(report["success_rate_per_task"].items())]
+    return "\n".join(lines)
