@@ -67,10 +67,10 @@ def make_benchmark(benchmark: str, env_name: Optional[str], seed: int) -> Any:
     """Meta-World's benchmark object (``metaworld.ML1(env_name, seed)``, ``ML10(seed)``,
     ``ML45(seed)``), its ``train_tasks`` / ``test_tasks`` and classes, with the
     arguments checked and named."""
-    metaworld = require_metaworld("MetaWorld")
     if benchmark not in BENCHMARKS:
         raise ValueError(f"MetaWorld.benchmark must be one of {BENCHMARKS}, got "
                          f"{benchmark!r}")
+    metaworld = require_metaworld("MetaWorld")
     if benchmark == "ML1":
         names = list(metaworld.ML1.ENV_NAMES)
         if env_name not in names:
