@@ -147,7 +147,7 @@ class MetaWorld(PythonEnvironment):
     Args:
       benchmark: ``"ML1"``, ``"ML10"`` or ``"ML45"``.
       env_name: ML1's environment (any v3 name: ``"reach-v3"``, ``"push-v3"``,
-        ``"pick-place-v3"``, ...); ``None`` for ML10 and ML45.
+        ``"pick-place-v3"``, ...), which ML1 needs; ``None`` for ML10 and ML45.
       seed: the seed of Meta-World's goals (its benchmark's ``seed``: ML1's test goals
         use ``seed + 1``), and of the test environments of :func:`metaworld_evaluation`.
       horizon: steps per rollout, ``1 <= horizon <= 500`` (Meta-World's episode length;
@@ -159,7 +159,7 @@ class MetaWorld(PythonEnvironment):
     observation_size, action_size = 39, 4
     step_infos = ("success",)
 
-    def __init__(self, benchmark: str = "ML1", env_name: Optional[str] = "reach-v3",
+    def __init__(self, benchmark: str = "ML1", env_name: Optional[str] = None,
                  seed: int = 0, horizon: int = MAX_HORIZON,
                  reward_function_version: str = "v2"):
         name = type(self).__name__
@@ -172,8 +172,6 @@ class MetaWorld(PythonEnvironment):
                              f"{reward_function_version!r}")
         if isinstance(seed, bool) or int(seed) != seed:
             raise ValueError(f"{name}.seed must be a whole number, got {seed!r}")
-        if benchmark != "ML1" and env_name == "reach-v3":
-            env_name = None  # the default is ML1's
         self.bench = make_benchmark(benchmark, env_name, int(seed))
         self.benchmark, self.env_name, self.seed = benchmark, env_name, int(seed)
         self.reward_function_version = reward_function_version

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 metaworld = pytest.importorskip("metaworld")
+pytestmark = pytest.mark.xdist_group(__name__)  # the module's fixture, built once
 
 import metalearn  # noqa: E402  (after the skip)
 from metalearn.adapters import GradientDescent  # noqa: E402
