@@ -37,7 +37,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from metalearn.ranges import COUNT, check_range
+from metalearn.ranges import COUNT, WHOLE, Range, check_range
 from metalearn.rl.environments import Trajectories
 from metalearn.rl.gym import PolicySampler, PythonEnvironment, require_gymnasium
 from metalearn.rl.learner import Collected, PolicyLearner, success_rate
@@ -50,6 +50,7 @@ BENCHMARKS = ("ML1", "ML10", "ML45")
 MAX_HORIZON = 500
 """Meta-World's episode length (``max_path_length``): its simulators refuse a step past
 it."""
+HORIZON = Range(1, MAX_HORIZON, whole=True)
 
 
 def require_metaworld(what: str) -> Any:
@@ -163,15 +164,11 @@ class MetaWorld(PythonEnvironment):
                  seed: int = 0, horizon: int = MAX_HORIZON,
                  reward_function_version: str = "v2"):
         name = type(self).__name__
-        self.horizon = check_range(name, "horizon", horizon, COUNT)
-        if self.horizon > MAX_HORIZON:
-            raise ValueError(f"{name}.horizon must be at most Meta-World's episode length "
-                             f"{MAX_HORIZON}, got {horizon!r}")
+        self.horizon = check_range(name, "horizon", horizon, HORIZON)
+        seed = check_range(name, "seed", seed, WHOLE)
         if reward_function_version not in ("v1", "v2"):
             raise ValueError(f"{name}.reward_function_version must be 'v1' or 'v2', got "
                              f"{reward_function_version!r}")
-        if isinstance(seed, bool) or int(seed) != seed:
-            raise ValueError(f"{name}.seed must be a whole number, got {seed!r}")
         self.bench = make_benchmark(benchmark, env_name, int(seed))
         self.benchmark, self.env_name, self.seed = benchmark, env_name, int(seed)
         self.reward_function_version = reward_function_version

@@ -179,8 +179,8 @@ CASES = [
              "MetaWorld.benchmark must be one of ('ML1', 'ML10', 'ML45'), got 'ML5'",
              base=METAWORLD),
     gin_case("Meta-World horizon past its episode length", "MetaWorld.horizon = 600",
-             ValueError, "MetaWorld.horizon must be at most Meta-World's episode length "
-             "500, got 600", base=METAWORLD),
+             HyperparameterRangeError, "MetaWorld.horizon must be a whole number in [1, "
+             "500], got 600", base=METAWORLD),
     Case("Meta-World not installed", "`MetaWorld()` without the `metaworld` package",
          ImportError, "MetaWorld needs Meta-World (metaworld>=3.1): pip install -e "
          "'.[rl]' (or: pip install 'metaworld>=3.1')", metaworld_not_installed, None,
