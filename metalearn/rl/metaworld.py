@@ -407,7 +407,8 @@ def metaworld_evaluation(learner: PolicyLearner, environment: Optional[MetaWorld
                          num_evals: int = 10, adaptation_steps: int = 1,
                          adaptation_episodes: int = 10, evaluation_episodes: int = 3,
                          meta_batch_size: int = 10, seed: int = 0,
-                         deterministic: bool = False) -> Dict[str, Any]:
+                         deterministic: bool = False,
+                         agent: Optional[MetaWorldAgent] = None) -> Dict[str, Any]:
     """Meta-World's own evaluation (``metaworld.evaluation.metalearning_evaluation``) of
     ``learner`` through :class:`MetaWorldAgent`, on the test environments of
     ``environment``'s benchmark (default: the learner's environment; the same
@@ -428,6 +429,8 @@ def metaworld_evaluation(learner: PolicyLearner, environment: Optional[MetaWorld
         a multiple of 5 test classes for ML10 / ML45).
       seed: the seed of the agent's sampled actions.
       deterministic: evaluate with the policy's mean action.
+      agent: the agent to run (default: ``MetaWorldAgent(learner, seed,
+        deterministic)``), e.g. one whose adapted weights are read afterwards.
 
     Returns:
       ``{"benchmark", "env_name", "seed", "horizon", "protocol" (the arguments),
@@ -452,7 +455,10 @@ def metaworld_evaluation(learner: PolicyLearner, environment: Optional[MetaWorld
                          f"{classes} test classes of {environment.benchmark} that splits "
                          f"each one's {per_class} goals evenly, got {meta_batch_size!r}")
     envs = make_test_envs(environment, meta_batch_size)
-    agent = MetaWorldAgent(learner, seed, deterministic)
+    if agent is None:
+        agent = MetaWorldAgent(learner, seed, deterministic)
+    elif agent.learner is not learner:
+        raise ValueError("metaworld_evaluation: the agent wraps another learner")
     try:
         success, mean_return, per_task = metalearning_evaluation(
             agent, envs, num_evals=int(num_evals), adaptation_steps=int(adaptation_steps),

@@ -186,28 +186,23 @@ def test_collection_is_bit_identical_with_one_and_two_workers(reach):
 def test_the_agent_runs_through_meta_worlds_evaluator(reach):
     """Meta-World's metalearning_evaluation on the agent (1 evaluation, 5 copies, one
     adaptation episode of 4 steps): finite figures, the per-task success rate of
-    reach-v3, each copy adapted from its own episodes by the learner's inner step."""
-    from metaworld.evaluation import metalearning_evaluation
-
-    from metalearn.rl.metaworld import make_test_envs, metaworld_evaluation
+    reach-v3, each copy adapted from its own episode by the learner's inner step."""
+    from metalearn.rl.metaworld import metaworld_evaluation
     learner = _learner(reach)
+    agent = MetaWorldAgent(learner, seed=3)
     report = metaworld_evaluation(learner, num_evals=1, adaptation_episodes=1,
-                                  evaluation_episodes=1, meta_batch_size=5)
+                                  evaluation_episodes=1, meta_batch_size=5, agent=agent)
     assert np.isfinite(report["mean_success_rate"]) and np.isfinite(report["mean_return"])
     assert set(report["success_rate_per_task"]) == {"reach-v3"}
     assert 0 <= report["mean_success_rate"] <= 1
-    # the adaptation: every copy's weights the learner's one step on its own episode
-    envs = make_test_envs(reach, 5)
-    agent = MetaWorldAgent(learner, seed=3)
-    metalearning_evaluation(agent, envs, num_evals=1, adaptation_steps=1,
-                            adaptation_episodes=1, evaluation_episodes=1)
-    envs.close()
+    # the adaptation: a copy's weights are the learner's one step on its own episode
     assert len(agent.rounds) == 1 and len(agent.weights) == 5
-    for copy, weights in enumerate(agent.weights):
+    initial = learner.initial_weights()
+    for copy in (0, 4):
         support = tf.nest.map_structure(lambda t: tf.constant(t[None]), agent.rounds[0][copy])
         assert support.trajectories.observations.shape == (1, 1, 4, 39)
         expected = learner.adapt(tf.zeros([2], tf.int64), support, steps=1).weights
         for name in expected:
-            np.testing.assert_allclose(weights[name], expected[name], rtol=1e-5, atol=1e-6)
-    initial = learner.initial_weights()
-    assert any(not np.allclose(agent.weights[0][n], initial[n]) for n in initial)
+            np.testing.assert_allclose(agent.weights[copy][name], expected[name],
+                                       rtol=1e-5, atol=1e-6)
+        assert any(not np.allclose(agent.weights[copy][n], initial[n]) for n in initial)
