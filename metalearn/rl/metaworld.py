@@ -85,9 +85,14 @@ def make_benchmark(benchmark: str, env_name: Optional[str], seed: int) -> Any:
     return getattr(metaworld, benchmark)(seed=seed)
 
 
+_SIMULATORS: List[type] = []
+
+
 def _simulators_env() -> type:
     """The Gymnasium environment :meth:`MetaWorld.make_env` makes (the class made once,
     Gymnasium imported then)."""
+    if _SIMULATORS:
+        return _SIMULATORS[0]
     gymnasium = require_gymnasium("MetaWorld")
 
     class Simulators(gymnasium.Env):
@@ -130,6 +135,7 @@ def _simulators_env() -> type:
             for simulator in self.simulators.values():
                 simulator.close()
 
+    _SIMULATORS.append(Simulators)
     return Simulators
 
 
