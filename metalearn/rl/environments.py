@@ -79,6 +79,14 @@ class Environment(TaskSampler):
     def tasks(self, seed: tf.Tensor, num_tasks: int) -> Any:
         """The parameters of ``num_tasks`` tasks (a nest of ``[tasks, ...]`` tensors)."""
 
+    def split_tasks(self, seed: tf.Tensor, num_tasks: int, split: str) -> Any:
+        """The tasks of :meth:`sample` for ``split``: :meth:`tasks` (every split draws
+        from one family, the seeds keeping them apart) unless a family's splits hold
+        different tasks (Meta-World's train and test goals: :class:`metalearn.rl.
+        MetaWorld`)."""
+        del split
+        return self.tasks(seed, num_tasks)
+
     @abc.abstractmethod
     def reset(self, task: Any, num: int, seed: tf.Tensor) -> Any:
         """The start state (a nest of ``[num, ...]`` tensors) of ``num`` rollouts of one task."""
@@ -96,7 +104,7 @@ class Environment(TaskSampler):
         """Tasks and their rollout seeds: ``Episode(task, support seed, task, query seed)``
         (the seeds ``[tasks, 2]`` int64)."""
         seeds = tf.random.experimental.stateless_split(seed, 3)
-        task = self.tasks(seeds[0], int(num_tasks))
+        task = self.split_tasks(seeds[0], int(num_tasks), split)
         rollout_seeds = lambda s: tf.random.stateless_uniform(
             [int(num_tasks), 2], s, minval=None, maxval=None, dtype=tf.int64)
         return Episode(task, rollout_seeds(seeds[1]), task, rollout_seeds(seeds[2]))

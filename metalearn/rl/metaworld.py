@@ -43,7 +43,6 @@ from metalearn.rl.gym import PolicySampler, PythonEnvironment, require_gymnasium
 from metalearn.rl.learner import Collected, PolicyLearner, success_rate
 from metalearn.rl.policies import Gaussian
 from metalearn.tasks.base import SPLITS
-from metalearn.tasks.episode import Episode
 
 INSTALL = "pip install -e '.[rl]' (or: pip install 'metaworld>=3.1')"
 BENCHMARKS = ("ML1", "ML10", "ML45")
@@ -196,15 +195,11 @@ class MetaWorld(PythonEnvironment):
         index = tf.random.stateless_uniform([int(num_tasks)], seed, 0, size, tf.int64)
         return tf.stack([tf.fill([int(num_tasks)], tf.constant(which, tf.int64)), index], -1)
 
-    def sample(self, seed: tf.Tensor, num_tasks: int, split: str = "train") -> Episode:
-        """As :meth:`~metalearn.rl.Environment.sample`, the tasks from ``split``'s set."""
+    def split_tasks(self, seed: tf.Tensor, num_tasks: int, split: str) -> tf.Tensor:
+        """:meth:`tasks` from ``split``'s set (what :meth:`sample` draws)."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        seeds = tf.random.experimental.stateless_split(seed, 3)
-        task = self.tasks(seeds[0], int(num_tasks), split)
-        rollout_seeds = lambda s: tf.random.stateless_uniform(
-            [int(num_tasks), 2], s, minval=None, maxval=None, dtype=tf.int64)
-        return Episode(task, rollout_seeds(seeds[1]), task, rollout_seeds(seeds[2]))
+        return self.tasks(seed, num_tasks, split)
 
     def task(self, task: Any) -> Any:
         """The ``metaworld.Task`` of ``task`` (``[set, index]``)."""
