@@ -16,6 +16,13 @@ the means go to TensorBoard too (``eval/<report>/`` in the workdir, at the check
 step: ``tensorboard --logdir runs/``). The figures are printed before the file is
 written: a write that fails still (a disk filled meanwhile) names the file and the
 reason, and logs the file's whole content, so the evaluation is not lost.
+
+With ``--metaworld`` a run on a Meta-World benchmark (``metalearn.rl.MetaWorld``) is
+evaluated by Meta-World's own evaluator instead (``metaworld.evaluation.
+metalearning_evaluation`` through ``metalearn.rl.metaworld_evaluation``, its settings
+bound by gin, e.g. ``--gin_param='metaworld_evaluation.num_evals = 10'``): its mean
+success rate, mean return and success rate per test task, written to
+``metaworld.json`` unless --output names another file.
 """
 
 from __future__ import annotations
@@ -37,6 +44,11 @@ define_once(flags.DEFINE_string, "workdir", None,
 define_once(flags.DEFINE_string, "output", Workdir.EVALUATION,
             "Results file, relative to the workdir (or "
             "absolute); its folder is created, and checked writable first.")
+define_once(flags.DEFINE_bool, "metaworld", False,
+            "Evaluate with Meta-World's own metalearning_evaluation (a run whose "
+            "environment is metalearn.rl.MetaWorld; settings: gin bindings of "
+            "metaworld_evaluation) instead of metalearn.evaluate; the report goes to "
+            f"{Workdir.METAWORLD_EVALUATION} unless --output names another file.")
 flags.mark_flag_as_required("workdir")
 FLAGS = flags.FLAGS
 
@@ -44,7 +56,8 @@ FLAGS = flags.FLAGS
 def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str] = (),
         gin_params: Sequence[str] = (), modules: Sequence[str] = (),
         trust_workdir: bool = False,
-        show: Optional[Callable[[str], None]] = None) -> Dict[str, object]:
+        show: Optional[Callable[[str], None]] = None,
+        metaworld: bool = False) -> Dict[str, object]:
     """What ``python -m metalearn.evaluate`` does: restores the run, evaluates it and
     writes the report to ``output`` (relative to ``workdir``; its folder is created).
     The output's writability is checked before anything is restored or evaluated.
@@ -54,7 +67,9 @@ def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str]
     data, and one named otherwise is refused (``UntrustedModulesError``). The figures
     (:func:`~metalearn.training.evaluation.report_figures`: what was evaluated, each
     metric's mean ± 95% interval) go to ``show`` before the file is written (``print``
-    at the command line); ``None``: to the log.
+    at the command line); ``None``: to the log. With ``metaworld``, the run is evaluated
+    by Meta-World's own evaluator (:func:`metalearn.rl.metaworld_evaluation`, gin-bound)
+    and no TensorBoard summaries are written.
 
     Returns:
       The report (``evaluate``'s, plus ``checkpoint_step``).
@@ -70,15 +85,22 @@ def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str]
     params = [f"include '{p}'" for p in resolve_gin_files(gin_files)]
     experiment = restore(workdir, gin_params=params + list(gin_params), modules=modules,
                          trust_workdir=trust_workdir)
-    report = evaluate(experiment.learner, experiment.sampler,
-                      formulation=experiment.formulation)
-    report["checkpoint_step"] = experiment.restored_step
-    figures = report_figures(report)
+    if metaworld:
+        from metalearn.rl.metaworld import metaworld_evaluation, metaworld_figures
+        report = metaworld_evaluation(experiment.learner)
+        report["checkpoint_step"] = experiment.restored_step
+        figures = metaworld_figures(report)
+    else:
+        report = evaluate(experiment.learner, experiment.sampler,
+                          formulation=experiment.formulation)
+        report["checkpoint_step"] = experiment.restored_step
+        figures = report_figures(report)
     if show is not None:
         show(figures)  # results first, then the file
         figures = None  # shown: write_json_results need not log them again
     write_json_results(path, report, figures, "evaluation")  # figures logged first
-    write_summaries(report, Workdir(workdir).evaluation_summaries(output))  # TensorBoard
+    if not metaworld:
+        write_summaries(report, Workdir(workdir).evaluation_summaries(output))  # TensorBoard
     return report
 
 
@@ -87,10 +109,14 @@ def main(argv) -> None:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     # what was evaluated and the means, printed before the file is written; the
     # per-task values go to the file only
-    run(FLAGS.workdir, FLAGS.output, FLAGS.gin_file,
+    output = FLAGS.output
+    if FLAGS.metaworld and not FLAGS["output"].present:
+        output = Workdir.METAWORLD_EVALUATION
+    run(FLAGS.workdir, output, FLAGS.gin_file,
         list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic), FLAGS.module,
-        FLAGS.trust_workdir, show=lambda figures: print(figures, flush=True))
-    path = os.path.abspath(Workdir(FLAGS.workdir).evaluation(FLAGS.output))
+        FLAGS.trust_workdir, show=lambda figures: print(figures, flush=True),
+        metaworld=FLAGS.metaworld)
+    path = os.path.abspath(Workdir(FLAGS.workdir).evaluation(output))
     print(f"per-task values and the whole report: {path}")
 
 

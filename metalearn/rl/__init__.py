@@ -15,8 +15,13 @@ learner that samples trajectories inside the compiled step.
   :class:`PendulumGravity` (a gravity per task), :class:`GymCollector` (Gymnasium's
   vector API; ``workers`` processes), :class:`GymCollection` (the batches a Python
   environment gives the training loop), :func:`collect_episodes`.
+* :mod:`metalearn.rl.metaworld`: Meta-World v3 (ML1, ML10, ML45) as a Python
+  environment, :class:`MetaWorld` (its train and test task sets, ``success`` a metric),
+  and its own evaluator on a trained learner: :class:`MetaWorldAgent` (its
+  ``MetaLearningAgent`` protocol), :func:`metaworld_evaluation`.
 * :mod:`metalearn.rl.learner`: :class:`PolicyLearner`, :class:`Rollouts`,
-  :class:`Collected` (trajectories collected ahead of the step, replayed).
+  :class:`Collected` (trajectories collected ahead of the step, replayed),
+  :func:`mean_return` and :func:`success_rate` (its metrics).
 * :mod:`metalearn.rl.recurrent`: RL², a recurrent policy whose hidden state carries
   over a trial of episodes (no gradient inner loop): :class:`RecurrentPolicyLearner`,
   :class:`RecurrentTrial` (the adapter), :func:`recurrent_policy`.
@@ -36,7 +41,9 @@ from metalearn.rl.estimators import (Batch, DiCE, LinearFeatureBaseline, NaiveSu
 from metalearn.rl.gym import (GymCollection, GymCollector, HalfCheetahDirection,
                               HalfCheetahVelocity, PendulumGravity, PolicySampler,
                               PythonEnvironment, SimulatorError, collect_episodes)
-from metalearn.rl.learner import Collected, PolicyLearner, Rollouts, mean_return
+from metalearn.rl.learner import (Collected, PolicyLearner, Rollouts, mean_return,
+                                  success_rate)
+from metalearn.rl.metaworld import MetaWorld, MetaWorldAgent, metaworld_evaluation
 from metalearn.rl.policies import Categorical, Gaussian, LogStd, gaussian_policy
 from metalearn.rl.recurrent import (RecurrentPolicyLearner, RecurrentTrial,
                                     recurrent_policy, trial_input_size)
@@ -45,11 +52,13 @@ from metalearn.rl.clipped import ClippedRatio
 
 __all__ = ["MDP", "Batch", "Categorical", "ClippedRatio", "Collected", "DiCE", "Environment", "Gaussian",
            "GymCollection", "GymCollector", "HalfCheetahDirection", "HalfCheetahVelocity",
-           "LinearFeatureBaseline", "LogStd", "NaiveSurrogate", "PendulumGravity",
+           "LinearFeatureBaseline", "LogStd", "MetaWorld", "MetaWorldAgent",
+           "NaiveSurrogate", "PendulumGravity",
            "PointNavigation",
            "PolicyLearner", "PolicySampler", "PythonEnvironment", "RecurrentPolicyLearner",
            "RecurrentTrial", "Rollouts",
            "SimulatorError", "TRPO", "TabularMDP", "Trajectories", "TrustRegion", "ValueNetworkBaseline",
            "collect_episodes",
            "discounted_returns", "gae", "gaussian_policy", "magic_box", "mean_return",
-           "recurrent_policy", "rollout", "trial_input_size"]
+           "metaworld_evaluation", "recurrent_policy", "rollout", "success_rate",
+           "trial_input_size"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import itertools
-from typing import Any, Callable, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import gin
 import numpy as np
@@ -40,12 +40,17 @@ class Trajectories(NamedTuple):
       rewards: ``[n, horizon]``, zero after the end of an episode.
       mask: ``[n, horizon]``, 1 for the steps taken (up to and including the one that
         ended the episode), 0 after.
+      infos: per-step figures of the simulator by name (``[n, horizon]`` each, zero
+        after the end of an episode) that a Python environment records for its metrics
+        (:attr:`metalearn.rl.PythonEnvironment.step_infos`, e.g. Meta-World's
+        ``success``); empty for the in-graph environments.
     """
 
     observations: tf.Tensor
     actions: tf.Tensor
     rewards: tf.Tensor
     mask: tf.Tensor
+    infos: Dict[str, tf.Tensor] = {}  # never mutated: a new dict for every value
 
 
 class Environment(TaskSampler):
@@ -63,9 +68,24 @@ class Environment(TaskSampler):
     horizon: int
     dtype: tf.DType
 
+    def task_metrics(self) -> Dict[str, Callable[[Any, Any], tf.Tensor]]:
+        """Metrics of a task's query trajectories beside ``return``, by name, each
+        ``fn(batch, outputs)`` as :func:`metalearn.rl.mean_return` (the
+        :class:`metalearn.rl.PolicyLearner` reports them in training and evaluation);
+        none by default (Meta-World's ``success``: :func:`metalearn.rl.success_rate`)."""
+        return {}
+
     @abc.abstractmethod
     def tasks(self, seed: tf.Tensor, num_tasks: int) -> Any:
         """The parameters of ``num_tasks`` tasks (a nest of ``[tasks, ...]`` tensors)."""
+
+    def split_tasks(self, seed: tf.Tensor, num_tasks: int, split: str) -> Any:
+        """The tasks of :meth:`sample` for ``split``: :meth:`tasks` (every split draws
+        from one family, the seeds keeping them apart) unless a family's splits hold
+        different tasks (Meta-World's train and test goals: :class:`metalearn.rl.
+        MetaWorld`)."""
+        del split
+        return self.tasks(seed, num_tasks)
 
     @abc.abstractmethod
     def reset(self, task: Any, num: int, seed: tf.Tensor) -> Any:
@@ -84,7 +104,7 @@ class Environment(TaskSampler):
         """Tasks and their rollout seeds: ``Episode(task, support seed, task, query seed)``
         (the seeds ``[tasks, 2]`` int64)."""
         seeds = tf.random.experimental.stateless_split(seed, 3)
-        task = self.tasks(seeds[0], int(num_tasks))
+        task = self.split_tasks(seeds[0], int(num_tasks), split)
         rollout_seeds = lambda s: tf.random.stateless_uniform(
             [int(num_tasks), 2], s, minval=None, maxval=None, dtype=tf.int64)
         return Episode(task, rollout_seeds(seeds[1]), task, rollout_seeds(seeds[2]))

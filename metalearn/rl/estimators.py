@@ -236,6 +236,8 @@ class Batch(NamedTuple):
         likelihood ratio to it, a function of the weights whose derivatives at the
         collecting weights are DiCE's and which stays an importance-sampling estimate
         elsewhere.
+      infos: the trajectories' per-step figures of the simulator by name
+        (:attr:`~metalearn.rl.environments.Trajectories.infos`), for metrics.
     """
 
     actions: tf.Tensor
@@ -244,6 +246,7 @@ class Batch(NamedTuple):
     advantages: tf.Tensor
     weights: tf.Tensor
     behaviour: Optional[tf.Tensor] = None
+    infos: Dict[str, tf.Tensor] = {}  # never mutated: a new dict for every value
 
 
 @gin.configurable
@@ -300,8 +303,9 @@ class DiCE:
             advantages = (advantages - mean) * tf.math.rsqrt(var + 1e-8) * mask
         if behaviour is not None:
             behaviour = tf.stop_gradient(tf.cast(behaviour, rewards.dtype) * mask)
+        infos = {k: tf.stop_gradient(v) for k, v in trajectories.infos.items()}
         return Batch(*[tf.stop_gradient(t) for t in (trajectories.actions, rewards, mask,
-                                                     advantages, weights)], behaviour)
+                                                     advantages, weights)], behaviour, infos)
 
     def surrogate(self, log_probs: tf.Tensor, batch: Batch) -> tf.Tensor:
         """``[n]`` per trajectory: 0 in value, the estimator in its derivatives (with

@@ -166,6 +166,11 @@ class PythonEnvironment(Environment):
     env_id: str
     action_kind = "continuous"
     dtype = tf.float32
+    step_infos: Tuple[str, ...] = ()
+    """Keys of the simulator's ``info`` that :class:`GymCollector` records at every step
+    (``Trajectories.infos``, ``[n, T]`` float32 each, zero after an episode's end), for
+    the metrics of :meth:`~metalearn.rl.Environment.task_metrics` (Meta-World's
+    ``success``)."""
 
     def make_kwargs(self) -> Dict[str, Any]:
         """Keywords of ``gymnasium.make`` for :attr:`env_id` (the same for every task)."""
@@ -697,6 +702,7 @@ class GymCollector:
                                     seed=reset_seed, options={TASK_OPTION: task})
         columns = {name: [] for name in ("observations", "actions", "rewards", "mask",
                                          "log_probs")}
+        infos = {key: [] for key in env.step_infos}
         alive = np.ones([n], np.float32)
         for t in range(horizon):
             actions, log_probs = policy(observation.astype(np.float32), keys[1 + 2 * t])
@@ -713,12 +719,19 @@ class GymCollector:
                                 ("rewards", reward * alive), ("mask", alive),
                                 ("log_probs", log_probs * alive)):
                 columns[name].append(np.asarray(value, np.float32))
+            for key in infos:
+                if key not in info:
+                    raise SimulatorError(f"the simulator's info has no {key!r} (one of "
+                                         f"{type(env).__name__}.step_infos; it has "
+                                         f"{sorted(info)}) mid-rollout ({where(t)})")
+                infos[key].append(np.asarray(info[key], np.float32) * alive)
             alive = alive * (1.0 - np.logical_or(terminated, truncated).astype(np.float32))
             observation = following
         self.steps_taken += n * horizon
         stacked = {k: np.stack(v, axis=1) for k, v in columns.items()}  # [n, T, ...]
         return Collected(Trajectories(stacked["observations"], stacked["actions"],
-                                      stacked["rewards"], stacked["mask"]),
+                                      stacked["rewards"], stacked["mask"],
+                                      {k: np.stack(v, axis=1) for k, v in infos.items()}),
                          np.full([n], 1.0 / n, np.float32), stacked["log_probs"])
 
 

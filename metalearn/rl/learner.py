@@ -89,6 +89,20 @@ def mean_return(batch: Batch, outputs: Any) -> tf.Tensor:
     return tf.reduce_sum(batch.weights * tf.reduce_sum(batch.rewards * batch.mask, -1))
 
 
+def success_rate(batch: Batch, outputs: Any) -> tf.Tensor:
+    """The batch's weighted fraction of trajectories that succeeded: whose simulator
+    reported ``info["success"]`` at any step of the episode (recorded as
+    ``batch.infos["success"]``, :attr:`metalearn.rl.PythonEnvironment.step_infos`);
+    Meta-World's ``success`` metric."""
+    if "success" not in batch.infos:
+        raise ValueError(f"success_rate needs the trajectories' per-step 'success' (a "
+                         f"Python environment with 'success' in its step_infos), got "
+                         f"infos {sorted(batch.infos)}")
+    success = tf.cast(batch.infos["success"], batch.mask.dtype) * batch.mask
+    reached = tf.cast(tf.reduce_max(success, -1) > 0, batch.weights.dtype)
+    return tf.reduce_sum(batch.weights * reached)
+
+
 @gin.configurable
 @configurables.moved_members({"query_outputs": "run_task(episode) (run.query_y: the query "
                                                "trajectories' Batch; run.metrics) and "
@@ -104,7 +118,8 @@ class PolicyLearner(Learner):
     :class:`~metalearn.rl.estimators.Batch`. The query ``loss`` is minus the
     estimator's objective (in value, minus the mean return, over the horizon with
     ``DiCE.mean_over_steps``); ``return`` is the mean return of the (post-update) query
-    trajectories. Evaluated with ``steps=k``, ``return`` is the
+    trajectories; the environment's own :meth:`~metalearn.rl.Environment.task_metrics`
+    (Meta-World's ``success``) join it. Evaluated with ``steps=k``, ``return`` is the
     return after ``k`` adaptation steps (0: the meta-learned policy itself).
 
     Args:
@@ -149,7 +164,13 @@ class PolicyLearner(Learner):
         if adapter is None:
             adapter = GradientDescent(1, 0.1, wrappers=[Rollouts()])
         estimator = DiCE() if estimator is None else estimator
-        super().__init__(model, adapter, loss=estimator, metrics={"return": mean_return},
+        extra = dict(environment.task_metrics())
+        clash = sorted(set(extra) & {"return", "loss"})
+        if clash:
+            raise ValueError(f"{type(environment).__name__}.task_metrics names {clash}, "
+                             f"which the learner reports itself: give them other names")
+        super().__init__(model, adapter, loss=estimator,
+                         metrics={"return": mean_return, **extra},
                          query_training=query_training, name=name)
         self.environment = environment
         self.distribution = distribution
@@ -235,7 +256,8 @@ class PolicyLearner(Learner):
         else:
             trajectories, probabilities = self.trajectories(weights, task, seed)
         cast = lambda t: tf.cast(t, self._metric_dtype) if t.dtype.is_floating else t
-        trajectories = Trajectories(*[cast(t) for t in trajectories])
+        trajectories = Trajectories(*[cast(t) for t in trajectories[:4]],
+                                    {k: cast(v) for k, v in trajectories.infos.items()})
         if probabilities is not None:
             probabilities = cast(probabilities)
         batch = self.estimator.targets(trajectories, probabilities,

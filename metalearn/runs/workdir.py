@@ -44,6 +44,7 @@ class Workdir:
     SUMMARIES = "train"
     TRAIN_LOCK = ".train.lock"
     EVALUATION = "eval.json"
+    METAWORLD_EVALUATION = "metaworld.json"  # Meta-World's own evaluator's (not eval*.json)
     EVALUATIONS = "eval*.json"
     EVALUATION_SUMMARIES = "eval"
     SWEEP_RUN = "sweep_run.json"

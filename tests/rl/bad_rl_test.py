@@ -1,7 +1,8 @@
 """Bad meta-RL input: policies that do not fit the environment, TRPO on a learner without
 trajectories, Python simulators (``GymCollector``) that cannot be made, are not
-installed, fail, hang, cannot take their task or are not collected, and collection
-workers that cannot be. Cases of docs/errors.md (tests/bad_input.py)."""
+installed, fail, hang, cannot take their task or are not collected, collection
+workers that cannot be, and Meta-World benchmarks that do not exist or are not
+installed. Cases of docs/errors.md (tests/bad_input.py)."""
 
 import time
 
@@ -11,7 +12,7 @@ import tensorflow as tf
 
 import metalearn
 from metalearn.pieces import HyperparameterRangeError
-from metalearn.rl import GymCollector, HalfCheetahVelocity, PendulumGravity
+from metalearn.rl import GymCollector, HalfCheetahVelocity, MetaWorld, PendulumGravity
 from metalearn.training import build_experiment, parse_config
 from tests.bad_input import (POINT_NAV, SINUSOID, Case, check, gin_case, parametrize,
                              run_gin)
@@ -21,6 +22,9 @@ TITLE = "Meta-RL: policies, TRPO and simulators"
 RL2 = ["include 'experiments/rl/rl2_point_navigation.gin'", "Loop.num_steps = 2",
        "PointNavigation.horizon = 3", "RecurrentPolicyLearner.rollouts = 2",
        "Experiment.meta_batch_size = 1", "recurrent_policy.units = 4"]
+METAWORLD = ["include 'experiments/rl/metaworld_ml1_reach_maml.gin'", "Loop.num_steps = 2",
+             "MetaWorld.horizon = 3", "GymCollector.rollouts = 2",
+             "Experiment.meta_batch_size = 1", "mlp.hidden = (4,)"]
 PENDULUM = ["include 'experiments/rl/pendulum_gravity_maml.gin'", "Loop.num_steps = 2",
             "PendulumGravity.horizon = 3", "GymCollector.rollouts = 2",
             "Experiment.meta_batch_size = 1", "mlp.hidden = (4,)"]
@@ -65,6 +69,11 @@ def simulator_step_hangs(tmp_path) -> None:
     policy = lambda observations, seed: (np.zeros([1, 6], np.float32),
                                          np.zeros([1], np.float32))
     collector.collect(policy, 1.5, [4, 2])
+
+
+def metaworld_not_installed(tmp_path) -> None:
+    with not_installed("metaworld"):
+        MetaWorld("ML1", "reach-v3", horizon=3)
 
 
 def simulator_time_limit_negative(tmp_path) -> None:
@@ -162,6 +171,20 @@ CASES = [
          "HalfCheetahVelocity runs in Python: its trajectories come from a "
          "metalearn.rl.GymCollector", python_environment_in_the_step, None,
          "`GymCollector`, `collect_episodes`"),
+    gin_case("unknown Meta-World environment", "MetaWorld.env_name = 'reach-v2'",
+             ValueError, "MetaWorld.env_name must be a Meta-World v3 environment for ML1 "
+             "(e.g. 'reach-v3', 'push-v3', 'pick-place-v3'; all 50: "
+             "metaworld.ML1.ENV_NAMES), got 'reach-v2'", base=METAWORLD),
+    gin_case("unknown Meta-World benchmark", "MetaWorld.benchmark = 'ML5'", ValueError,
+             "MetaWorld.benchmark must be one of ('ML1', 'ML10', 'ML45'), got 'ML5'",
+             base=METAWORLD),
+    gin_case("Meta-World horizon past its episode length", "MetaWorld.horizon = 600",
+             HyperparameterRangeError, "MetaWorld.horizon must be a whole number in [1, "
+             "500], got 600", base=METAWORLD),
+    Case("Meta-World not installed", "`MetaWorld()` without the `metaworld` package",
+         ImportError, "MetaWorld needs Meta-World (metaworld>=3.1): pip install -e "
+         "'.[rl]' (or: pip install 'metaworld>=3.1')", metaworld_not_installed, None,
+         "the install command"),
     gin_case("TRPO without a trust region", "TRPO.max_kl = 0.0", HyperparameterRangeError,
              "TRPO.max_kl must be > 0, got 0.0",
              base=POINT_NAV + ["Experiment.outer_rule = @TRPO()"]),
