@@ -30,7 +30,6 @@ pins its MuJoCo version).
 
 from __future__ import annotations
 
-import pickle
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
@@ -209,11 +208,6 @@ class MetaWorld(PythonEnvironment):
                              f"{[len(t) for t in self.task_sets]}], got "
                              f"{np.asarray(task).tolist()!r}")
         return self.task_sets[which][index]
-
-    def goal(self, task: Any) -> np.ndarray:
-        """The task's goal vector (Meta-World's ``rand_vec``: the object and target
-        positions it fixes)."""
-        return np.asarray(pickle.loads(self.task(task).data)["rand_vec"])
 
     # --- the simulators ------------------------------------------------------------
 
