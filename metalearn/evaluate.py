@@ -88,13 +88,13 @@ def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str]
     if metaworld:
         from metalearn.rl.metaworld import metaworld_evaluation, metaworld_figures
         report = metaworld_evaluation(experiment.learner)
-        report["checkpoint_step"] = experiment.restored_step
-        figures = metaworld_figures(report)
+        figures_of = metaworld_figures
     else:
         report = evaluate(experiment.learner, experiment.sampler,
                           formulation=experiment.formulation)
-        report["checkpoint_step"] = experiment.restored_step
-        figures = report_figures(report)
+        figures_of = report_figures
+    report["checkpoint_step"] = experiment.restored_step
+    figures = figures_of(report)
     if show is not None:
         show(figures)  # results first, then the file
         figures = None  # shown: write_json_results need not log them again
