@@ -77,6 +77,9 @@ def run(workdir: str, output: str = Workdir.EVALUATION, gin_files: Sequence[str]
     from metalearn.runs.files import check_writable, write_json_results  # light
     Workdir(workdir).require_run()  # before the output: a typo must not create it
     path = check_writable(Workdir(workdir).evaluation(output))  # before any work
+    from metalearn.runs.modules import allowed, check_files  # light: told in a second
+    check_files(modules)  # a missing --module file
+    allowed(workdir, modules, trust_workdir)  # the run's recorded modules, unless given
     metalearn.import_all()  # TensorFlow and every configurable (once), before gin parses
     from metalearn.runs.modules import import_modules
     from metalearn.training import evaluate, restore

@@ -56,18 +56,20 @@ def main(argv) -> None:
         raise app.UsageError("give at least one --gin_file, e.g. "
                              "--gin_file=experiments/sinusoid/maml.gin")
     gin_files = resolve_gin_files(FLAGS.gin_file)  # a missing one: told at once
+    # a missing --module file, and a resumed run's recorded modules unless given again
+    # (--module) or trusted (--trust_workdir), are told before TensorFlow loads: a
+    # workdir is data, and what it names is refused, listed
+    from metalearn.runs.modules import allowed, check_files
+    check_files(FLAGS.module)
+    recorded = allowed(FLAGS.workdir, FLAGS.module, FLAGS.trust_workdir)
     metalearn.import_all()  # TensorFlow and every configurable, before gin parses
     from metalearn.runs.cluster import ClusterWaitInterrupted
     from metalearn.runs.experiment import apply_configured_threads
-    from metalearn.runs.modules import allowed as allowed_modules
     from metalearn.training import build_experiment, parse_config, train
     from metalearn.training.distribute import make_strategy
     from metalearn.training.loop import TrainingInterrupted
-    # a resumed run's recorded modules are imported only if given again (--module) or
-    # trusted (--trust_workdir): a workdir is data, and what it names is refused, listed
     parse_config(gin_files, list(FLAGS.gin_param) + determinism_params(FLAGS.deterministic),
-                 modules=[*allowed_modules(FLAGS.workdir, FLAGS.module,
-                                           FLAGS.trust_workdir), *FLAGS.module])
+                 modules=[*recorded, *FLAGS.module])
     apply_configured_threads()  # before the strategy starts TensorFlow's runtime
     try:
         strategy = make_strategy(name=FLAGS.strategy) if FLAGS.strategy else \

@@ -15,6 +15,7 @@ from metalearn import _quiet
 from metalearn.flags import gin_file_candidates, resolve_gin_files
 from metalearn.repository import ROOT
 from metalearn.training.evaluation import report_figures, task_description
+from tests.run_fixtures import imported_packages
 
 pytestmark = pytest.mark.xdist_group(__name__)
 
@@ -75,12 +76,6 @@ ANSWERS_BEFORE_WORK = [
     ("train", ["--workdir=runs/x"], "give at least one --gin_file"),
     ("sweep", ["--gin_file=experiments/sinusoid/maml.gin"], "give --root"),
     ("report", [], "give run directories or sweep roots")]
-
-
-def imported_packages(importtime: str) -> set:
-    """The top-level packages a process imported, from its ``-X importtime`` lines."""
-    return {name.split(".")[0] for name in re.findall(
-        r"^import time:\s*\d+ \|\s*\d+ \|\s*(\S+)\s*$", importtime, re.M)}
 
 
 @pytest.mark.parametrize("name, args, answer", ANSWERS_BEFORE_WORK,

@@ -1,7 +1,8 @@
 """Workdirs and file systems for the entry points' tests: a saved run (config.gin and
 one checkpoint, no training), a disk that fills while a named file is written, a file
 system with no free space, a package that is not installed, the small evaluation
-the tests run on them, and a sweep's run folder in each state a report tells apart."""
+the tests run on them, a sweep's run folder in each state a report tells apart, and what
+a process imported."""
 
 from __future__ import annotations
 
@@ -9,12 +10,19 @@ import contextlib
 import errno
 import json
 import os
+import re
 import sys
 
 import pytest
 import tensorflow as tf
 
 from metalearn.training import build_experiment, parse_config
+
+
+def imported_packages(importtime: str) -> set:
+    """The top-level packages a process imported, from its ``-X importtime`` lines."""
+    return {name.split(".")[0] for name in re.findall(
+        r"^import time:\s*\d+ \|\s*\d+ \|\s*(\S+)\s*$", importtime, re.M)}
 
 
 def saved_run(folder, gin_file="experiments/sinusoid/maml.gin", params=(), step=0):

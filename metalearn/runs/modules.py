@@ -117,13 +117,22 @@ def canonical(spec: str) -> str:
     return os.path.abspath(os.path.expanduser(spec)) if _is_file(spec) else spec
 
 
+def check_files(specs: Sequence[str]) -> None:
+    """Raises :class:`ModuleImportError` naming the first module file among ``specs``
+    (``--module``) that does not exist; dotted names are not looked up. An entry point
+    calls it before it imports TensorFlow, so that a typo is told in a second."""
+    for spec in specs:
+        path = canonical(spec)
+        if path and _is_file(path) and path not in _LOADED and not os.path.isfile(path):
+            raise ModuleImportError(f"module file {path!r} does not exist (--module, or "
+                                    f"modules= of parse_config; working directory "
+                                    f"{os.getcwd()!r})")
+
+
 def _import_file(path: str) -> None:
     if path in _LOADED:  # once per process: its configurables register with gin once
         return
-    if not os.path.isfile(path):
-        raise ModuleImportError(f"module file {path!r} does not exist (--module, or "
-                                f"modules= of parse_config; working directory "
-                                f"{os.getcwd()!r})")
+    check_files([path])
     name = os.path.splitext(os.path.basename(path))[0]
     existing = sys.modules.get(name)
     if existing is not None and os.path.abspath(getattr(existing, "__file__", "") or "") \

@@ -16,7 +16,7 @@ from metalearn.runs.workdir import Workdir
 from metalearn.studies import sweeps
 from metalearn.training import parse_config, restore
 from metalearn.repository import ROOT
-from tests.run_fixtures import saved_run
+from tests.run_fixtures import imported_packages, saved_run
 
 
 TINY = ["Loop.num_steps = 2", "Loop.log_every = 1", "Loop.checkpoint_every = 2",
@@ -116,14 +116,16 @@ def test_a_gin_import_line_in_a_workdir_s_config_follows_the_same_rule(tmp_path,
     ("train", ["--gin_file=sinusoid/maml.gin", "--gin_param=mlp.hidden = (4,)"]),  # resuming
 ])
 def test_an_entry_point_refuses_a_received_workdir_s_modules(tmp_path, entry_point, flags):
+    """Refused before any work: TensorFlow is not even imported."""
     workdir, payload = _received(tmp_path, f"payload_{entry_point}")
-    out = subprocess.run([sys.executable, "-m", f"metalearn.{entry_point}",
-                          f"--workdir={workdir}", *flags],
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m",
+                          f"metalearn.{entry_point}", f"--workdir={workdir}", *flags],
                          cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert out.returncode != 0
     assert "UntrustedModulesError" in out.stderr, out.stderr[-3000:]
     _assert_refused(out.stderr, payload)
     assert not (tmp_path / f"payload_{entry_point}.ran").exists()
+    assert "tensorflow" not in imported_packages(out.stderr)
 
 
 def test_a_sweep_run_s_record_imports_nothing_unless_given(tmp_path):

@@ -18,6 +18,7 @@ from metalearn.runs.workdir import Workdir
 from metalearn.studies import sweeps
 from metalearn.training import build_experiment, parse_config, restore
 from metalearn.repository import ROOT
+from tests.run_fixtures import imported_packages
 
 TINY = ["Loop.num_steps = 4", "Loop.log_every = 2",
         "Loop.checkpoint_every = 2", "Experiment.meta_batch_size = 2",
@@ -101,12 +102,15 @@ def test_train_entry_point_records_the_module_and_restore_imports_it(tmp_path,
 
 
 def test_a_module_missing_from_the_train_command_is_named(tmp_path):
-    command = [sys.executable, "-m", "metalearn.train", "--module=nowhere_rule.py",
-               "--gin_file=sinusoid/maml.gin", f"--workdir={tmp_path / 'run'}"]
+    """Told before any work: TensorFlow is not even imported."""
+    command = [sys.executable, "-X", "importtime", "-m", "metalearn.train",
+               "--module=nowhere_rule.py", "--gin_file=sinusoid/maml.gin",
+               f"--workdir={tmp_path / 'run'}"]
     out = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True)
     assert out.returncode != 0
     assert "ModuleImportError" in out.stderr and \
         str(tmp_path / "nowhere_rule.py") in out.stderr, out.stderr[-2000:]
+    assert "tensorflow" not in imported_packages(out.stderr)
 
 
 def test_sweep_runs_import_the_module_and_their_records_resolve_anywhere(tmp_path,
