@@ -20,6 +20,7 @@ adapted weights times ``I + alpha H_LVC``.
 
 import os
 
+import gin
 import keras
 import numpy as np
 import pytest
@@ -718,3 +719,33 @@ def test_lvc_bad_settings_are_named():
     with pytest.raises(TypeError, match="baseline must be callable"):
         LVC(baseline="linear")
 
+
+def _promp_config():
+    return os.path.join(ROOT, "experiments", "rl", "point_nav_promp.gin")
+
+
+def test_the_promp_config_adapts_with_lvc_and_takes_a_meta_step(tmp_path):
+    """experiments/rl/point_nav_promp.gin (shrunk, one epoch) builds with LVC as the
+    inner estimator, holding the config's DiCE settings (gin applies a base class's
+    bindings to its subclasses), and trains one step; the estimator of the published
+    figure is the one binding its header names."""
+    from metalearn.training import build_experiment, parse_config, train
+    expected = dict(discount=0.99, gae_lambda=1.0, normalize_advantages=True,
+                    mean_over_steps=True)
+    binding = "PolicyLearner.estimator = @DiCE()"
+    assert f"--gin_param='{binding}'" in open(_promp_config()).read()
+    for params, kind in (([], LVC), ([binding], DiCE)):
+        parse_config([_promp_config()], TINY + ["Loop.num_steps = 1",
+                                                "ClippedRatio.epochs = 1", *params])
+        try:
+            experiment = build_experiment()
+            estimator = experiment.learner.estimator
+            assert type(estimator) is kind
+            assert {k: getattr(estimator, k) for k in expected} == expected
+            assert isinstance(estimator.baseline, LinearFeatureBaseline)
+            if kind is LVC:
+                metrics = train(experiment, str(tmp_path / "run"))
+        finally:
+            gin.clear_config()
+    assert metrics["step"] == 1 and np.isfinite(metrics["loss"])
+    assert np.isfinite(metrics["return"])
