@@ -397,8 +397,8 @@ class LVC(DiCE):
     ``loss`` stays minus the return. With ``batch.behaviour`` (collected trajectories,
     :class:`metalearn.rl.ClippedRatio`'s replay) each step's ratio is to the collecting
     policy, whose derivatives at the collecting weights are the ones above (ProMP's
-    inner objective on its collected samples). As the query loss only its first
-    derivative enters the meta-gradient, so there it gives DiCE's; ProMP uses it for the
+    inner objective on its collected samples). As the query loss, only its first
+    derivative enters the meta-gradient: there it gives DiCE's. ProMP uses it for the
     inner step (``experiments/rl/point_nav_promp.gin``).
     """
 
