@@ -8,7 +8,8 @@ learner that samples trajectories inside the compiled step.
   :func:`gaussian_policy`.
 * :mod:`metalearn.rl.estimators`: :func:`discounted_returns`, :func:`gae`,
   :class:`LinearFeatureBaseline`, :class:`ValueNetworkBaseline`, :func:`magic_box`,
-  :class:`DiCE`, :class:`NaiveSurrogate`.
+  :class:`DiCE`, :class:`NaiveSurrogate`, :class:`LVC` (ProMP's low variance curvature
+  estimator).
 * :mod:`metalearn.rl.gym`: Python environments (Gymnasium, MuJoCo):
   :class:`PythonEnvironment` (tasks that reach the reward, or the simulator before
   each reset: ``set_task``), :class:`HalfCheetahVelocity`, :class:`HalfCheetahDirection`,
@@ -35,9 +36,9 @@ interface its rules implement.
 
 from metalearn.rl.environments import (MDP, Environment, PointNavigation, TabularMDP,
                                        Trajectories, rollout)
-from metalearn.rl.estimators import (Batch, DiCE, LinearFeatureBaseline, NaiveSurrogate,
-                                     ValueNetworkBaseline, discounted_returns, gae,
-                                     magic_box)
+from metalearn.rl.estimators import (LVC, Batch, DiCE, LinearFeatureBaseline,
+                                     NaiveSurrogate, ValueNetworkBaseline,
+                                     discounted_returns, gae, magic_box)
 from metalearn.rl.gym import (GymCollection, GymCollector, HalfCheetahDirection,
                               HalfCheetahVelocity, PendulumGravity, PolicySampler,
                               PythonEnvironment, SimulatorError, collect_episodes)
@@ -52,7 +53,7 @@ from metalearn.rl.clipped import ClippedRatio
 
 __all__ = ["MDP", "Batch", "Categorical", "ClippedRatio", "Collected", "DiCE", "Environment", "Gaussian",
            "GymCollection", "GymCollector", "HalfCheetahDirection", "HalfCheetahVelocity",
-           "LinearFeatureBaseline", "LogStd", "MetaWorld", "MetaWorldAgent",
+           "LVC", "LinearFeatureBaseline", "LogStd", "MetaWorld", "MetaWorldAgent",
            "NaiveSurrogate", "PendulumGravity",
            "PointNavigation",
            "PolicyLearner", "PolicySampler", "PythonEnvironment", "RecurrentPolicyLearner",

@@ -7,7 +7,8 @@ Each step collects the batch's trajectories at the current meta-variables ``thet
 and the adapted policy's query trajectories, held fixed), then runs ``epochs`` updates;
 in each, every task is adapted again on its collected support trajectories (their
 surrogates weighted by the likelihood ratio to the collecting policy, so the inner
-loop is a function of the current values whose derivatives at ``theta`` are DiCE's)
+loop is a function of the current values whose derivatives at ``theta`` are the
+estimator's: DiCE's, or with :class:`~metalearn.rl.LVC`, ProMP's inner step, LVC's)
 and the objective is ProMP's::
 
     J = mean_i E[min(r_t A_t, clip(r_t, 1 - clip, 1 + clip) A_t)]

@@ -15,6 +15,11 @@ pieces (plain steps, first order, Meta-SGD rates, inner Adam) then differentiate
 any order unchanged. :class:`NaiveSurrogate` (``log pi * A``, the MAML code's inner
 loss) has the right first derivative and the wrong second: ``tests/rl/meta_rl_test.py``
 shows both against the exact expected return of a tabular MDP.
+
+:class:`LVC`, ProMP's low variance curvature estimator (Rothfuss et al. 2019), boxes each
+step's log-probability alone (``sum_t box(log pi(a_t | s_t)) A_t``): the same first
+derivative, and a Hessian without the cross terms between time steps, biased but of
+lower variance than DiCE's (its docstring).
 """
 
 from __future__ import annotations
@@ -345,8 +350,59 @@ class NaiveSurrogate(DiCE):
     it are wrong (``tests/rl/meta_rl_test.py``). For comparisons; use :class:`DiCE`."""
 
     def surrogate(self, log_probs, batch):
-        log_probs = log_probs * batch.mask
         if batch.behaviour is not None:  # the per-step likelihood ratio (MAML-TRPO's)
-            ratio = tf.exp(log_probs - tf.cast(batch.behaviour, log_probs.dtype))
-            return tf.reduce_sum((ratio - 1.0) * batch.mask * batch.advantages, -1)
+            return _step_ratio_surrogate(log_probs, batch)
+        log_probs = log_probs * batch.mask
         return tf.reduce_sum((log_probs - tf.stop_gradient(log_probs)) * batch.advantages, -1)
+
+
+def _step_ratio_surrogate(log_probs: tf.Tensor, batch: Batch) -> tf.Tensor:
+    """``[n]``: ``sum_t (ratio_t - 1) A_t`` with ``ratio_t`` each step's own likelihood
+    ratio: ``pi / stop_gradient(pi)`` (the magic box of the step's log-probability, 1 in
+    value), or with ``batch.behaviour`` the ratio to the collecting policy."""
+    log_probs = log_probs * batch.mask
+    if batch.behaviour is None:
+        ratio = magic_box(log_probs)
+    else:
+        ratio = tf.exp(log_probs - tf.cast(batch.behaviour, log_probs.dtype))
+    return tf.reduce_sum((ratio - 1.0) * batch.mask * batch.advantages, -1)
+
+
+@gin.configurable
+class LVC(DiCE):
+    """ProMP's low variance curvature estimator (Rothfuss et al. 2019, section 5): each
+    time step's likelihood ratio to itself, stop-gradiented, times its advantage::
+
+        J_LVC = sum_t [pi(a_t | s_t) / stop_gradient(pi(a_t | s_t))] A_t
+
+    per-step ratios where DiCE's magic box holds the cumulative sum of the
+    log-probabilities (the prefix's probability). With ``g_t = grad log pi(a_t | s_t)``
+    and ``H_t`` its Hessian, on every batch (each trajectory weighted by its weight):
+
+    * its gradient is ``sum_t A_t g_t``, the policy gradient: DiCE's and
+      :class:`NaiveSurrogate`'s on the same batch (equal up to rounding), unbiased;
+    * its Hessian is ``sum_t A_t (g_t g_t^T + H_t)``: per step, **without** the cross
+      terms ``sum_t A_t sum_{t' < t} (g_t g_t'^T + g_t' g_t^T)`` that DiCE's Hessian
+      adds (the products of a step's score with the earlier steps' ones). Their
+      expectation is not zero, so this is a biased estimate of the expected return's
+      Hessian; dropping them is what lowers its variance (ProMP's trade, for the
+      meta-gradient through the inner step). Unlike :class:`NaiveSurrogate`'s it keeps
+      the ``g_t g_t^T`` terms;
+    * its third and higher derivatives are not the expected return's either: with
+      several inner steps the meta-gradient is biased beyond the curvature above.
+
+    Everything else is :class:`DiCE`'s (the advantages, baselines, arguments and
+    checks): the value is the batch's weighted mean return (the surrogate is 0 in value;
+    the paper's ``J_LVC`` is ``sum_t A_t`` in value, a constant away), so the learner's
+    ``loss`` stays minus the return. With ``batch.behaviour`` (collected trajectories,
+    :class:`metalearn.rl.ClippedRatio`'s replay) each step's ratio is to the collecting
+    policy, whose derivatives at the collecting weights are the ones above (ProMP's
+    inner objective on its collected samples). As the query loss, only its first
+    derivative enters the meta-gradient: there it gives DiCE's. ProMP uses it for the
+    inner step (``experiments/rl/point_nav_promp.gin``).
+    """
+
+    def surrogate(self, log_probs: tf.Tensor, batch: Batch) -> tf.Tensor:
+        """``[n]`` per trajectory: ``sum_t (ratio_t - 1) A_t``, 0 in value (with
+        ``batch.behaviour``: each step's likelihood ratio to the collecting policy)."""
+        return _step_ratio_surrogate(log_probs, batch)

@@ -135,7 +135,9 @@ class PolicyLearner(Learner):
         every trajectory of an environment that can enumerate them (``TabularMDP``),
         weighted by its probability under the current policy (then every figure is
         the exact expectation, and the estimator's derivatives are exact).
-      estimator: the surrogate loss (:class:`~metalearn.rl.estimators.DiCE`, default).
+      estimator: the surrogate loss (:class:`~metalearn.rl.estimators.DiCE`, default;
+        :class:`~metalearn.rl.estimators.LVC`, ProMP's, for the inner steps and the
+        query alike).
       query_training: as :class:`~metalearn.Learner`'s.
     """
 

@@ -9,8 +9,18 @@ reference is independent of trajectories, DiCE and sampling: the same inner loop
 on minus the expected return computed by dynamic programming over the state
 distribution (``TabularMDP.expected_return``), differentiated by central finite
 differences in float64.
+
+ProMP's LVC estimator is checked the same way where it is exact (its value, its policy
+gradient) and against closed forms where it is not: its Hessian on a batch against the
+per-step sum ``sum_t A_t (g_t g_t^T + H_t)`` of the policy's own scores (and against
+central differences of its gradient), DiCE's against it plus the cross terms, and the
+meta-gradient through an LVC inner step against the exact return's gradient at the
+adapted weights times ``I + alpha H_LVC``.
 """
 
+import os
+
+import gin
 import keras
 import numpy as np
 import pytest
@@ -20,9 +30,10 @@ import metalearn
 from metalearn import execution, models
 from metalearn.adapters import GradientDescent, InnerAdam, LearnedRates
 from metalearn.pieces import HyperparameterRangeError
-from metalearn.rl import (DiCE, LinearFeatureBaseline, NaiveSurrogate, PointNavigation,
-                          PolicyLearner, Rollouts, TabularMDP, ValueNetworkBaseline,
-                          discounted_returns, gae, gaussian_policy, rollout)
+from metalearn.rl import (LVC, DiCE, LinearFeatureBaseline, NaiveSurrogate,
+                          PointNavigation, PolicyLearner, Rollouts, TabularMDP,
+                          ValueNetworkBaseline, discounted_returns, gae, gaussian_policy,
+                          rollout)
 from metalearn.testing import finite_difference_variables, relative_error
 from metalearn.repository import ROOT
 
@@ -416,7 +427,6 @@ TINY = ["PointNavigation.horizon = 5", "PolicyLearner.rollouts = 2",
 
 
 def _config_path():
-    import os
     return os.path.join(ROOT, "experiments", "rl", "point_nav_maml.gin")
 
 
@@ -456,8 +466,8 @@ def test_one_binding_selects_the_value_network_baseline(tmp_path):
     assert metrics["step"] == 1 and np.isfinite(metrics["loss"])
 
 
-def _hessian_and_gradient(loss_fn, weights):
-    """Gradient and Hessian of ``loss_fn(flat)`` at the flattened ``weights``."""
+def _flattened(weights):
+    """``(flat, unflat)``: ``weights`` as one vector (in their order) and the map back."""
     paths = list(weights)
     flat = tf.concat([tf.reshape(weights[p], [-1]) for p in paths], 0)
     sizes = [int(tf.size(weights[p])) for p in paths]
@@ -466,6 +476,12 @@ def _hessian_and_gradient(loss_fn, weights):
         parts = tf.split(vector, sizes)
         return {p: tf.reshape(v, weights[p].shape) for p, v in zip(paths, parts)}
 
+    return flat, unflat
+
+
+def _hessian_and_gradient(loss_fn, weights):
+    """Gradient and Hessian of ``loss_fn(flat)`` at the flattened ``weights``."""
+    flat, unflat = _flattened(weights)
     with tf.GradientTape() as outer:
         outer.watch(flat)
         with tf.GradientTape() as inner:
@@ -498,3 +514,238 @@ def test_sampled_rollouts_estimate_the_gradient_and_hessian(estimator, hessian_o
     error = lambda a, b: np.linalg.norm(a - b) / np.linalg.norm(b)
     assert error(gradient, exact_gradient) < 0.08
     assert (error(hessian, exact_hessian) < 0.1) == hessian_ok, error(hessian, exact_hessian)
+
+
+# --- ProMP's LVC estimator --------------------------------------------------------
+
+LVC_SETTINGS = dict(discount=0.9, baseline=LinearFeatureBaseline(),
+                    normalize_advantages=True, mean_over_steps=True)
+
+
+def _exact_batch(estimator, masked=False, seed=1):
+    """A learner on the tabular MDP's exact enumeration, its initial weights, and one
+    task's ``(x, batch)`` there (advantages of ``estimator``'s settings). ``masked``:
+    some episodes end early (their later steps masked, with no advantage), as
+    PointNavigation's do at the goal."""
+    learner = PolicyLearner(_model(seed), MDP, _adapter("sgd", True), rollouts="exact",
+                            estimator=estimator)
+    episode = _episodes().task(0)
+    weights = learner.initial_weights()
+    x, batch = learner.query_data(weights, episode.query_x, episode.query_y)
+    if masked:
+        mask = np.ones(batch.mask.shape)
+        mask[::3, 1:] = 0  # ended after the first step
+        mask[1::3, 2:] = 0  # after the second
+        mask = tf.constant(mask, batch.mask.dtype)
+        batch = batch._replace(mask=mask, advantages=batch.advantages * mask)
+    return learner, weights, x, batch
+
+
+def _loss_of(learner, estimator, x, batch):
+    """``loss(weights)``: ``estimator``'s loss of the fixed ``batch`` under the policy."""
+    return lambda w: estimator(
+        learner.policy_log_probs(w, batch_obs(x), batch.actions, batch.mask), batch)
+
+
+def _step_scores(learner, weights, x, batch):
+    """``(g [n, T, P], H [n, T, P, P])``: each step's score ``grad log pi(a_t | s_t)``
+    and its Hessian in the flattened weights (autodiff of the policy's log-probabilities
+    alone: no estimator is involved)."""
+    flat, unflat = _flattened(weights)
+    with tf.GradientTape() as outer:
+        outer.watch(flat)
+        with tf.GradientTape() as inner:
+            inner.watch(flat)
+            log_probs = learner.policy_log_probs(unflat(flat), batch_obs(x), batch.actions,
+                                                 batch.mask)
+        scores = inner.jacobian(log_probs, flat)
+    return scores.numpy(), outer.jacobian(scores, flat).numpy()
+
+
+def _closed_forms(scores, hessians, batch, scale=1.0):
+    """The objective's derivatives written out from the per-step scores: ``(gradient,
+    LVC's Hessian, the cross terms DiCE's Hessian adds)``, each trajectory weighted by its
+    weight, times ``scale`` (``1 / T`` for ``mean_over_steps``)."""
+    w = scale * batch.weights.numpy()[:, None] * batch.advantages.numpy()  # [n, T]
+    gradient = np.einsum("nt,ntp->p", w, scores)
+    lvc = (np.einsum("nt,ntp,ntq->pq", w, scores, scores)
+           + np.einsum("nt,ntpq->pq", w, hessians))
+    earlier = np.cumsum(scores, axis=1) - scores  # sum over t' < t of g_t'
+    cross = np.einsum("nt,ntp,ntq->pq", w, scores, earlier)
+    return gradient, lvc, cross + cross.T
+
+
+def test_lvc_value_is_the_return_and_its_ratios_weigh_the_advantages():
+    """At the sampling policy the surrogate is 0 and the objective the weighted mean
+    return (DiCE's, the learner's ``loss``); on collected trajectories at other weights
+    the surrogate is ``sum_t (pi_new / pi_collected - 1) A_t``, the ratios written out
+    from the softmax policies' tables."""
+    estimator = LVC(discount=0.9, normalize_advantages=True)
+    learner, weights, x, batch = _exact_batch(estimator, masked=True)
+    log_probs = learner.policy_log_probs(weights, batch_obs(x), batch.actions, batch.mask)
+    np.testing.assert_array_equal(estimator.surrogate(log_probs, batch).numpy(), 0.0)
+    returns = np.sum(batch.rewards.numpy() * batch.mask.numpy(), -1)
+    np.testing.assert_allclose(float(estimator.objective(log_probs, batch)),
+                               np.sum(batch.weights.numpy() * returns), rtol=1e-12)
+    np.testing.assert_allclose(float(estimator(log_probs, batch)),
+                               float(DiCE(discount=0.9)(log_probs, batch)), rtol=1e-12)
+    other = {p: w + 0.3 * tf.sin(tf.reshape(tf.range(tf.size(w), dtype=w.dtype), w.shape)
+                                 + 1.0) for p, w in weights.items()}
+    collected = batch._replace(behaviour=log_probs)
+    new = learner.policy_log_probs(other, batch_obs(x), batch.actions, batch.mask)
+    table = lambda w: tf.nn.softmax(learner.predict(w, tf.eye(MDP.states, dtype=tf.float64)))
+    states = np.argmax(batch_obs(x).numpy(), -1)
+    actions = batch.actions.numpy()
+    ratio = table(other).numpy()[states, actions] / table(weights).numpy()[states, actions]
+    mask, advantages = batch.mask.numpy(), batch.advantages.numpy()
+    expected = np.sum(np.where(mask > 0, ratio - 1.0, 0.0) * advantages, -1)
+    np.testing.assert_allclose(estimator.surrogate(new, collected).numpy(), expected,
+                               rtol=1e-10, atol=1e-14)
+
+
+def test_lvc_gradient_is_dices_and_the_exact_policy_gradient():
+    """First order, batch by batch: LVC's gradient is DiCE's and the naive surrogate's
+    (the same sample form, ``sum_t A_t g_t``; equal up to rounding), the closed form,
+    and, on the exact enumeration with undiscounted returns, the exact return's."""
+    plain, weights, x, batch = _exact_batch(LVC(discount=1.0))
+    episode = _episodes().task(0)
+    reference = ExactReturn(plain.model, _adapter("sgd", False), loss=lambda y, p: 0.0)
+    exact, _ = _hessian_and_gradient(lambda w: -reference.value(w, episode.query_x), weights)
+    lvc, _ = _hessian_and_gradient(_loss_of(plain, LVC(discount=1.0), x, batch), weights)
+    assert np.linalg.norm(lvc - exact) / np.linalg.norm(exact) < 1e-10
+    for masked in (False, True):  # advantages of a baseline, normalised; episodes ending
+        learner, weights, x, batch = _exact_batch(LVC(**LVC_SETTINGS), masked)
+        lvc, _ = _hessian_and_gradient(_loss_of(learner, LVC(**LVC_SETTINGS), x, batch),
+                                       weights)
+        scores, hessians = _step_scores(learner, weights, x, batch)
+        closed, _, _ = _closed_forms(scores, hessians, batch, 1.0 / MDP.horizon)
+        assert np.linalg.norm(lvc + closed) / np.linalg.norm(closed) < 1e-12
+        for other in (DiCE, NaiveSurrogate):
+            gradient, _ = _hessian_and_gradient(
+                _loss_of(learner, other(**LVC_SETTINGS), x, batch), weights)
+            assert np.linalg.norm(gradient - lvc) / np.linalg.norm(lvc) < 1e-12, other
+
+
+def test_lvc_hessian_is_the_per_step_closed_form_and_differences_of_its_gradient():
+    """LVC's Hessian on a batch is ``sum_t A_t (g_t g_t^T + H_t)`` (weighted, over the
+    horizon: ``mean_over_steps``), with episodes ending early; on the same trajectories
+    collected (``behaviour``: the ratio to the collecting policy, a function of the
+    weights alone) central differences of its gradient give the same matrix."""
+    estimator = LVC(**LVC_SETTINGS)
+    learner, weights, x, batch = _exact_batch(estimator, masked=True)
+    scores, hessians = _step_scores(learner, weights, x, batch)
+    _, closed, _ = _closed_forms(scores, hessians, batch, 1.0 / MDP.horizon)
+    _, hessian = _hessian_and_gradient(_loss_of(learner, estimator, x, batch), weights)
+    assert np.linalg.norm(hessian + closed) / np.linalg.norm(closed) < 1e-12
+    log_probs = learner.policy_log_probs(weights, batch_obs(x), batch.actions, batch.mask)
+    collected = batch._replace(behaviour=tf.stop_gradient(log_probs))
+    loss = _loss_of(learner, estimator, x, collected)
+    _, replayed = _hessian_and_gradient(loss, weights)
+    assert np.linalg.norm(replayed + closed) / np.linalg.norm(closed) < 1e-12
+    flat, unflat = _flattened(weights)
+
+    @tf.function
+    def gradient(vector):
+        with tf.GradientTape() as tape:
+            tape.watch(vector)
+            value = loss(unflat(vector))
+        return tape.gradient(value, vector)
+
+    eps, size = 1e-5, int(flat.shape[0])
+    columns = [(gradient(flat + eps * e) - gradient(flat - eps * e)).numpy() / (2 * eps)
+               for e in tf.unstack(tf.eye(size, dtype=flat.dtype))]
+    numeric = np.stack(columns, 1)
+    assert np.linalg.norm(numeric + closed) / np.linalg.norm(closed) < 1e-7
+    # not the naive surrogate's: LVC keeps the products of each step's score
+    outer = np.einsum("nt,ntp,ntq->pq", batch.weights.numpy()[:, None]
+                      * batch.advantages.numpy() / MDP.horizon, scores, scores)
+    _, naive = _hessian_and_gradient(_loss_of(learner, NaiveSurrogate(**LVC_SETTINGS), x,
+                                              batch), weights)
+    assert np.linalg.norm(naive - hessian - outer) / np.linalg.norm(outer) < 1e-10
+    assert np.linalg.norm(outer) > 0.1 * np.linalg.norm(closed)
+
+
+def test_dice_hessian_is_lvcs_plus_the_cross_terms():
+    """DiCE's Hessian less LVC's, on the same batch, is exactly ``sum_t A_t sum_{t' < t}
+    (g_t g_t'^T + g_t' g_t^T)``: what LVC drops, and not small here."""
+    learner, weights, x, batch = _exact_batch(LVC(**LVC_SETTINGS), masked=True)
+    scores, hessians = _step_scores(learner, weights, x, batch)
+    _, closed, cross = _closed_forms(scores, hessians, batch, 1.0 / MDP.horizon)
+    _, lvc = _hessian_and_gradient(_loss_of(learner, LVC(**LVC_SETTINGS), x, batch), weights)
+    _, dice = _hessian_and_gradient(_loss_of(learner, DiCE(**LVC_SETTINGS), x, batch),
+                                    weights)
+    assert np.linalg.norm((dice - lvc) + cross) / np.linalg.norm(cross) < 1e-10
+    assert np.linalg.norm(cross) > 0.1 * np.linalg.norm(closed)
+
+
+def test_the_meta_gradient_through_an_lvc_inner_step_is_its_closed_form():
+    """One inner step on the exact enumeration with LVC as the learner's estimator: the
+    meta-gradient is ``-(I + alpha H_LVC) grad V(theta')`` per task (``theta' = theta +
+    alpha grad V(theta)``, ``V`` the exact return by dynamic programming, ``H_LVC`` the
+    per-step closed form on the task's trajectories), averaged; it is not the exact
+    return's (that is DiCE's): LVC's Hessian is biased."""
+    learner = PolicyLearner(_model(), MDP, _adapter("sgd", True), rollouts="exact",
+                            estimator=LVC(discount=1.0))
+    reference = ExactReturn(learner.model, _adapter("sgd", False), loss=lambda y, p: 0.0)
+    episodes = _episodes()
+    analytic = _directions(learner, episodes)
+    analytic = np.concatenate([np.ravel(analytic[i]) for i in range(len(analytic))])
+    theta = learner.initial_weights()
+    flat, unflat = _flattened(theta)
+    expected = []
+    for i in range(episodes.num_tasks):
+        task = episodes.task(i)
+        value = lambda w: -reference.value(w, task.query_x)
+        start, _ = _hessian_and_gradient(value, theta)  # minus the exact policy gradient
+        adapted = unflat(flat - ALPHA * start)
+        after, _ = _hessian_and_gradient(value, adapted)
+        x, batch = learner.query_data(theta, task.support_x, task.support_y)
+        scores, hessians = _step_scores(learner, theta, x, batch)
+        _, curvature, _ = _closed_forms(scores, hessians, batch)
+        expected.append(after + ALPHA * curvature @ after)
+    expected = np.mean(expected, 0)
+    assert np.linalg.norm(analytic - expected) / np.linalg.norm(expected) < 1e-10
+    exact = _finite_differences(reference, episodes)
+    exact = np.concatenate([np.ravel(exact[i]) for i in range(len(exact))])
+    assert np.linalg.norm(analytic - exact) / np.linalg.norm(exact) > 1e-3
+
+
+def test_lvc_bad_settings_are_named():
+    with pytest.raises(HyperparameterRangeError,
+                       match=r"LVC\.discount must be in \[0, 1\], got -0\.5"):
+        LVC(discount=-0.5)
+    with pytest.raises(HyperparameterRangeError, match=r"LVC\.gae_lambda .*got 1\.5"):
+        LVC(gae_lambda=1.5)
+    with pytest.raises(TypeError, match="baseline must be callable"):
+        LVC(baseline="linear")
+
+
+def _promp_config():
+    return os.path.join(ROOT, "experiments", "rl", "point_nav_promp.gin")
+
+
+def test_the_promp_config_adapts_with_lvc_and_takes_a_meta_step(tmp_path):
+    """experiments/rl/point_nav_promp.gin (shrunk, one epoch) builds with LVC as the
+    inner estimator, holding the config's DiCE settings (gin applies a base class's
+    bindings to its subclasses), and trains one step; the estimator of the published
+    figure is the one binding its header names."""
+    from metalearn.training import build_experiment, parse_config, train
+    expected = dict(discount=0.99, gae_lambda=1.0, normalize_advantages=True,
+                    mean_over_steps=True)
+    binding = "PolicyLearner.estimator = @DiCE()"
+    assert f"--gin_param='{binding}'" in open(_promp_config()).read()
+    for params, kind in (([], LVC), ([binding], DiCE)):
+        parse_config([_promp_config()], TINY + ["Loop.num_steps = 1",
+                                                "ClippedRatio.epochs = 1", *params])
+        try:
+            experiment = build_experiment()
+            estimator = experiment.learner.estimator
+            assert type(estimator) is kind
+            assert {k: getattr(estimator, k) for k in expected} == expected
+            assert isinstance(estimator.baseline, LinearFeatureBaseline)
+            if kind is LVC:
+                metrics = train(experiment, str(tmp_path / "run"))
+        finally:
+            gin.clear_config()
+    assert metrics["step"] == 1 and np.isfinite(metrics["loss"])
+    assert np.isfinite(metrics["return"])

@@ -6,8 +6,8 @@ gradient against central differences of the surrogate and against the DiCE
 meta-gradient (which tests/rl/meta_rl_test.py checks against the exact return); the line
 search's accepting and rejecting branches; the whole step against a reference written
 here (dense Hessian of a hand-written KL, ``numpy.linalg.solve``, the line search in
-Python); collected trajectories replay the on-policy meta-gradient; a few TRPO steps
-raise the exact post-adaptation return.
+Python); collected trajectories replay the on-policy meta-gradient (DiCE's and LVC's); a
+few TRPO steps raise the exact post-adaptation return.
 """
 
 import keras
@@ -24,18 +24,18 @@ from metalearn.rl import TRPO, ClippedRatio
 from metalearn.rl.clipped import adapted_kl_coefficient
 from metalearn.rl.trpo import TrustRegion, backtracking_line_search, conjugate_gradient
 from metalearn.pieces import HyperparameterRangeError
-from metalearn.rl import Collected, DiCE, PolicyLearner, Rollouts, TabularMDP
+from metalearn.rl import LVC, Collected, DiCE, PolicyLearner, Rollouts, TabularMDP
 
 MDP = TabularMDP(states=2, actions=2, horizon=2, dtype="float64")
 UNROLLED = execution.formulation("unrolled")
 
 
-def _learner(rollouts="exact", seed=1, hidden=()):
+def _learner(rollouts="exact", seed=1, hidden=(), estimator=DiCE):
     keras.utils.set_random_seed(seed)
     model = models.mlp((MDP.states,), hidden=hidden, outputs=MDP.action_size,
                        activation="tanh", dtype="float64")
     return PolicyLearner(model, MDP, GradientDescent(1, 0.3, wrappers=[Rollouts()]),
-                         rollouts=rollouts, estimator=DiCE(discount=1.0))
+                         rollouts=rollouts, estimator=estimator(discount=1.0))
 
 
 def _episodes(tasks=2, seed=3):
@@ -150,9 +150,12 @@ def test_the_surrogate_gradient_is_the_meta_gradient():
     np.testing.assert_allclose(float(region.evaluate(region.theta)[1]), 0.0, atol=1e-15)
 
 
+@pytest.mark.parametrize("estimator", [DiCE, LVC])
 @pytest.mark.parametrize("rollouts", ["exact", 3])
-def test_collected_trajectories_replay_the_on_policy_meta_gradient(rollouts):
-    learner = _learner(rollouts, hidden=(3,))
+def test_collected_trajectories_replay_the_on_policy_meta_gradient(rollouts, estimator):
+    """DiCE's cumulative ratios and LVC's per-step ones (ProMP's inner step on the
+    clipped-ratio rule's collected data) alike."""
+    learner = _learner(rollouts, hidden=(3,), estimator=estimator)
     episodes = _episodes()
     collected = [learner.collect(episodes.task(i)) for i in range(episodes.num_tasks)]
     assert isinstance(collected[0].support_y, Collected)
