@@ -479,6 +479,16 @@ def _flattened(weights):
     return flat, unflat
 
 
+def _gradient(loss_fn, weights):
+    """Gradient of ``loss_fn(flat)`` at the flattened ``weights`` (no Hessian: a
+    Jacobian of the gradient costs many times the gradient)."""
+    flat, unflat = _flattened(weights)
+    with tf.GradientTape() as tape:
+        tape.watch(flat)
+        loss = loss_fn(unflat(flat))
+    return tape.gradient(loss, flat).numpy()
+
+
 def _hessian_and_gradient(loss_fn, weights):
     """Gradient and Hessian of ``loss_fn(flat)`` at the flattened ``weights``."""
     flat, unflat = _flattened(weights)
@@ -547,10 +557,10 @@ def _loss_of(learner, estimator, x, batch):
         learner.policy_log_probs(w, batch_obs(x), batch.actions, batch.mask), batch)
 
 
-def _step_scores(learner, weights, x, batch):
+def _step_scores(learner, weights, x, batch, hessians=True):
     """``(g [n, T, P], H [n, T, P, P])``: each step's score ``grad log pi(a_t | s_t)``
     and its Hessian in the flattened weights (autodiff of the policy's log-probabilities
-    alone: no estimator is involved)."""
+    alone: no estimator is involved); ``H`` is ``None`` unless ``hessians``."""
     flat, unflat = _flattened(weights)
     with tf.GradientTape() as outer:
         outer.watch(flat)
@@ -559,15 +569,18 @@ def _step_scores(learner, weights, x, batch):
             log_probs = learner.policy_log_probs(unflat(flat), batch_obs(x), batch.actions,
                                                  batch.mask)
         scores = inner.jacobian(log_probs, flat)
-    return scores.numpy(), outer.jacobian(scores, flat).numpy()
+    return scores.numpy(), outer.jacobian(scores, flat).numpy() if hessians else None
 
 
 def _closed_forms(scores, hessians, batch, scale=1.0):
     """The objective's derivatives written out from the per-step scores: ``(gradient,
     LVC's Hessian, the cross terms DiCE's Hessian adds)``, each trajectory weighted by its
-    weight, times ``scale`` (``1 / T`` for ``mean_over_steps``)."""
+    weight, times ``scale`` (``1 / T`` for ``mean_over_steps``); without ``hessians``, the
+    gradient alone."""
     w = scale * batch.weights.numpy()[:, None] * batch.advantages.numpy()  # [n, T]
     gradient = np.einsum("nt,ntp->p", w, scores)
+    if hessians is None:
+        return gradient
     lvc = (np.einsum("nt,ntp,ntq->pq", w, scores, scores)
            + np.einsum("nt,ntpq->pq", w, hessians))
     earlier = np.cumsum(scores, axis=1) - scores  # sum over t' < t of g_t'
@@ -610,19 +623,17 @@ def test_lvc_gradient_is_dices_and_the_exact_policy_gradient():
     plain, weights, x, batch = _exact_batch(LVC(discount=1.0))
     episode = _episodes().task(0)
     reference = ExactReturn(plain.model, _adapter("sgd", False), loss=lambda y, p: 0.0)
-    exact, _ = _hessian_and_gradient(lambda w: -reference.value(w, episode.query_x), weights)
-    lvc, _ = _hessian_and_gradient(_loss_of(plain, LVC(discount=1.0), x, batch), weights)
+    exact = _gradient(lambda w: -reference.value(w, episode.query_x), weights)
+    lvc = _gradient(_loss_of(plain, LVC(discount=1.0), x, batch), weights)
     assert np.linalg.norm(lvc - exact) / np.linalg.norm(exact) < 1e-10
     for masked in (False, True):  # advantages of a baseline, normalised; episodes ending
         learner, weights, x, batch = _exact_batch(LVC(**LVC_SETTINGS), masked)
-        lvc, _ = _hessian_and_gradient(_loss_of(learner, LVC(**LVC_SETTINGS), x, batch),
-                                       weights)
-        scores, hessians = _step_scores(learner, weights, x, batch)
-        closed, _, _ = _closed_forms(scores, hessians, batch, 1.0 / MDP.horizon)
+        lvc = _gradient(_loss_of(learner, LVC(**LVC_SETTINGS), x, batch), weights)
+        scores, _ = _step_scores(learner, weights, x, batch, hessians=False)
+        closed = _closed_forms(scores, None, batch, 1.0 / MDP.horizon)
         assert np.linalg.norm(lvc + closed) / np.linalg.norm(closed) < 1e-12
         for other in (DiCE, NaiveSurrogate):
-            gradient, _ = _hessian_and_gradient(
-                _loss_of(learner, other(**LVC_SETTINGS), x, batch), weights)
+            gradient = _gradient(_loss_of(learner, other(**LVC_SETTINGS), x, batch), weights)
             assert np.linalg.norm(gradient - lvc) / np.linalg.norm(lvc) < 1e-12, other
 
 
@@ -696,9 +707,9 @@ def test_the_meta_gradient_through_an_lvc_inner_step_is_its_closed_form():
     for i in range(episodes.num_tasks):
         task = episodes.task(i)
         value = lambda w: -reference.value(w, task.query_x)
-        start, _ = _hessian_and_gradient(value, theta)  # minus the exact policy gradient
+        start = _gradient(value, theta)  # minus the exact policy gradient
         adapted = unflat(flat - ALPHA * start)
-        after, _ = _hessian_and_gradient(value, adapted)
+        after = _gradient(value, adapted)
         x, batch = learner.query_data(theta, task.support_x, task.support_y)
         scores, hessians = _step_scores(learner, theta, x, batch)
         _, curvature, _ = _closed_forms(scores, hessians, batch)
