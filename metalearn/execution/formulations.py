@@ -160,6 +160,13 @@ class Formulation:
         """
         raise NotImplementedError
 
+    def signature_of(self, fn: Callable[[Episode], Any], episodes: Any) -> Any:
+        """What :meth:`per_task` needs to know ahead of ``fn``'s results, for a caller
+        that runs ``fn`` on ``episodes``' tasks several times and traces it once: the
+        nest of ``tf.TensorSpec`` (:func:`signature`), or ``None`` where :meth:`per_task`
+        needs none (:class:`Unrolled`)."""
+        return _traced(fn, episodes)
+
     def _signature(self, fn, episodes, given):
         return given if given is not None else _traced(fn, episodes)
 
@@ -342,6 +349,11 @@ class Unrolled(Formulation):
 
     def per_task(self, learner, fn, episodes, signature=None):
         return _unrolled(fn, episodes)  # no signature needed: one call per task
+
+    def signature_of(self, fn, episodes):
+        """``None``: :meth:`per_task` calls ``fn`` on each task and needs no signature
+        (tracing one would trace ``fn`` once more)."""
+        return None
 
     def for_evaluation(self):
         """:class:`MapFn`: the same figures from a graph of one task (the main job's

@@ -34,7 +34,7 @@ import gin
 import keras
 import tensorflow as tf
 
-from metalearn.execution import Formulation, signature
+from metalearn.execution import Formulation
 from metalearn.learners.learner import Learner
 from metalearn.outer import replicas
 from metalearn.outer.rule import Directions, Metrics, OuterRule
@@ -157,6 +157,7 @@ class TrustRegion:
         self.formulation = formulation.resolve(learner, episodes)  # then given other nests
         self.variables = learner.meta_variables
         self.theta = [tf.convert_to_tensor(v) for v in self.variables]
+        signature = self.formulation.signature_of  # None where none is needed
         self.collected = self.formulation.per_task(learner, learner.collect, episodes,
                                                    signature(learner.collect, episodes))
         outputs_of = lambda episode: learner.outputs_of(learner.run_task(episode))
@@ -165,7 +166,7 @@ class TrustRegion:
         self._data = (self.collected, self.old_outputs)
         figures = figures or trust_region_figures
         self._figures_of = lambda pair: figures(learner, *pair)
-        self._spec = signature(self._figures_of, self._data)
+        self._spec = signature(self._figures_of, self._data)  # traced once, used thrice
 
     def figures(self) -> Metrics:
         """Each task's :func:`trust_region_figures` at the meta-variables' current

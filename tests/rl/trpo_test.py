@@ -533,6 +533,20 @@ def test_the_trust_region_runs_the_formulation_auto_chooses():
     assert type(region.formulation) is execution.Accumulate
 
 
+@pytest.mark.parametrize("formulation, calls", [("unrolled", 2), ("map_fn", 2)])
+def test_the_trust_region_traces_its_collection_only_as_its_formulation_needs(
+        formulation, calls):
+    """Unrolled calls the collection once per task (two) and traces no signature of it
+    (before, a third call traced one it never used); MapFn traces it once for its
+    signature and once for its loop's body, whatever the number of tasks."""
+    learner = _learner()
+    collect, count = learner.collect, []
+    learner.collect = lambda episode: count.append(1) or collect(episode)
+    tf.function(lambda e: TrustRegion(learner, e, execution.formulation(formulation))
+                .collected)(_episodes())
+    assert len(count) == calls
+
+
 # --- the outer-rule contract ---------------------------------------------------------
 
 
