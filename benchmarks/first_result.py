@@ -19,7 +19,9 @@ The loaders keep decoded arrays in a per-user folder by default (``METALEARN_CAC
 and tree a temporary one of its own, never the user's: ``cold`` runs with it empty (a
 newcomer's very first run: the training decodes the data and keeps them; its evaluation
 finds them kept), ``warm`` then runs again with what the cold run kept (every later run).
-A checkout without the default cache decodes in both.
+A checkout without the default cache decodes in both. ``--first_line_only`` stops each
+training at its first line and skips the evaluation: more rounds of that line in the
+same time.
 
 The jobs: ``sinusoid`` is the README's main command shortened to ``--steps`` meta-steps
 (its evaluation is the main job's: 600 tasks after 1, 5 and 10 inner steps);
@@ -55,6 +57,8 @@ flags.DEFINE_list("trees", ["."], "Checkouts of metalearn to compare (the first 
 flags.DEFINE_integer("rounds", 2, "Rounds; each runs every job in every tree once per "
                      "cache state.")
 flags.DEFINE_integer("steps", 200, "Meta-steps of each training run.")
+flags.DEFINE_bool("first_line_only", False, "Stop each training at its first step line "
+                  "and skip the evaluation: more rounds of the first line in the time.")
 flags.DEFINE_list("caches", list(CACHES), "States of the decoded-data cache to time, in "
                   "order: 'cold' (an empty folder), 'warm' (what the cold run kept).")
 FLAGS = flags.FLAGS
@@ -64,11 +68,13 @@ FIGURE_LINE = re.compile(r"^\d+ inner steps: ")
 
 
 def timed(command: Sequence[str], cwd: str, marker: "re.Pattern[str]",
-          env: Optional[Mapping[str, str]] = None) -> Dict[str, float]:
+          env: Optional[Mapping[str, str]] = None,
+          stop: bool = False) -> Dict[str, Optional[float]]:
     """Runs ``command`` in ``cwd`` with its folder first on ``PYTHONPATH`` (and ``env``
     added to the environment): seconds from the start to the first output line matching
-    ``marker`` (``None`` if none) and to the exit. Raises ``RuntimeError`` with the
-    output's tail if the command fails."""
+    ``marker`` (``None`` if none) and to the exit (``None`` where ``stop`` ended the
+    command at that line). Raises ``RuntimeError`` with the output's tail if the command
+    fails."""
     env = dict(os.environ, **(env or {}), PYTHONPATH=os.path.abspath(cwd))
     start = time.perf_counter()
     first: Optional[float] = None
@@ -79,37 +85,44 @@ def timed(command: Sequence[str], cwd: str, marker: "re.Pattern[str]",
             lines.append(line)
             if first is None and marker.search(line):
                 first = time.perf_counter() - start
+                if stop:
+                    process.terminate()
+                    break
         code = process.wait()
     total = time.perf_counter() - start
-    if code != 0:
+    if code != 0 and not (stop and first is not None):
         raise RuntimeError(f"{' '.join(command)} exited with {code}:\n"
                            + "".join(lines[-30:]))
-    return {"first_s": None if first is None else round(first, 2), "total_s": round(total, 2)}
+    return {"first_s": None if first is None else round(first, 2),
+            "total_s": None if stop and first is not None else round(total, 2)}
 
 
-def run_job(job: str, tree: str, steps: int, cache_dir: str,
-            cache: str = "cold") -> Dict[str, object]:
+def run_job(job: str, tree: str, steps: int, cache_dir: str, cache: str = "cold",
+            first_line_only: bool = False) -> Dict[str, object]:
     """One job in one checkout: training, then evaluation, each in a fresh process, with
-    ``cache_dir`` as the loaders' default cache folder (``cache`` names its state)."""
+    ``cache_dir`` as the loaders' default cache folder (``cache`` names its state);
+    ``first_line_only`` stops the training at its first line and skips the evaluation."""
     env = {CACHE_DIR_ENV: cache_dir}
     with tempfile.TemporaryDirectory(prefix="first_result_") as folder:
         workdir = os.path.join(folder, "run")
         train = timed([sys.executable, "-m", "metalearn.train", f"--gin_file={JOBS[job]}",
                        f"--workdir={workdir}", f"--gin_param=Loop.num_steps={steps}"],
-                      tree, STEP_LINE, env)
-        evaluate = timed([sys.executable, "-m", "metalearn.evaluate",
-                          f"--workdir={workdir}"], tree, FIGURE_LINE, env)
+                      tree, STEP_LINE, env, stop=first_line_only)
+        evaluate = {"first_s": None, "total_s": None} if first_line_only else timed(
+            [sys.executable, "-m", "metalearn.evaluate", f"--workdir={workdir}"], tree,
+            FIGURE_LINE, env)
     return {"job": job, "tree": tree, "cache": cache, "steps": steps,
             "train_first_line_s": train["first_s"], "train_s": train["total_s"],
             "evaluate_first_figure_s": evaluate["first_s"], "evaluate_s": evaluate["total_s"]}
 
 
-def run_round(job: str, tree: str, steps: int, caches: Sequence[str]
-              ) -> List[Dict[str, object]]:
+def run_round(job: str, tree: str, steps: int, caches: Sequence[str],
+              first_line_only: bool = False) -> List[Dict[str, object]]:
     """``job`` in ``tree`` once per cache state of ``caches``, all with one temporary
     cache folder, empty at first: ``cold`` runs wherever it comes, ``warm`` after it."""
     with tempfile.TemporaryDirectory(prefix="first_result_cache_") as cache_dir:
-        return [run_job(job, tree, steps, cache_dir, cache) for cache in caches]
+        return [run_job(job, tree, steps, cache_dir, cache, first_line_only)
+                for cache in caches]
 
 
 def table(rows: Sequence[Dict[str, object]]) -> str:
@@ -150,7 +163,8 @@ def main(argv: Sequence[str]) -> None:
     for round_ in range(FLAGS.rounds):
         for job in FLAGS.jobs:
             for tree in FLAGS.trees:
-                for row in run_round(job, tree, FLAGS.steps, FLAGS.caches):
+                for row in run_round(job, tree, FLAGS.steps, FLAGS.caches,
+                                     FLAGS.first_line_only):
                     row = {"round": round_ + 1, **row}
                     print(json.dumps(row), flush=True)
                     rows.append(row)

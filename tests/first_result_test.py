@@ -21,6 +21,9 @@ def test_timed_finds_the_first_marked_line_and_the_exit(tmp_path):
     none = first_result.timed([sys.executable, "-c", "print('nothing')"], str(tmp_path),
                               first_result.STEP_LINE)
     assert none["first_s"] is None
+    stopped = first_result.timed([sys.executable, "-c", script + "; time.sleep(60)"],
+                                 str(tmp_path), first_result.STEP_LINE, stop=True)
+    assert 0.25 < stopped["first_s"] < 30 and stopped["total_s"] is None
     with pytest.raises(RuntimeError, match="exited with 3"):
         first_result.timed([sys.executable, "-c", "raise SystemExit(3)"], str(tmp_path),
                            first_result.STEP_LINE)
@@ -49,7 +52,7 @@ def test_each_round_has_its_own_cache_folder_cold_then_warm(tmp_path, monkeypatc
     folder per round, job and tree, empty for the cold run, kept for the warm one."""
     seen = []
 
-    def timed(command, cwd, marker, env=None):
+    def timed(command, cwd, marker, env=None, stop=False):
         folder = env[first_result.CACHE_DIR_ENV]
         seen.append((folder, sorted(os.listdir(folder))))
         with open(os.path.join(folder, f"file{len(seen)}"), "w"):
@@ -64,3 +67,8 @@ def test_each_round_has_its_own_cache_folder_cold_then_warm(tmp_path, monkeypatc
     # cold: train finds it empty, evaluate what train kept; warm: both runs' files
     assert [files for _, files in seen] == [[], ["file1"], ["file1", "file2"],
                                             ["file1", "file2", "file3"]]
+    seen.clear()
+    rows = first_result.run_round("omniglot", str(tmp_path), 5, ("cold", "warm"),
+                                  first_line_only=True)  # the trainings only
+    assert [files for _, files in seen] == [[], ["file1"]]
+    assert [r["evaluate_s"] for r in rows] == [None, None]
