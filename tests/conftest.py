@@ -1,10 +1,22 @@
-"""Test set-up: quiet TensorFlow, and the shared data folder beside the project."""
+"""Test set-up: quiet TensorFlow, the shared data folder beside the project, and the
+loaders' on-disk data cache kept out of the real home."""
 
 import logging
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+# The loaders keep decoded arrays in a per-user cache folder by default
+# (metalearn.tasks.datasets.base.default_cache_dir): no test writes into the real home.
+# This folder serves what runs before a test's own (module-scoped fixtures, the processes
+# they start); each test gets a fresh one inside it (data_cache below). Set before
+# anything is imported, whatever the environment said.
+DATA_CACHE_ENV = "METALEARN_CACHE_DIR"
+_SESSION_DATA_CACHE = tempfile.mkdtemp(prefix="metalearn_test_cache_")
+os.environ[DATA_CACHE_ENV] = _SESSION_DATA_CACHE
 
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -34,6 +46,10 @@ def pytest_configure(config):
         config.option.loadgroup = workerinput["loadgroup"]  # `-n 2` as "load" itself
 
 
+def pytest_unconfigure(config):
+    shutil.rmtree(_SESSION_DATA_CACHE, ignore_errors=True)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     """Tells each xdist worker what the controller chose (it names the tests by group)."""
@@ -45,6 +61,17 @@ def shared_data() -> str:
     if not os.path.isdir(SHARED_DATA):
         pytest.fail(f"the shared data folder {SHARED_DATA} is missing")
     return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def data_cache(monkeypatch) -> str:
+    """The folder of the loaders' default on-disk data cache in this test (and the
+    processes it starts): a fresh one, not made yet, removed after the test."""
+    folder = tempfile.mkdtemp(prefix="test_", dir=_SESSION_DATA_CACHE)
+    os.rmdir(folder)  # a loader makes it when it first keeps something
+    monkeypatch.setenv(DATA_CACHE_ENV, folder)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

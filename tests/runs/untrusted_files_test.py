@@ -163,7 +163,7 @@ def test_omniglot_cache_with_a_pickle_payload_is_rejected(tmp_path, payload):
     np.savez(buffer, images=np.zeros([1, 28, 28, 1], np.float32), labels=np.zeros([1], int),
              class_names=np.array([_Payload(marker)], dtype=object),
              groups=np.array(["a"]))
-    cache_file = cache_dir / f"omniglot_{digest}.npz"
+    cache_file = cache_dir / f"omniglot_{digest}_all.npz"
     cache_file.write_bytes(buffer.getvalue())
     with pytest.raises(ValueError, match="not a cache of plain arrays") as info:
         load_omniglot(path, cache_dir=str(cache_dir))

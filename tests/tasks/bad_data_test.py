@@ -11,9 +11,10 @@ import numpy as np
 import tensorflow as tf
 
 from metalearn.tasks import MetaDataset
-from metalearn.tasks.datasets import (ChecksumError, load_cub, load_image_folder,
-                                      load_meta_dataset_source, load_mini_imagenet,
-                                      load_mnist, load_omniglot, load_tiered_imagenet)
+from metalearn.tasks.datasets import (ChecksumError, clear_caches, load_cub,
+                                      load_image_folder, load_meta_dataset_source,
+                                      load_mini_imagenet, load_mnist, load_omniglot,
+                                      load_tiered_imagenet)
 from metalearn.tasks.datasets.meta_dataset import RecordReader
 from tests import benchmark_fixtures
 from tests.bad_input import Case, check, parametrize
@@ -241,6 +242,20 @@ def omniglot_other_layout(tmp_path) -> None:
                   verify_checksums=False)
 
 
+def damaged_data_cache(tmp_path) -> None:
+    png = tf.io.encode_png(tf.zeros([3, 3, 1], tf.uint8)).numpy()
+    _omniglot_zip(tmp_path / "omniglot", [("Greek/character01/0101_01.png", png)])
+    load = lambda: load_omniglot(str(tmp_path / "omniglot"), verify_checksums=False,
+                                 archives=("images_background_small1",))
+    load()  # kept in the default cache folder (METALEARN_CACHE_DIR: the test's own)
+    folder = os.environ["METALEARN_CACHE_DIR"]
+    (file,) = [os.path.join(folder, name) for name in os.listdir(folder)]
+    with open(file, "r+b") as f:
+        f.truncate(64)
+    clear_caches()  # a new process
+    load()
+
+
 CASES = [
     Case("missing data folder", "`load_omniglot(path='<tmp>/nowhere')`", FileNotFoundError,
          "Omniglot folder", lambda p: load_omniglot(str(p / "nowhere")),
@@ -361,6 +376,10 @@ CASES = [
          "image_size must be a whole number of pixels from 1 to 1024",
          lambda p: load_image_folder(str(p), image_size=100_000), None,
          "the loader and the bound, before any allocation"),
+    Case("damaged data cache", "a cut-off `omniglot_<key>_all.npz` in the data cache "
+         "folder (`~/.cache/metalearn`)", ValueError,
+         "is damaged or not a cache of plain arrays", damaged_data_cache,
+         lambda p: os.environ["METALEARN_CACHE_DIR"], "the file, and to delete it"),
     Case("undecodable Meta-Dataset image", "a record whose image bytes start like a JPEG "
          "and are not one", tf.errors.InvalidArgumentError, "is not a decodable image",
          undecodable_meta_dataset_image,

@@ -1,5 +1,7 @@
 """CIFAR-FS and FC100 from TFDS's cifar100 (mocked with TFDS's own testing utilities)."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -69,3 +71,22 @@ def test_fc100_splits_by_superclass(mocked_cifar100):
             assert name in fixtures.CIFAR100_SUPERCLASS_MEMBERS[group]
     assert splits["test"].preprocessing["mean"][0] == pytest.approx(129.37731888 / 255)
     fixtures.check_episodes(splits)
+
+
+def test_one_default_cache_serves_cifar_fs_and_fc100(mocked_cifar100, data_cache):
+    served, asked = mocked_cifar100
+    first = load_cifar_fs(data_dir="/nonexistent")
+    assert len(asked) == 2
+    assert [n[:9] for n in os.listdir(data_cache)] == ["cifar100_"]  # the per-user folder
+    clear_caches()  # a new process: the decoded arrays from the cache, not from TFDS
+    again = load_cifar_fs(data_dir="/nonexistent")
+    fc100 = load_fc100(data_dir="/nonexistent")
+    assert len(asked) == 2
+    for split in first:
+        np.testing.assert_array_equal(first[split].images, again[split].images)
+        np.testing.assert_array_equal(first[split].labels, again[split].labels)
+        assert first[split].groups == again[split].groups
+    fixtures.check_splits(fc100, {"train": 60, "validation": 20, "test": 20}, (32, 32, 3))
+    clear_caches()
+    load_cifar_fs(data_dir="/nonexistent", cache_dir=False)  # turned off: TFDS read
+    assert len(asked) == 4

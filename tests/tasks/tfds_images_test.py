@@ -148,6 +148,26 @@ def test_cached_in_memory_and_on_disk(tmp_path):
     np.testing.assert_array_equal(first.labels, [0, 0, 1, 1, 2, 2])
 
 
+def test_kept_in_the_default_cache_folder_unless_turned_off(data_cache):
+    from metalearn.tasks.datasets import clear_caches
+    served = {"train": omniglot_examples(characters=3, drawers=2)}
+    asked = []
+    with tfds.testing.mock_data(as_dataset_fn=serving(served, asked)):
+        make = lambda **more: TFDSImages("omniglot", image_size=8,
+                                         data_dir="/nonexistent", **more)
+        first = make()()
+        assert [n[:14] for n in os.listdir(data_cache)] == ["tfds_omniglot_"]
+        clear_caches()
+        again = make()()  # a new process: from the per-user folder, no TFDS read
+        assert len(asked) == 1
+        clear_caches()
+        make(cache_dir=False)()
+        assert len(asked) == 2
+    np.testing.assert_array_equal(first.images, again.images)
+    with pytest.raises(TypeError, match="cache_dir must be a folder"):
+        make(cache_dir=1)
+
+
 def test_examples_of_unknown_count_read_as_those_of_a_known_one():
     """A dataset whose cardinality TFDS does not know (no preallocated array) gives
     the same arrays."""

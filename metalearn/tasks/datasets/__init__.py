@@ -1,8 +1,8 @@
 """Data set loaders for classification tasks: each returns ``LabelledImages``, or a
 ``{split: LabelledImages}`` mapping for benchmarks with a canonical class split."""
 
-from metalearn.tasks.datasets.base import (LabelledImages, clear_caches, select_classes,
-                                           split_class_names)
+from metalearn.tasks.datasets.base import (LabelledImages, clear_caches, default_cache_dir,
+                                           select_classes, split_class_names)
 from metalearn.tasks.datasets.checksums import ChecksumError, verify_download
 from metalearn.tasks.datasets.cifar import load_cifar_fs, load_fc100
 from metalearn.tasks.datasets.cub import load_cub
@@ -15,7 +15,7 @@ from metalearn.tasks.datasets.tfds_images import TFDSImages
 from metalearn.tasks.datasets.tiered_imagenet import load_tiered_imagenet
 
 __all__ = ["ChecksumError", "LabelledImages", "MINIMAL_SPLIT", "TFDSImages", "clear_caches",
-           "load_cifar_fs",
+           "default_cache_dir", "load_cifar_fs",
            "load_cub",
            "load_fc100", "load_image_folder", "load_meta_dataset_source", "load_mini_imagenet",
            "load_mnist", "load_omniglot", "load_tiered_imagenet", "select_classes",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -270,13 +270,65 @@ def source_fingerprint(sources: Sequence[str], exclude: Optional[str] = None) ->
     return hashlib.sha256("\n".join(entries).encode()).hexdigest()
 
 
+CACHE_DIR_ENV = "METALEARN_CACHE_DIR"
+"""The environment variable naming the folder of the loaders' on-disk cache of decoded
+arrays (:func:`default_cache_dir`); set but empty, it turns that cache off."""
+
+CacheDir = Union[str, "os.PathLike[str]", bool, None]
+"""A loader's ``cache_dir`` argument: ``None`` (or ``True``) for the default folder, a
+folder, or ``False`` (or ``""``) for no disk cache (:func:`cache_folder`)."""
+
+
+def default_cache_dir() -> Optional[str]:
+    """The per-user folder where the loaders keep decoded arrays unless told otherwise:
+    ``$METALEARN_CACHE_DIR`` if set (set but empty: ``None``, no disk cache), else
+    ``$XDG_CACHE_HOME/metalearn`` (an absolute ``XDG_CACHE_HOME``), else
+    ``~/.cache/metalearn``; ``None`` too when there is no home folder to put it in.
+    Read at every load, so a change of the variable applies to the next load.
+
+    Returns:
+      An absolute folder (not necessarily existing yet), or ``None``.
+    """
+    value = os.environ.get(CACHE_DIR_ENV)
+    if value is not None:
+        return os.path.abspath(os.path.expanduser(value)) if value else None
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # unset, empty or relative: ignored (XDG's rule)
+        home = os.path.expanduser("~")
+        if not os.path.isabs(home):  # no HOME and no password entry
+            return None
+        base = os.path.join(home, ".cache")
+    return os.path.join(base, "metalearn")
+
+
+def cache_folder(cache_dir: CacheDir = None) -> Optional[str]:
+    """The folder a loader's ``cache_dir`` argument names, as an absolute path, or
+    ``None`` for no disk cache.
+
+    Args:
+      cache_dir: ``None`` or ``True``: :func:`default_cache_dir`; ``False`` or ``""``:
+        no disk cache; a folder (``~`` expanded).
+
+    Raises:
+      TypeError: ``cache_dir`` is none of these.
+    """
+    if cache_dir is None or cache_dir is True:
+        return default_cache_dir()
+    if cache_dir is False:
+        return None
+    folder = os.fspath(cache_dir) if isinstance(cache_dir, (str, os.PathLike)) else None
+    if not isinstance(folder, str):
+        raise TypeError(f"cache_dir must be a folder, None, True or False, got {cache_dir!r}")
+    return os.path.abspath(os.path.expanduser(folder)) if folder else None
+
+
 def write_cache(file: str, name: str, **arrays: np.ndarray) -> bool:
     """Keeps ``arrays`` in the cache file ``file`` (one ``.npz`` of plain arrays,
     written atomically: :func:`metalearn.atomic.write`), its folder made if missing.
 
-    A cache is only a shortcut: one that cannot be written (a full disk, no permission)
-    is logged as a warning naming ``file`` and the reason, and the data already built
-    are used all the same; nothing is lost to it.
+    A cache is only a shortcut: one that cannot be written (a full disk, no permission,
+    a read-only folder) is logged as a warning naming ``file`` and the reason, and the
+    data already built are used all the same; nothing is lost to it.
 
     Returns:
       Whether the cache was written.
@@ -289,10 +341,49 @@ def write_cache(file: str, name: str, **arrays: np.ndarray) -> bool:
         os.makedirs(os.path.dirname(file) or ".", exist_ok=True)
         atomic.write(file, buffer.getvalue())
     except OSError as error:
-        logging.warning("%s cache not kept (the data are used all the same): %s", name,
-                        error)
+        logging.warning("%s cache not kept (the data are used all the same): %s; set %s "
+                        "to a writable folder, or to an empty value for no disk cache",
+                        name, error, CACHE_DIR_ENV)
         return False
+    logging.info("%s: decoded arrays kept in %s (%.1f MB) for later runs", name, file,
+                 buffer.tell() / 1e6)
     return True
+
+
+def _read_cache_file(file: str, name: str, sources: str) -> Optional[LabelledImages]:
+    """One split from a cache file; ``None`` if the file cannot be opened (logged) or
+    was made from other data files than ``sources``.
+
+    Raises:
+      ValueError: the file is damaged or not a cache of plain arrays (named).
+    """
+    import json
+    import zipfile
+    from absl import logging
+    try:
+        handle = open(file, "rb")
+    except OSError as error:  # no permission: a cache is only a shortcut
+        logging.warning("%s cache %s cannot be read (%s): decoding the data instead",
+                        name, file, error)
+        return None
+    try:
+        with handle, np.load(handle, allow_pickle=False) as saved:
+            groups = saved["groups"].tolist()
+            data = LabelledImages(
+                saved["images"], saved["labels"], tuple(saved["class_names"].tolist()),
+                tuple(groups) if saved["has_groups"] else None,
+                preprocessing={k: tuple(v) if isinstance(v, list) else v for k, v
+                               in json.loads(str(saved["preprocessing"])).items()})
+            made_from = str(saved["sources"]) if "sources" in saved else None
+    except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{name} cache file {file!r} is damaged or not a cache of "
+                         f"plain arrays ({type(error).__name__}: {error}); delete it to "
+                         "rebuild it from the data") from error
+    if made_from != sources:  # read first: a damaged cache is named all the same
+        logging.info("%s cache %s was made from other data files than those there now: "
+                     "rebuilding it", name, file)
+        return None
+    return data
 
 
 def cached_splits(cache_dir: Optional[str], name: str, key: Any, build,
@@ -301,51 +392,52 @@ def cached_splits(cache_dir: Optional[str], name: str, key: Any, build,
     """``build()``'s ``{split: LabelledImages}``, kept in ``cache_dir`` as one ``.npz`` of
     plain arrays per split (read back with ``allow_pickle=False``: a cache never runs
     code), named by a digest of ``key`` (the loader's parameters); ``cache_dir=None``
-    always builds.
+    always builds. The one on-disk cache of every loader that decodes: a loader turns
+    its ``cache_dir`` argument into the folder with :func:`cache_folder` (the per-user
+    default unless told otherwise).
+
+    A file that cannot be opened is logged and the data are decoded; one that cannot be
+    written is logged (:func:`write_cache`) and the data are used all the same.
 
     Args:
+      cache_dir: the folder (:func:`cache_folder`), or ``None`` for no disk cache.
+      name: the loader's name, the files' prefix and the errors' subject.
+      key: what, besides the files, the arrays are made from (the loader's parameters).
+      build: makes the ``{split: LabelledImages}`` when there is no cache to serve.
       sources: :func:`source_fingerprint` of the files the data are made from; a cache
         made from other files (changed since) is rebuilt, never served.
-      split_names: the keys of ``build()``'s mapping, a file each.
+      split_names: the keys of ``build()``'s mapping, a file each (``("all",)`` for a
+        loader of one ``LabelledImages``).
+
+    Raises:
+      ValueError: a cache file is damaged or not a cache of plain arrays (named: delete
+        it to rebuild it).
     """
     import hashlib
     import json
-    import zipfile
     if cache_dir is None:
         return build()
-    folder = os.path.expanduser(cache_dir)
     digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
-    files = {s: os.path.join(folder, f"{name}_{digest}_{s}.npz") for s in split_names}
+    files = {s: os.path.join(cache_dir, f"{name}_{digest}_{s}.npz") for s in split_names}
     if all(os.path.isfile(f) for f in files.values()):
-        splits = {}
+        splits: Optional[Dict[str, LabelledImages]] = {}
         for split, file in files.items():
-            try:
-                with np.load(file, allow_pickle=False) as saved:
-                    groups = saved["groups"].tolist()
-                    splits[split] = LabelledImages(
-                        saved["images"], saved["labels"], tuple(saved["class_names"].tolist()),
-                        tuple(groups) if saved["has_groups"] else None,
-                        preprocessing={k: tuple(v) if isinstance(v, list) else v for k, v
-                                       in json.loads(str(saved["preprocessing"])).items()})
-                    made_from = str(saved["sources"]) if "sources" in saved else None
-                if made_from != sources:  # read first: a damaged cache is named all the same
-                    from absl import logging
-                    logging.info("%s cache %s was made from other data files than those "
-                                 "there now: rebuilding it", name, file)
-                    splits = None
-                    break
-            except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as error:
-                raise ValueError(f"{name} cache file {file!r} is damaged or not a cache of "
-                                 f"plain arrays ({type(error).__name__}: {error}); delete "
-                                 "it to rebuild it from the data") from error
+            data = _read_cache_file(file, name, sources)
+            if data is None:
+                splits = None
+                break
+            splits[split] = data
         if splits is not None:
             return splits
     splits = build()
     for split, data in splits.items():
-        write_cache(files[split], name, images=data.images, labels=data.labels,
-                    class_names=np.asarray(data.class_names, dtype=str),
-                    groups=np.asarray(data.groups or [""] * data.num_classes, dtype=str),
-                    has_groups=np.asarray(data.groups is not None),
-                    preprocessing=np.asarray(json.dumps(dict(data.preprocessing))),
-                    sources=np.asarray(sources))
+        kept = write_cache(files[split], name, images=data.images, labels=data.labels,
+                           class_names=np.asarray(data.class_names, dtype=str),
+                           groups=np.asarray(data.groups or [""] * data.num_classes,
+                                             dtype=str),
+                           has_groups=np.asarray(data.groups is not None),
+                           preprocessing=np.asarray(json.dumps(dict(data.preprocessing))),
+                           sources=np.asarray(sources))
+        if not kept:  # the other files would fail alike: one warning
+            break
     return splits

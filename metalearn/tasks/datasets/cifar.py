@@ -21,7 +21,8 @@ import gin
 import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
-from metalearn.tasks.datasets.base import LabelledImages, MemoryCache, check_split_sizes
+from metalearn.tasks.datasets.base import (CacheDir, LabelledImages, MemoryCache,
+                                           cache_folder, cached_splits, check_split_sizes)
 
 CIFAR100_LABELS = (
     "apple", "aquarium_fish", "baby", "bear", "beaver", "bed", "bee", "beetle", "bicycle",
@@ -82,33 +83,44 @@ FC100_SPLIT = {
 _CACHE = MemoryCache("cifar")  # keyed on what the data were made from
 
 
-def _cifar100(data_dir: Optional[str], download: bool):
-    """Every CIFAR-100 image (TFDS ``train`` then ``test``, in TFDS's order) with its fine
-    and coarse labels."""
+def _cifar100(data_dir: Optional[str], download: bool,
+              cache_dir: CacheDir = None) -> LabelledImages:
+    """Every CIFAR-100 image (TFDS ``train`` then ``test``, in TFDS's order), labelled by
+    its fine class (:data:`CIFAR100_LABELS`), each class's group its superclass (``""``
+    for a class without images); kept in memory and in ``cache_dir``."""
     key = (str(data_dir), bool(download))
     if key in _CACHE:
         return _CACHE[key]
-    import tensorflow_datasets as tfds  # only this loader needs it
-    images, fine, coarse = [], [], []
-    for split in ("train", "test"):
-        dataset = tfds.load("cifar100", split=split, data_dir=data_dir, download=download)
-        for batch in tfds.as_numpy(dataset.batch(10_000)):
-            images.append(batch["image"])
-            fine.append(batch["label"])
-            coarse.append(batch["coarse_label"])
-    if not images:
-        raise ValueError("tfds.load('cifar100') returned no examples")
-    result = (np.concatenate(images).astype(np.uint8), np.concatenate(fine).astype(np.int64),
-              np.concatenate(coarse).astype(np.int64))
-    _CACHE[key] = result
-    return result
+
+    def build():
+        import tensorflow_datasets as tfds  # only this loader needs it
+        images, fine, coarse = [], [], []
+        for split in ("train", "test"):
+            dataset = tfds.load("cifar100", split=split, data_dir=data_dir,
+                                download=download)
+            for batch in tfds.as_numpy(dataset.batch(10_000)):
+                images.append(batch["image"])
+                fine.append(batch["label"])
+                coarse.append(batch["coarse_label"])
+        if not images:
+            raise ValueError("tfds.load('cifar100') returned no examples")
+        fine, coarse = np.concatenate(fine).astype(np.int64), np.concatenate(coarse)
+        superclass = dict(zip(fine.tolist(), coarse.tolist()))
+        groups = tuple(CIFAR100_SUPERCLASSES[superclass[i]] if i in superclass else ""
+                       for i in range(len(CIFAR100_LABELS)))
+        return {"all": LabelledImages(np.concatenate(images).astype(np.uint8), fine,
+                                      CIFAR100_LABELS, groups)}
+
+    # TFDS's data are versioned by TFDS: the folder is the key
+    data = cached_splits(cache_folder(cache_dir), "cifar100", ("tfds", str(data_dir)),
+                         build, split_names=("all",))["all"]
+    _CACHE[key] = data
+    return data
 
 
-def _splits(images, fine, coarse, class_names: Mapping[str, Sequence[str]], name: str
+def _splits(data: LabelledImages, class_names: Mapping[str, Sequence[str]], name: str
             ) -> Dict[str, LabelledImages]:
-    superclass = {}
-    for f, c in zip(fine, coarse):
-        superclass.setdefault(int(f), int(c))
+    fine = data.labels
     splits = {}
     for split, names in class_names.items():
         ids = [CIFAR100_LABELS.index(n) for n in names]
@@ -116,48 +128,51 @@ def _splits(images, fine, coarse, class_names: Mapping[str, Sequence[str]], name
         relabel[ids] = np.arange(len(ids))
         keep = np.flatnonzero(relabel[fine] >= 0)
         keep = keep[np.argsort(relabel[fine[keep]], kind="stable")]  # class-major
-        groups = tuple(CIFAR100_SUPERCLASSES[superclass[i]] if i in superclass else ""
-                       for i in ids)
         splits[split] = LabelledImages(
-            images[keep], relabel[fine[keep]], tuple(names), groups,
+            data.images[keep], relabel[fine[keep]], tuple(names),
+            tuple(data.groups[i] for i in ids),
             preprocessing=image_files.preprocessing(name, 32, 3, image_files.CIFAR100_STATS))
     return splits
 
 
 @gin.configurable
-def load_cifar_fs(data_dir: Optional[str] = None, download: bool = True
-                  ) -> Mapping[str, LabelledImages]:
+def load_cifar_fs(data_dir: Optional[str] = None, download: bool = True,
+                  cache_dir: CacheDir = None) -> Mapping[str, LabelledImages]:
     """CIFAR-FS: ``{"train", "validation", "test"}`` with 64 / 16 / 20 CIFAR-100 classes
     of 600 uint8 ``[32, 32, 3]`` images each (groups: the superclasses).
 
     Args:
       data_dir: TFDS's data folder (TFDS's default when ``None``).
       download: let TFDS download and prepare ``cifar100`` when it is not there.
+      cache_dir: where the decoded arrays are also kept (``.npz`` of plain arrays,
+        never unpickled), so that later runs skip decoding: by default the
+        per-user cache folder (``$METALEARN_CACHE_DIR``, else ``~/.cache/metalearn``);
+        ``False`` keeps none (:func:`~metalearn.tasks.datasets.base.cache_folder`).
+        One cache of CIFAR-100 serves both CIFAR-FS and FC100.
     """
-    images, fine, coarse = _cifar100(data_dir, download)
-    splits = _splits(images, fine, coarse, CIFAR_FS_SPLIT, "cifar_fs")
+    splits = _splits(_cifar100(data_dir, download, cache_dir), CIFAR_FS_SPLIT, "cifar_fs")
     check_split_sizes(splits, {"train": 64, "validation": 16, "test": 20}, "CIFAR-FS",
                       "TFDS cifar100")
     return splits
 
 
 @gin.configurable
-def load_fc100(data_dir: Optional[str] = None, download: bool = True
-               ) -> Mapping[str, LabelledImages]:
+def load_fc100(data_dir: Optional[str] = None, download: bool = True,
+               cache_dir: CacheDir = None) -> Mapping[str, LabelledImages]:
     """FC100: ``{"train", "validation", "test"}`` with the classes of 12 / 4 / 4
     CIFAR-100 superclasses (60 / 20 / 20 classes, 600 uint8 ``[32, 32, 3]`` images each;
     groups: the superclasses).
 
     Args:
-      data_dir, download: as for :func:`load_cifar_fs`.
+      data_dir, download, cache_dir: as for :func:`load_cifar_fs`.
     """
-    images, fine, coarse = _cifar100(data_dir, download)
+    data = _cifar100(data_dir, download, cache_dir)
     members: Dict[str, list] = {}
-    for f, c in sorted(set(zip(fine.tolist(), coarse.tolist()))):
-        members.setdefault(CIFAR100_SUPERCLASSES[c], []).append(CIFAR100_LABELS[f])
+    for f in sorted(set(data.labels.tolist())):
+        members.setdefault(data.groups[f], []).append(CIFAR100_LABELS[f])
     class_names = {split: tuple(n for s in supers for n in members.get(s, ()))
                    for split, supers in FC100_SPLIT.items()}
-    splits = _splits(images, fine, coarse, class_names, "fc100")
+    splits = _splits(data, class_names, "fc100")
     check_split_sizes(splits, {"train": 60, "validation": 20, "test": 20}, "FC100",
                       "TFDS cifar100")
     return splits

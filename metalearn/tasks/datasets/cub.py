@@ -26,9 +26,10 @@ import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
 from metalearn.repository import data_path
-from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, MemoryCache,
-                                           cached_splits, check_split_sizes,
-                                           require_file, source_fingerprint)
+from metalearn.tasks.datasets.base import (SPLIT_NAMES, CacheDir, LabelledImages,
+                                           MemoryCache, cache_folder, cached_splits,
+                                           check_split_sizes, require_file,
+                                           source_fingerprint)
 from metalearn.tasks.datasets.images import check_image_size
 
 CHEN_SPLIT_SIZES = {"train": 100, "validation": 50, "test": 50}
@@ -59,7 +60,7 @@ def _read_index(file: str) -> List[Tuple[int, str]]:
 
 @gin.configurable
 def load_cub(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
-             strict: bool = True, cache_dir: Optional[str] = None
+             strict: bool = True, cache_dir: CacheDir = None
              ) -> Mapping[str, LabelledImages]:
     """CUB-200-2011's three class splits.
 
@@ -67,8 +68,10 @@ def load_cub(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
       path: the extracted ``CUB_200_2011`` folder (or the folder holding it).
       image_size: side the images are resized to (84 in Chen et al.'s Conv-4 runs).
       strict: there must be the archive's 200 classes (100 / 50 / 50).
-      cache_dir: if given, the decoded arrays are also kept there (``.npz`` of plain
-        arrays), so later runs skip decoding.
+      cache_dir: where the decoded arrays are also kept (``.npz`` of plain arrays,
+        never unpickled), so that later runs skip decoding: by default the
+        per-user cache folder (``$METALEARN_CACHE_DIR``, else ``~/.cache/metalearn``);
+        ``False`` keeps none (:func:`~metalearn.tasks.datasets.base.cache_folder`).
 
     Returns:
       ``{"train", "validation", "test"}`` to ``LabelledImages`` (uint8 ``[examples,
@@ -94,6 +97,7 @@ def load_cub(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
                                 "folder extracted from CUB_200_2011.tgz")
     image_size = check_image_size(image_size, "load_cub")
     key = (os.path.abspath(path), image_size)
+    cache_dir = cache_folder(cache_dir)
     # What the arrays are made from: a cache (in memory or on disk) of other files is
     # never served.
     sources = source_fingerprint([os.path.join(path, f) for f in INDEX_FILES] +

@@ -21,7 +21,8 @@ import numpy as np
 
 from metalearn.tasks.datasets import images as image_files
 from metalearn.repository import data_path
-from metalearn.tasks.datasets.base import (LabelledImages, MemoryCache, select_classes,
+from metalearn.tasks.datasets.base import (CacheDir, LabelledImages, MemoryCache,
+                                           cache_folder, cached_splits, select_classes,
                                            source_fingerprint, split_class_names)
 
 _CACHE = MemoryCache("folder")  # keyed on what the data were made from
@@ -74,7 +75,7 @@ def load_image_folder(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
                       split_seed: int = 0,
                       extensions: Sequence[str] = image_files.IMAGE_EXTENSIONS,
                       mean: Optional[Sequence[float]] = None,
-                      std: Optional[Sequence[float]] = None
+                      std: Optional[Sequence[float]] = None, cache_dir: CacheDir = None
                       ) -> Union[LabelledImages, Mapping[str, LabelledImages]]:
     """The images of a folder with one sub-folder per class.
 
@@ -91,6 +92,10 @@ def load_image_folder(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
       extensions: the file extensions read as images.
       mean, std: per-channel statistics (images in [0, 1]) that the sampler's
         ``normalize`` uses; ``None`` (default) leaves them out.
+      cache_dir: where the decoded arrays are also kept (``.npz`` of plain arrays,
+        never unpickled), so that later runs skip decoding: by default the
+        per-user cache folder (``$METALEARN_CACHE_DIR``, else ``~/.cache/metalearn``);
+        ``False`` keeps none (:func:`~metalearn.tasks.datasets.base.cache_folder`).
 
     Returns:
       Without a split: one ``LabelledImages`` of every class (``FewShotClassification``
@@ -113,17 +118,22 @@ def load_image_folder(path: str = gin.REQUIRED, image_size: Optional[int] = 84,
         raise ValueError("give both mean and std (per channel, images in [0, 1]), or neither")
     listing = list_image_folder(path, extensions)
     files = [f for class_files in listing.values() for f in class_files]
-    # Cached in memory by what the files are (name, size, modification time), so an
-    # edited folder is read again.
-    key = (image_size, int(channels), source_fingerprint(files))
+    # Cached in memory and on disk by what the files are (name, size, modification
+    # time), so an edited folder is read again.
+    sources = source_fingerprint(files)
+    key = (image_size, int(channels), sources)
     data = _CACHE.get(key)
     if data is None:
-        labels = np.repeat(np.arange(len(listing)), [len(v) for v in listing.values()])
-        stats = None if mean is None and std is None else {"mean": mean, "std": std}
-        data = LabelledImages(
-            image_files.read_image_files(files, int(channels), image_size), labels,
-            tuple(listing), preprocessing=image_files.preprocessing(
-                "image_folder", image_size, int(channels), stats))
+        def build():
+            labels = np.repeat(np.arange(len(listing)), [len(v) for v in listing.values()])
+            return {"all": LabelledImages(
+                image_files.read_image_files(files, int(channels), image_size), labels,
+                tuple(listing), preprocessing=image_files.preprocessing(
+                    "image_folder", image_size, int(channels)))}
+
+        data = cached_splits(cache_folder(cache_dir), "image_folder",
+                             (os.path.abspath(path), image_size, int(channels),
+                              tuple(extensions)), build, sources, ("all",))["all"]
         _CACHE[key] = data
     if mean is not None or std is not None:
         data = LabelledImages(data.images, data.labels, data.class_names, data.groups,

@@ -30,9 +30,10 @@ import numpy as np
 from metalearn.tasks.datasets import images as image_files
 from metalearn.tasks.datasets import plain_pickle
 from metalearn.repository import data_path
-from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, MemoryCache,
-                                           cached_splits, check_split_sizes,
-                                           require_file, source_fingerprint)
+from metalearn.tasks.datasets.base import (SPLIT_NAMES, CacheDir, LabelledImages,
+                                           MemoryCache, cache_folder, cached_splits,
+                                           check_split_sizes, require_file,
+                                           source_fingerprint)
 from metalearn.tasks.datasets.images import check_image_size
 
 RAVI_SPLIT_SIZES = {"train": 64, "validation": 16, "test": 20}
@@ -159,7 +160,7 @@ def _preprocessing(image_size, source):
 @gin.configurable
 def load_mini_imagenet(path: str = gin.REQUIRED, source: str = "auto",
                        image_size: Optional[int] = IMAGE_SIZE, strict: bool = True,
-                       cache_dir: Optional[str] = None) -> Mapping[str, LabelledImages]:
+                       cache_dir: CacheDir = None) -> Mapping[str, LabelledImages]:
     """mini-ImageNet's three class splits.
 
     Args:
@@ -171,8 +172,11 @@ def load_mini_imagenet(path: str = gin.REQUIRED, source: str = "auto",
         the files' sizes (which must then agree).
       strict: the class counts must be Ravi & Larochelle's 64 / 16 / 20 (a truncated or
         foreign split file is an error); ``False`` loads any split.
-      cache_dir: if given, the decoded arrays are also kept there (``.npz`` of plain
-        arrays), so later runs skip decoding.
+      cache_dir: where the decoded arrays are also kept (``.npz`` of plain arrays,
+        never unpickled; about 1.3 GB for the whole data set), so that later runs skip
+        decoding: by default the per-user cache folder (``$METALEARN_CACHE_DIR``, else
+        ``~/.cache/metalearn``); ``False`` keeps none
+        (:func:`~metalearn.tasks.datasets.base.cache_folder`).
 
     Returns:
       ``{"train", "validation", "test"}`` to ``LabelledImages`` (uint8 ``[examples,
@@ -195,6 +199,7 @@ def load_mini_imagenet(path: str = gin.REQUIRED, source: str = "auto",
         source = "csv" if os.path.isfile(os.path.join(path, "train.csv")) else "pickle"
     image_size = check_image_size(image_size, "load_mini_imagenet", optional=True)
     key = (os.path.abspath(path), source, image_size)
+    cache_dir = cache_folder(cache_dir)
     # What the arrays are made from: a cache (in memory or on disk) of other files is
     # never served.
     names = ([f"{FILE_SPLITS[s]}.csv" for s in SPLIT_NAMES] + ["images"] if source == "csv"

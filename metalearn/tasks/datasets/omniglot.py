@@ -21,8 +21,10 @@ as new classes belong to the class split, so they are an option of the episode s
 (:class:`metalearn.tasks.FewShotClassification`), which keeps a character and its
 rotations in the same split.
 
-Decoded arrays are cached in memory per (source, path, archives, preprocessing), and
-optionally as ``.npz`` files in ``cache_dir``.
+Decoded arrays are cached in memory per (source, path, archives, preprocessing), and on
+disk as ``.npz`` files of plain arrays in ``cache_dir``: by default the per-user cache
+folder (:func:`metalearn.tasks.datasets.base.default_cache_dir`), so that a later run
+skips decoding the zips.
 """
 
 from __future__ import annotations
@@ -36,13 +38,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
 import numpy as np
-from absl import logging
 import tensorflow as tf
 
 from metalearn.tasks.datasets import checksums
 from metalearn.repository import data_path
-from metalearn.tasks.datasets.base import (LabelledImages, MemoryCache, source_fingerprint,
-                                           write_cache)
+from metalearn.tasks.datasets.base import (CacheDir, LabelledImages, MemoryCache,
+                                           cache_folder, cached_splits, source_fingerprint)
 from metalearn.tasks.datasets.images import check_image_size
 
 ARCHIVES = ("images_background", "images_evaluation", "images_background_small1",
@@ -211,35 +212,12 @@ def _read_tfds(archives: Sequence[str], data_dir: Optional[str], download: bool)
     return records
 
 
-def _read_cache(cache_file: str, preprocessing: Dict[str, Any],
-                sources: str) -> Optional[LabelledImages]:
-    """Decoded arrays from a cache file: plain arrays only, never pickled objects;
-    ``None`` if they were made from other archives than ``sources``
-    (:func:`source_fingerprint`)."""
-    try:
-        with np.load(cache_file, allow_pickle=False) as saved:
-            data = LabelledImages(saved["images"], saved["labels"],
-                                  tuple(saved["class_names"].tolist()),
-                                  tuple(saved["groups"].tolist()),
-                                  preprocessing=preprocessing)
-            made_from = str(saved["sources"]) if "sources" in saved else None
-    except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as error:
-        raise ValueError(f"Omniglot cache file {cache_file!r} is damaged or not a cache "
-                         f"of plain arrays ({type(error).__name__}: {error}); delete it "
-                         "to rebuild it from the archives") from error
-    if made_from != sources:  # read first: a damaged cache is named all the same
-        logging.info("Omniglot cache %s was made from other archives than those there "
-                     "now: rebuilding it", cache_file)
-        return None
-    return data
-
-
 @gin.configurable
 def load_omniglot(path: Optional[str] = None,
                   archives: Sequence[str] = ("images_background_small1",
                                              "images_background_small2"),
                   source: str = "zip", image_size: Optional[int] = 28, invert: bool = True,
-                  cache_dir: Optional[str] = None, data_dir: Optional[str] = None,
+                  cache_dir: CacheDir = None, data_dir: Optional[str] = None,
                   download: bool = True, verify_checksums: bool = True) -> LabelledImages:
     """Omniglot characters as labelled images, one class per character.
 
@@ -252,7 +230,10 @@ def load_omniglot(path: Optional[str] = None,
         ``omniglot`` builder, which downloads when needed).
       image_size: output side (MAML: 28), or ``None`` for the original 105.
       invert: strokes 1, background 0 (MAML's convention).
-      cache_dir: if given, decoded arrays are also kept there as ``.npz`` files.
+      cache_dir: where the decoded arrays are also kept (``.npz`` of plain arrays,
+        never unpickled), so that later runs skip decoding: by default the
+        per-user cache folder (``$METALEARN_CACHE_DIR``, else ``~/.cache/metalearn``);
+        ``False`` keeps none (:func:`~metalearn.tasks.datasets.base.cache_folder`).
       data_dir, download: TFDS's data folder, and whether to download and prepare.
       verify_checksums: check each archive's size and SHA-256 against the published
         figures (:data:`checksums.PUBLISHED`, hashed once per file and process) before
@@ -283,27 +264,19 @@ def load_omniglot(path: Optional[str] = None,
     key = (source, where, archives, image_size, bool(invert))
     if source == "zip" and not verify_checksums:
         key += ("unverified",)  # never served to a checked load
+    cache_dir = cache_folder(cache_dir)
     # What the arrays are made from (the archives' sizes and times): a cache, in memory
     # or on disk, of other files is never served. TFDS's data are versioned by TFDS.
     sources = source_fingerprint([os.path.join(where, a + ".zip") for a in archives]
                                  if source == "zip" else [], exclude=cache_dir)
     if (key, sources) in _CACHE:
         return _CACHE[key, sources]
-    cache_file = None
-    if cache_dir is not None:
-        digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
-        cache_file = os.path.join(os.path.expanduser(cache_dir), f"omniglot_{digest}.npz")
-        if os.path.isfile(cache_file):
-            data = _read_cache(cache_file, preprocessing, sources)
-            if data is not None:
-                _CACHE[key, sources] = data
-                return data
-    records = (_read_zips(path, archives, verify_checksums) if source == "zip"
-               else _read_tfds(archives, data_dir, download))
-    data = _assemble(records, preprocessing, image_size, invert)
-    if cache_file is not None:
-        write_cache(cache_file, "omniglot", images=data.images, labels=data.labels,
-                    class_names=np.asarray(data.class_names),
-                    groups=np.asarray(data.groups), sources=np.asarray(sources))
+
+    def build():
+        records = (_read_zips(path, archives, verify_checksums) if source == "zip"
+                   else _read_tfds(archives, data_dir, download))
+        return {"all": _assemble(records, preprocessing, image_size, invert)}
+
+    data = cached_splits(cache_dir, "omniglot", key, build, sources, ("all",))["all"]
     _CACHE[key, sources] = data
     return data

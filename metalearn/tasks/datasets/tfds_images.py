@@ -23,7 +23,8 @@ the class split) is checked when the object is made, before anything is download
 decoded. Images are decoded, converted and resized inside ``tf.data`` and written into
 one preallocated uint8 array (a copy of each image at its final size, no more), then
 arranged split by split, class by class, in place; the result is kept in memory for the
-rest of the process (``clear_caches``) and, with ``cache_dir``, on disk.
+rest of the process (``clear_caches``) and on disk (``cache_dir``: the per-user cache
+folder by default).
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ import tensorflow as tf
 from absl import logging
 
 from metalearn.tasks.datasets import images as image_files
-from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, MemoryCache,
-                                           cached_splits, split_class_names)
+from metalearn.tasks.datasets.base import (SPLIT_NAMES, CacheDir, LabelledImages,
+                                           MemoryCache, cache_folder, cached_splits,
+                                           split_class_names)
 
 _CACHE = MemoryCache("tfds")  # keyed on the builder's name and version and every option
 
@@ -130,8 +132,10 @@ class TFDSImages:
       data_dir: TFDS's data folder (TFDS's default when ``None``).
       download: let TFDS download and prepare the data when they are not in
         ``data_dir`` (network needed); ``False`` makes that an error.
-      cache_dir: if given, the arranged arrays are also kept there (``.npz`` of plain
-        arrays, never unpickled), so later processes skip decoding.
+      cache_dir: where the decoded arrays are also kept (``.npz`` of plain arrays,
+        never unpickled), so that later runs skip decoding: by default the
+        per-user cache folder (``$METALEARN_CACHE_DIR``, else ``~/.cache/metalearn``);
+        ``False`` keeps none (:func:`~metalearn.tasks.datasets.base.cache_folder`).
 
     Raises:
       ValueError: an unknown builder (close names listed); a feature key the builder
@@ -155,7 +159,7 @@ class TFDSImages:
                  mean: Optional[Sequence[float]] = None,
                  std: Optional[Sequence[float]] = None,
                  data_dir: Optional[str] = None, download: bool = True,
-                 cache_dir: Optional[str] = None):
+                 cache_dir: CacheDir = None):
         tfds = _tfds()
         if not isinstance(name, str) or not name:
             raise ValueError(f"TFDSImages: name must be a TFDS builder name such as "
@@ -163,6 +167,8 @@ class TFDSImages:
         self.name, self.split = name, split
         self.image_key, self.label_key = image_key, label_key
         self.data_dir, self.download, self.cache_dir = data_dir, bool(download), cache_dir
+        cache_folder(cache_dir)  # a wrong kind of cache_dir named now; the folder is
+        # found when the data are read (METALEARN_CACHE_DIR as it is then)
         self.builder = self._builder(tfds)
         features = self.builder.info.features
         image = self._feature(features, image_key, "image_key", tfds.features.Image,
@@ -295,8 +301,9 @@ class TFDSImages:
         data = _CACHE.get(self._key)
         if data is None:
             parts = SPLIT_NAMES if self._parts is not None else ("all",)
-            data = cached_splits(self.cache_dir, "tfds_" + re.sub(r"\W", "_", self.name),
-                                 self._key, self._build, split_names=parts)
+            data = cached_splits(cache_folder(self.cache_dir),
+                                 "tfds_" + re.sub(r"\W", "_", self.name), self._key,
+                                 self._build, split_names=parts)
             _CACHE[self._key] = data
         return dict(data) if self._parts is not None else data["all"]
 

@@ -36,9 +36,10 @@ import numpy as np
 from metalearn.tasks.datasets import images as image_files
 from metalearn.tasks.datasets import plain_pickle
 from metalearn.repository import data_path
-from metalearn.tasks.datasets.base import (SPLIT_NAMES, LabelledImages, MemoryCache,
-                                           cached_splits, check_split_sizes,
-                                           require_file, source_fingerprint)
+from metalearn.tasks.datasets.base import (SPLIT_NAMES, CacheDir, LabelledImages,
+                                           MemoryCache, cache_folder, cached_splits,
+                                           check_split_sizes, require_file,
+                                           source_fingerprint)
 from metalearn.tasks.datasets.images import check_image_size
 from metalearn.tasks.datasets.folder import list_image_folder
 
@@ -114,7 +115,7 @@ def _decode_pngs(encoded, file: str, image_size: Optional[int]) -> np.ndarray:
 
 @gin.configurable
 def load_tiered_imagenet(path: str = gin.REQUIRED, image_size: Optional[int] = IMAGE_SIZE,
-                         strict: bool = True, cache_dir: Optional[str] = None,
+                         strict: bool = True, cache_dir: CacheDir = None,
                          source: str = "auto") -> Mapping[str, LabelledImages]:
     """tiered-ImageNet's three class splits, classes grouped by category.
 
@@ -126,9 +127,11 @@ def load_tiered_imagenet(path: str = gin.REQUIRED, image_size: Optional[int] = I
         ``None`` keeps them.
       strict: the class and category counts must be Ren et al.'s (351 / 97 / 160
         classes, 20 / 6 / 8 categories); ``False`` loads any split.
-      cache_dir: if given, the decoded arrays are also kept there (``.npz`` of plain
-        arrays, about 10 GB for the whole data set), so later runs skip decoding the
-        PNGs.
+      cache_dir: where the decoded arrays are also kept (``.npz`` of plain arrays,
+        never unpickled; about 10 GB for the whole data set), so that later runs skip
+        decoding: by default the per-user cache folder (``$METALEARN_CACHE_DIR``, else
+        ``~/.cache/metalearn``); ``False`` keeps none
+        (:func:`~metalearn.tasks.datasets.base.cache_folder`).
       source: ``"pickle"`` (the caches), ``"images"`` (the image folders), or
         ``"auto"``: the caches if ``train_labels.pkl`` is there, else the folders.
 
@@ -156,6 +159,7 @@ def load_tiered_imagenet(path: str = gin.REQUIRED, image_size: Optional[int] = I
     key = (os.path.abspath(path), image_size)  # the caches' key since before the folders
     if source == "images":
         key += ("images",)
+    cache_dir = cache_folder(cache_dir)
     # What the arrays are made from: a cache (in memory or on disk) of other files is
     # never served.
     names = [f"{FILE_SPLITS[s]}{end}" for s in SPLIT_NAMES for end in
