@@ -557,32 +557,34 @@ def _loss_of(learner, estimator, x, batch):
         learner.policy_log_probs(w, batch_obs(x), batch.actions, batch.mask), batch)
 
 
-def _step_scores(learner, weights, x, batch, hessians=True):
-    """``(g [n, T, P], H [n, T, P, P])``: each step's score ``grad log pi(a_t | s_t)``
-    and its Hessian in the flattened weights (autodiff of the policy's log-probabilities
-    alone: no estimator is involved); ``H`` is ``None`` unless ``hessians``."""
+def _step_scores(learner, weights, x, batch):
+    """``g [n, T, P]``: each step's score ``grad log pi(a_t | s_t)`` in the flattened
+    weights (autodiff of the policy's log-probabilities alone: no estimator is
+    involved)."""
     flat, unflat = _flattened(weights)
-    with tf.GradientTape() as outer:
-        outer.watch(flat)
-        with tf.GradientTape() as inner:
-            inner.watch(flat)
-            log_probs = learner.policy_log_probs(unflat(flat), batch_obs(x), batch.actions,
-                                                 batch.mask)
-        scores = inner.jacobian(log_probs, flat)
-    return scores.numpy(), outer.jacobian(scores, flat).numpy() if hessians else None
+    with tf.GradientTape() as tape:
+        tape.watch(flat)
+        log_probs = learner.policy_log_probs(unflat(flat), batch_obs(x), batch.actions,
+                                             batch.mask)
+    return tape.jacobian(log_probs, flat).numpy()
 
 
-def _closed_forms(scores, hessians, batch, scale=1.0):
+def _closed_forms(learner, weights, x, batch, scale=1.0, hessians=True):
     """The objective's derivatives written out from the per-step scores: ``(gradient,
     LVC's Hessian, the cross terms DiCE's Hessian adds)``, each trajectory weighted by its
     weight, times ``scale`` (``1 / T`` for ``mean_over_steps``); without ``hessians``, the
-    gradient alone."""
+    gradient alone. The per-step Hessians ``H_t`` of the log-probabilities enter LVC's
+    only as ``sum_t w_t H_t``, the Hessian of ``sum_t w_t log pi_t`` (autodiff of the
+    policy alone, one P x P matrix: the [n, T, P, P] per step took gigabytes)."""
     w = scale * batch.weights.numpy()[:, None] * batch.advantages.numpy()  # [n, T]
+    scores = _step_scores(learner, weights, x, batch)
     gradient = np.einsum("nt,ntp->p", w, scores)
-    if hessians is None:
+    if not hessians:
         return gradient
-    lvc = (np.einsum("nt,ntp,ntq->pq", w, scores, scores)
-           + np.einsum("nt,ntpq->pq", w, hessians))
+    _, weighted = _hessian_and_gradient(lambda v: tf.reduce_sum(
+        tf.constant(w) * learner.policy_log_probs(v, batch_obs(x), batch.actions,
+                                                  batch.mask)), weights)
+    lvc = np.einsum("nt,ntp,ntq->pq", w, scores, scores) + weighted
     earlier = np.cumsum(scores, axis=1) - scores  # sum over t' < t of g_t'
     cross = np.einsum("nt,ntp,ntq->pq", w, scores, earlier)
     return gradient, lvc, cross + cross.T
@@ -629,8 +631,8 @@ def test_lvc_gradient_is_dices_and_the_exact_policy_gradient():
     for masked in (False, True):  # advantages of a baseline, normalised; episodes ending
         learner, weights, x, batch = _exact_batch(LVC(**LVC_SETTINGS), masked)
         lvc = _gradient(_loss_of(learner, LVC(**LVC_SETTINGS), x, batch), weights)
-        scores, _ = _step_scores(learner, weights, x, batch, hessians=False)
-        closed = _closed_forms(scores, None, batch, 1.0 / MDP.horizon)
+        closed = _closed_forms(learner, weights, x, batch, 1.0 / MDP.horizon,
+                               hessians=False)
         assert np.linalg.norm(lvc + closed) / np.linalg.norm(closed) < 1e-12
         for other in (DiCE, NaiveSurrogate):
             gradient = _gradient(_loss_of(learner, other(**LVC_SETTINGS), x, batch), weights)
@@ -644,8 +646,7 @@ def test_lvc_hessian_is_the_per_step_closed_form_and_differences_of_its_gradient
     weights alone) central differences of its gradient give the same matrix."""
     estimator = LVC(**LVC_SETTINGS)
     learner, weights, x, batch = _exact_batch(estimator, masked=True)
-    scores, hessians = _step_scores(learner, weights, x, batch)
-    _, closed, _ = _closed_forms(scores, hessians, batch, 1.0 / MDP.horizon)
+    _, closed, _ = _closed_forms(learner, weights, x, batch, 1.0 / MDP.horizon)
     _, hessian = _hessian_and_gradient(_loss_of(learner, estimator, x, batch), weights)
     assert np.linalg.norm(hessian + closed) / np.linalg.norm(closed) < 1e-12
     log_probs = learner.policy_log_probs(weights, batch_obs(x), batch.actions, batch.mask)
@@ -668,6 +669,7 @@ def test_lvc_hessian_is_the_per_step_closed_form_and_differences_of_its_gradient
     numeric = np.stack(columns, 1)
     assert np.linalg.norm(numeric + closed) / np.linalg.norm(closed) < 1e-7
     # not the naive surrogate's: LVC keeps the products of each step's score
+    scores = _step_scores(learner, weights, x, batch)
     outer = np.einsum("nt,ntp,ntq->pq", batch.weights.numpy()[:, None]
                       * batch.advantages.numpy() / MDP.horizon, scores, scores)
     _, naive = _hessian_and_gradient(_loss_of(learner, NaiveSurrogate(**LVC_SETTINGS), x,
@@ -680,8 +682,7 @@ def test_dice_hessian_is_lvcs_plus_the_cross_terms():
     """DiCE's Hessian less LVC's, on the same batch, is exactly ``sum_t A_t sum_{t' < t}
     (g_t g_t'^T + g_t' g_t^T)``: what LVC drops, and not small here."""
     learner, weights, x, batch = _exact_batch(LVC(**LVC_SETTINGS), masked=True)
-    scores, hessians = _step_scores(learner, weights, x, batch)
-    _, closed, cross = _closed_forms(scores, hessians, batch, 1.0 / MDP.horizon)
+    _, closed, cross = _closed_forms(learner, weights, x, batch, 1.0 / MDP.horizon)
     _, lvc = _hessian_and_gradient(_loss_of(learner, LVC(**LVC_SETTINGS), x, batch), weights)
     _, dice = _hessian_and_gradient(_loss_of(learner, DiCE(**LVC_SETTINGS), x, batch),
                                     weights)
@@ -711,8 +712,7 @@ def test_the_meta_gradient_through_an_lvc_inner_step_is_its_closed_form():
         adapted = unflat(flat - ALPHA * start)
         after = _gradient(value, adapted)
         x, batch = learner.query_data(theta, task.support_x, task.support_y)
-        scores, hessians = _step_scores(learner, theta, x, batch)
-        _, curvature, _ = _closed_forms(scores, hessians, batch)
+        _, curvature, _ = _closed_forms(learner, theta, x, batch)
         expected.append(after + ALPHA * curvature @ after)
     expected = np.mean(expected, 0)
     assert np.linalg.norm(analytic - expected) / np.linalg.norm(expected) < 1e-10
