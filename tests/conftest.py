@@ -28,15 +28,6 @@ tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
     [tf.config.LogicalDeviceConfiguration()] * LOGICAL_CPUS)
 
-# Grappler (TensorFlow's graph rewriter) off in the test processes: their graphs are
-# tiny and mostly run once or twice, so rewriting them cost more than it saved (17 % of
-# the suite's CPU time, measured on tests/outer and tests/execution). The processes the
-# tests start (entry points, crash and resume, multi-worker) keep TensorFlow's default,
-# as a user's run does, and tests/training/distribute_test.py compares one of them with
-# this process's result. METALEARN_TEST_GRAPPLER=1 runs the suite with it on.
-if os.environ.get("METALEARN_TEST_GRAPPLER", "") != "1":
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-
 SHARED_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared",
                                            "data"))
 
