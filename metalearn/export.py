@@ -26,7 +26,7 @@ a task run that does not trace with the set sizes unknown) stops with an error n
 a gradient-based one (MAML) goes to LiteRT only with --select_tf_ops (Select TF ops,
 which need a LiteRT runtime with the Flex delegate) and never to ONNX: refused with an
 error naming the learner and the format before anything is traced. A non-empty version
-folder is refused before anything is restored, unless --overwrite.
+folder is refused before TensorFlow loads (in a fraction of a second), unless --overwrite.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from absl import app, flags
 import metalearn  # imports nothing heavy here: run calls metalearn.import_all()
 from metalearn.flags import (EXPORT_FORMATS, define_gin_flags, define_once,
                              resolve_gin_files)
+from metalearn.runs.files import check_version_folder  # light, as below
 from metalearn.runs.workdir import Workdir  # file names only (light)
 
 define_gin_flags()
@@ -104,17 +105,17 @@ def run(workdir: str, output: str, format: str = "saved_model",
       FileExistsError: a non-empty version folder without ``overwrite``.
       ValueError: flags that do not apply to ``format``.
     """
+    if _usage(format, support_size, query_size, select_tf_ops):
+        raise ValueError(_usage(format, support_size, query_size, select_tf_ops))
     Workdir(workdir).require_run()  # a typo must not cost a restore
+    check_version_folder(output, version, overwrite)  # nor a folder to keep
     metalearn.import_all()  # TensorFlow and every configurable (once), before gin parses
     from metalearn.runs.modules import import_modules
     from metalearn import serving
     from metalearn.serving.conversion import require_packages
     from metalearn.tasks import Episode
     from metalearn.training import restore
-    if _usage(format, support_size, query_size, select_tf_ops):
-        raise ValueError(_usage(format, support_size, query_size, select_tf_ops))
     require_packages(format)  # before the restore
-    serving.check_target(output, version, overwrite)
     import_modules(modules)
     params = [f"include '{p}'" for p in resolve_gin_files(gin_files)]
     experiment = restore(workdir, gin_params=params + list(gin_params), modules=modules,

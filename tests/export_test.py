@@ -20,7 +20,7 @@ from metalearn.export import run as export_run
 from metalearn.serving import METADATA, UnsupportedExport
 from metalearn.tasks import Episode
 from metalearn.training import build_experiment, parse_config, restore, train
-from tests.run_fixtures import saved_run
+from tests.run_fixtures import imported_packages, saved_run
 
 pytestmark = pytest.mark.xdist_group(__name__)
 
@@ -37,8 +37,11 @@ def workdir(tmp_path_factory):
     return folder
 
 
-def export(*args):
-    return subprocess.run([sys.executable, "-m", "metalearn.export", *args],
+def export(*args, importtime=False):
+    """``python -m metalearn.export`` with ``args`` (``importtime``: with ``-X
+    importtime``, its imports listed on stderr)."""
+    timing = ["-X", "importtime"] if importtime else []
+    return subprocess.run([sys.executable, *timing, "-m", "metalearn.export", *args],
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
                                    PYTHONPATH=os.pathsep.join(
@@ -89,9 +92,10 @@ def test_maml_goes_to_litert_with_select_tf_ops_at_the_sizes_given(workdir, tmp_
 def test_a_non_empty_version_folder_is_refused_unless_overwritten(workdir, tmp_path):
     (tmp_path / "m" / "1").mkdir(parents=True)
     (tmp_path / "m" / "1" / "keep.txt").write_text("an earlier model")
-    out = export(f"--workdir={workdir}", f"--output={tmp_path / 'm'}")
+    out = export(f"--workdir={workdir}", f"--output={tmp_path / 'm'}", importtime=True)
     assert out.returncode == 1
     assert "m/1 exists and is not empty" in out.stderr, out.stderr[-2000:]
+    assert "tensorflow" not in imported_packages(out.stderr)  # refused before it loads
     assert (tmp_path / "m" / "1" / "keep.txt").exists()
     out = export(f"--workdir={workdir}", f"--output={tmp_path / 'm'}", "--overwrite")
     assert out.returncode == 0, out.stderr[-3000:]

@@ -137,6 +137,28 @@ def check_writable(path: str) -> str:
     return path
 
 
+def check_version_folder(directory: str, version: int = 1, overwrite: bool = False
+                         ) -> str:
+    """The version folder ``directory/<version>`` (TensorFlow Serving's layout) that an
+    export writes, checked before any work: ``version`` a positive integer, and the
+    folder absent or empty unless ``overwrite``. Needs no TensorFlow.
+
+    Raises:
+      ValueError: ``version`` below 1 (or not a whole number).
+      FileExistsError: a non-empty version folder, or a file there (naming it).
+    """
+    if isinstance(version, bool) or int(version) != version or version < 1:
+        raise ValueError(f"version must be a positive integer (TensorFlow Serving's "
+                         f"folder name), got {version!r}")
+    path = os.path.join(directory, str(int(version)))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise FileExistsError(f"{path} is a file, not a version folder")
+    if os.path.isdir(path) and os.listdir(path) and not overwrite:
+        raise FileExistsError(f"{path} exists and is not empty: give another version, or "
+                              "overwrite=True (--overwrite) to replace it")
+    return path
+
+
 def read_json(path: str, what: str = "JSON") -> Any:
     """The JSON value in ``path``; a file that is not JSON (truncated, binary, hand
     edited) raises ``ValueError`` naming it and saying what it should hold (``what``)."""

@@ -50,6 +50,7 @@ from metalearn import atomic
 from metalearn.flags import EXPORT_FORMATS
 from metalearn.learners import Learner
 from metalearn.learners.task import Adapted
+from metalearn.runs.files import check_version_folder
 from metalearn.tasks.episode import Episode
 
 FORMATS = EXPORT_FORMATS
@@ -114,22 +115,14 @@ def check_exportable(learner: Learner, format: str = "saved_model") -> None:
 def check_target(directory: str, version: int = 1, overwrite: bool = False) -> str:
     """The version folder ``directory/<version>`` an export writes, checked before any
     work: ``version`` a positive integer, and the folder absent or empty unless
-    ``overwrite``.
+    ``overwrite`` (:func:`metalearn.runs.files.check_version_folder`, which needs no
+    TensorFlow: ``python -m metalearn.export`` asks it before TensorFlow loads).
 
     Raises:
       ValueError: ``version`` below 1.
       FileExistsError: a non-empty version folder, or a file there (naming it).
     """
-    if int(version) != version or version < 1:
-        raise ValueError(f"version must be a positive integer (TensorFlow Serving's "
-                         f"folder name), got {version!r}")
-    path = os.path.join(directory, str(int(version)))
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise FileExistsError(f"{path} is a file, not a version folder")
-    if os.path.isdir(path) and os.listdir(path) and not overwrite:
-        raise FileExistsError(f"{path} exists and is not empty: give another version, or "
-                              "overwrite=True (--overwrite) to replace it")
-    return path
+    return check_version_folder(directory, version, overwrite)
 
 
 def _one_episode(example: Episode) -> Episode:
