@@ -98,7 +98,8 @@ def test_multi_worker_job_killed_and_restarted_resumes(tmp_path):
     # a second 2-worker job: each replica draws the episodes of the worker of its index
     # (distribute.episode_stream: the union over replicas is a function of the seed
     # alone) and the outer steps are the same (the tests above), so the job resumed must
-    # end where an uninterrupted 2-replica run does (bit for bit, as it happens).
+    # end where an uninterrupted 2-replica run does (an uninterrupted 2-worker job ended
+    # bit-identical to it when compared).
     strategy = _mirrored(2)
     parse_config([SINUSOID], _train_params(steps))
     train(build_experiment(strategy), whole, strategy)
