@@ -80,19 +80,29 @@ def test_multi_worker_equals_single_device(tmp_path):
     _assert_close(arrays[len(gradients):], weights)
 
 
+def _train_params(steps):
+    return [f"Loop.num_steps={steps}", "Loop.checkpoint_every=20", "Loop.log_every=20",
+            "Experiment.meta_batch_size=4", "mlp.hidden=(8,)"]
+
+
 def _train_args(workdir, steps):
     return ["-m", "metalearn.train", "--strategy=multi_worker", f"--gin_file={SINUSOID}",
-            f"--workdir={workdir}", f"--gin_param=Loop.num_steps={steps}",
-            "--gin_param=Loop.checkpoint_every=20",
-            "--gin_param=Loop.log_every=20",
-            "--gin_param=Experiment.meta_batch_size=4", "--gin_param=mlp.hidden=(8,)"]
+            f"--workdir={workdir}", *[f"--gin_param={p}" for p in _train_params(steps)]]
 
 
 def test_multi_worker_job_killed_and_restarted_resumes(tmp_path):
-    from metalearn.training import restore
+    from metalearn.training import build_experiment, parse_config, restore, train
     steps = 120
     whole, broken = str(tmp_path / "whole"), str(tmp_path / "broken")
-    distributed_case.wait_for(distributed_case.launch_workers(_train_args(whole, steps)))
+    # The uninterrupted run, here on 2 replicas mirrored in this process rather than by
+    # a second 2-worker job: each replica draws the episodes of the worker of its index
+    # (distribute.episode_stream: the union over replicas is a function of the seed
+    # alone) and the outer steps are the same (the tests above), so the job resumed must
+    # end where an uninterrupted 2-replica run does (an uninterrupted 2-worker job ended
+    # bit-identical to it when compared).
+    strategy = _mirrored(2)
+    parse_config([SINUSOID], _train_params(steps))
+    train(build_experiment(strategy), whole, strategy)
 
     processes = distributed_case.launch_workers(_train_args(broken, steps))
     deadline = time.time() + 240

@@ -33,7 +33,8 @@ def _final_weights(workdir):
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     """One uninterrupted run of SMALL: the run the next test inspects (it only reads it),
-    and the reference that the resumed run and a second run of the config must equal."""
+    the reference that the resumed run and a second run of the config must equal, and
+    the run the command-line evaluation evaluates (it adds only its eval_5shot files)."""
     workdir = str(tmp_path_factory.mktemp("small") / "run")
     parse_config([SINUSOID], SMALL)
     metrics = train(build_experiment(), workdir)
@@ -82,13 +83,13 @@ def test_restore_rejects_a_non_run_directory(tmp_path):
         restore(str(tmp_path))
 
 
-def test_command_line_train_and_evaluate(tmp_path):
-    workdir = str(tmp_path / "cli")
+def test_command_line_evaluate(small_run):
+    # metalearn.evaluate on a SMALL run. The command line's training, metalearn.train's
+    # main, runs in tests/training/resume_test.py (tests/crash_driver.py runs that main
+    # as `python -m metalearn.train` does, on sinusoid runs killed and resumed) and in
+    # distribute_test.py (`python -m metalearn.train` itself, multi-worker).
+    workdir = small_run[0]
     env = dict(os.environ, PYTHONPATH=ROOT)
-    params = [f"--gin_param={p}" for p in SMALL]
-    subprocess.run([sys.executable, "-m", "metalearn.train", f"--gin_file={SINUSOID}",
-                    f"--workdir={workdir}", *params], check=True, env=env, cwd=ROOT,
-                   capture_output=True)
     evaluated = subprocess.run(
         [sys.executable, "-m", "metalearn.evaluate", f"--workdir={workdir}",
          "--gin_param=Sinusoid.shots=5", "--output=eval_5shot.json"],
