@@ -5,8 +5,10 @@ import functools
 import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import gin
 import numpy as np
@@ -61,17 +63,30 @@ def test_doc_code_runs(path):
 FRONT_DOOR = ["README.md", os.path.join("docs", "getting_started.md")]
 
 
+@functools.lru_cache(maxsize=None)  # the pages share their code: one run per script
+def run_pasted(code):
+    """``code`` as a script in a fresh Python process, from a new folder outside the
+    checkout: the finished process (its return code and output)."""
+    folder = tempfile.mkdtemp(prefix="pasted-")
+    try:
+        script = os.path.join(folder, "pasted.py")
+        with open(script, "w") as f:
+            f.write(code)
+        return subprocess.run([sys.executable, script], cwd=folder,
+                              env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                              text=True, timeout=600)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.mark.parametrize("page", FRONT_DOOR)
-def test_front_door_code_runs_as_pasted(page, tmp_path):
+def test_front_door_code_runs_as_pasted(page):
     """The page's own Python blocks, as they are, one after the other in a fresh Python
-    process (what a newcomer pasting them gets), from a folder outside the checkout."""
+    process (what a newcomer pasting them gets), from a folder outside the checkout
+    (pages whose blocks are the same text share one run)."""
     blocks = python_blocks(os.path.join(ROOT, page))
     assert blocks, page
-    script = tmp_path / "pasted.py"
-    script.write_text("\n".join(blocks))
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path,
-                            env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                            text=True, timeout=600)
+    result = run_pasted("\n".join(blocks))
     assert result.returncode == 0, f"{page}'s code failed:\n{result.stderr[-4000:]}"
     assert "(10, 1) 6" in result.stdout  # the output the page shows in a comment
 

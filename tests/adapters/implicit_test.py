@@ -77,9 +77,11 @@ def test_meta_gradient_on_a_nonlinear_net_equals_finite_differences():
     keras.utils.set_random_seed(3)
     model = models.mlp((2,), hidden=(4,), outputs=1, activation="tanh", dtype="float64")
     # (100 steps reach the regularised optimum here: short of it, the implicit gradient
-    # would miss the differences of the meta-loss the steps compute)
+    # would miss the differences of the meta-loss the steps compute; 30 steps miss them
+    # by 8e-4. Conjugate gradient on the 17 unknowns converges within its 20 steps; 5
+    # stop 9e-3 short. Each of its steps is traced: 40 would cost twice the time.)
     adapter = ImplicitGradientDescent(steps=100, learning_rate=0.3, regularization=1.0,
-                                      cg_steps=40)
+                                      cg_steps=20)
     learner = metalearn.Learner(model, adapter, loss=mse)
     episodes = regression_episodes(tasks=2, shots=5)
 

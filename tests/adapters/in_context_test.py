@@ -371,12 +371,15 @@ def test_over_a_batch_norm_conv_net_with_padded_episodes():
 def test_learns_few_way_tasks_in_a_few_seconds():
     learner = icl_learner(width=16)
     held_out = synthetic_classification(999, tasks=50)
-    before = learner.meta_metrics(held_out)["accuracy"].numpy().mean()
+    # compiled once (it reads the variables as they are at each call): eagerly, the 50
+    # tasks cost more than the training
+    accuracy = tf.function(lambda episodes: learner.meta_metrics(episodes)["accuracy"])
+    before = accuracy(held_out).numpy().mean()
     step = metalearn.training.make_meta_step(
         learner, metalearn.MetaGradient(keras.optimizers.Adam(0.01)))
-    for seed in range(120):
+    for seed in range(90):  # held-out accuracy 0.84 after 70 steps, 0.88 after 90
         step(synthetic_classification(10 + seed, tasks=8))
-    after = learner.meta_metrics(held_out)["accuracy"].numpy().mean()
+    after = accuracy(held_out).numpy().mean()
     assert before < 0.5 and after > 0.8, (before, after)
 
 
