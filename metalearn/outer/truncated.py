@@ -129,9 +129,10 @@ class CarriedTrajectory(OptimizerRule):
 
     def _ensure_carried(self, learner: Learner, episodes: Any) -> None:
         """Creates the carried variables (once, at the first trace, outside the traced
-        function, not lifted: the step is traced once) with the shapes of this batch: the episodes, and per trajectory and
-        task the adapted weights and the update's state. A checkpoint read before they
-        exist is restored into them as they are created."""
+        function, not lifted: the step is traced once) with the shapes of this batch:
+        the episodes, and per trajectory and task the adapted weights and the update's
+        state. A checkpoint read before they exist is restored into them as they are
+        created."""
         if self._layout is not None:
             return
         one = tf.nest.map_structure(lambda t: t[0], episodes)
