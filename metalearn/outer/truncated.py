@@ -129,9 +129,10 @@ class CarriedTrajectory(OptimizerRule):
 
     def _ensure_carried(self, learner: Learner, episodes: Any) -> None:
         """Creates the carried variables (once, at the first trace, outside the traced
-        function) with the shapes of this batch: the episodes, and per trajectory and
-        task the adapted weights and the update's state. A checkpoint read before they
-        exist is restored into them as they are created."""
+        function, not lifted: the step is traced once) with the shapes of this batch:
+        the episodes, and per trajectory and task the adapted weights and the update's
+        state. A checkpoint read before they exist is restored into them as they are
+        created."""
         if self._layout is not None:
             return
         one = tf.nest.map_structure(lambda t: t[0], episodes)
@@ -159,7 +160,10 @@ class CarriedTrajectory(OptimizerRule):
                     shape[axis] *= self.replicas  # shape does not depend on replicas
                 self.carried.append(tf.Variable(  # appended: a restore waiting on the
                     tf.zeros(shape, s.dtype), trainable=False,  # list's entries fills
-                    name=f"carried_{i}", aggregation=FIRST_REPLICA))  # each as made
+                    name=f"carried_{i}", aggregation=FIRST_REPLICA,  # each as made
+                    # made eagerly here: not lifted out of the trace, which would have
+                    # the enclosing tf.function trace the step a second time
+                    experimental_enable_variable_lifting=False))
 
     def read_carried(self) -> Tuple[Any, Dict[str, tf.Tensor], Any, List[tf.Tensor]]:
         """``(episodes, weights, state, extra)`` as carried (tensors; this replica's

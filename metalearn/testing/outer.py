@@ -175,6 +175,7 @@ class OuterRuleContract(abc.ABC):
     """The classes this case exercises."""
     formulations: Sequence[str] = FORMULATIONS
     tolerance: float = 1e-10
+    _expected: Dict[type, Dict[str, np.ndarray]] = {}  # expected_step's, by test class
 
     @abc.abstractmethod
     def make_rule(self) -> metalearn.outer.OuterRule:
@@ -185,7 +186,8 @@ class OuterRuleContract(abc.ABC):
                        ) -> Dict[str, np.ndarray]:
         """The meta-variables after one step of the rule on ``episodes``, by path,
         computed without the library's formulations (one task at a time, eagerly;
-        :func:`task_meta_gradient`, :func:`task_adapted`)."""
+        :func:`task_meta_gradient`, :func:`task_adapted`). Called once per test class
+        (:meth:`expected_step`)."""
 
     def make_learner(self) -> metalearn.Learner:
         keras.utils.set_random_seed(5)
@@ -242,18 +244,30 @@ class OuterRuleContract(abc.ABC):
                 names.remove(chosen)
         return names
 
+    def expected_step(self) -> Dict[str, np.ndarray]:
+        """:meth:`reference_step` on a fresh :meth:`make_learner` and
+        :meth:`make_episodes`, computed once per test class (both are fixed, so every
+        case of the contract compares with the same values), after checking that it
+        moves some meta-variable."""
+        cache = OuterRuleContract._expected
+        if type(self) not in cache:
+            expected = self.reference_step(self.make_learner(), self.make_episodes())
+            start = values(self.make_learner())
+            assert any(not np.allclose(start[p], expected[p]) for p in start), \
+                "the reference step moves nothing"
+            cache[type(self)] = expected
+        return cache[type(self)]
+
     def _check(self, jit_compile: bool, strategy=None,
                formulations: Optional[Sequence[str]] = None) -> None:
-        expected = self.reference_step(self.make_learner(), self.make_episodes())
-        start = values(self.make_learner())
-        assert any(not np.allclose(start[p], expected[p]) for p in start), \
-            "the reference step moves nothing"
+        expected = self.expected_step()
+        name = type(self.make_rule()).__name__
         for formulation in formulations or self.formulations:
             found = self.after_step(formulation, jit_compile, strategy)
             for path, value in expected.items():
                 np.testing.assert_allclose(
                     found[path], value, rtol=self.tolerance, atol=self.tolerance,
-                    err_msg=f"{type(self.make_rule()).__name__} under {formulation} "
+                    err_msg=f"{name} under {formulation} "
                             f"(jit_compile={jit_compile}, strategy={strategy}): {path}")
 
     # --- the contract -------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""Outer rules as pieces: every rule under every formulation, one device and a strategy,
-XLA or not, equal to its per-task reference in float64 (the shipped contract); guards as
-wrappers; a research subclass gets its parent's gin bindings; moved keywords name their
-new spelling."""
+"""Outer rules as pieces: every rule under every formulation (one that runs another's
+graph op for op, once), one device and a strategy, XLA or not, equal to its per-task
+reference in float64 (the shipped contract); guards as wrappers; a research subclass
+gets its parent's gin bindings; moved keywords name their new spelling."""
 
 import functools
 import os
@@ -96,10 +96,17 @@ class TestEvolutionStrategies(OuterRuleContract):
         return {v.path: v.numpy() - LR * g for v, g in zip(learner.meta_variables, estimate)}
 
 
+# A carrying rule runs its segment through the formulation's per_task alone, which
+# Batched runs as MapFn does: under "batched" its step is map_fn's op for op
+# (test_batched_runs_a_carrying_rules_step_as_map_fn_does), so its cases leave it out.
+CARRYING_FORMULATIONS = tuple(f for f in OuterRuleContract.formulations if f != "batched")
+
+
 class TestTruncatedUnroll(OuterRuleContract):
     """The carried-trajectory rule's first segment (horizon 2 inner steps, truncation
     1): the meta-gradient of each task's query loss after one inner step, by hand."""
     covers = (TruncatedUnroll,)
+    formulations = CARRYING_FORMULATIONS
 
     def make_rule(self):
         return TruncatedUnroll(keras.optimizers.SGD(LR), horizon=2, truncation=1)
@@ -118,6 +125,7 @@ class TestPersistentES(OuterRuleContract):
     """PES's first segment (horizon 2, truncation 1): ``xi = eps``, so ES's estimate
     on a loop of one inner step, computed by hand."""
     covers = (PersistentES,)
+    formulations = CARRYING_FORMULATIONS
 
     def make_rule(self):
         return PersistentES(keras.optimizers.SGD(LR), horizon=2, truncation=1,
@@ -127,6 +135,37 @@ class TestPersistentES(OuterRuleContract):
         estimate = evolution_estimate(learner, episodes, population=2, sigma=0.1, seed=3,
                                       inner_steps=1)
         return {v.path: v.numpy() - LR * g for v, g in zip(learner.meta_variables, estimate)}
+
+
+@pytest.mark.parametrize("case", [TestTruncatedUnroll, TestPersistentES])
+def test_batched_runs_a_carrying_rules_step_as_map_fn_does(case, monkeypatch):
+    """Why the carrying rules' cases leave "batched" out: traced under Batched, their
+    step asks the formulation only to check the learner, resolve itself and run
+    per_task, and each per_task is MapFn's with the options "map_fn" names (Batched's
+    per_task hands over to it): the calls the step makes under "map_fn", so the same
+    graph, op for op."""
+    asked, handed = [], []
+
+    class Asked(execution.Batched):
+        def __getattribute__(self, name):
+            if not name.startswith("__"):
+                asked.append(name)
+            return super().__getattribute__(name)
+
+    map_fn_per_task = execution.MapFn.per_task
+
+    def per_task(formulation, *args, **kwargs):
+        handed.append(repr(formulation))
+        return map_fn_per_task(formulation, *args, **kwargs)
+
+    monkeypatch.setattr(execution.MapFn, "per_task", per_task)
+    contract = case()
+    step = metalearn.training.make_meta_step(contract.make_learner(), contract.make_rule(),
+                                             Asked(), skip_non_finite=True)
+    step.get_concrete_function(contract.make_episodes())
+    assert set(asked) == {"check", "resolve", "per_task"}, asked
+    assert handed == [repr(execution.formulation("map_fn"))] * asked.count("per_task")
+    assert handed
 
 
 @functools.lru_cache(maxsize=None)  # once per process: the class registers with gin once

@@ -6,6 +6,7 @@ objective within a stated standard-error tolerance (fixed seeds) where truncated
 is not; a run stopped mid-horizon and resumed through metalearn.train ends
 bit-identical; bad input named."""
 
+import functools
 import os
 
 import gin
@@ -33,21 +34,33 @@ def learner(adapter, hidden=(4,)):
     return metalearn.Learner(model, adapter, loss=mse)
 
 
+def two_steps(model, rule, formulation):
+    """``model``'s meta-variables after two outer steps of ``rule`` (on the episodes of
+    seeds 0 and 1: 3 tasks, 4 shots), traced once (a carrying rule's variables, made
+    at the first trace, do not have the step traced again)."""
+    step = make_meta_step(model, rule, formulation)
+    for seed in (0, 1):
+        step(regression_episodes(tasks=3, shots=4, seed=seed))
+    assert step.experimental_get_tracing_count() == 1
+    return values(model)
+
+
+@functools.lru_cache(maxsize=None)
+def meta_gradient_steps(formulation):
+    """:func:`two_steps` of MetaGradient (SGD 0.3) on the plain learner (GradientDescent
+    3 steps of 0.2), run once per formulation: the reference of the tests below."""
+    return two_steps(learner(GradientDescent(3, 0.2)),
+                     MetaGradient(keras.optimizers.SGD(0.3)), formulation)
+
+
 @pytest.mark.parametrize("formulation", ["map_fn", "batched"])
 def test_truncation_covering_the_horizon_is_the_meta_gradient(formulation):
     """Two outer steps (each a whole horizon: the trajectory restarts) of TruncatedUnroll
     with truncation = horizon = the adapter's 3 steps, against MetaGradient: the
     meta-variables agree to 1e-10 in float64."""
-    episodes = [regression_episodes(tasks=3, shots=4, seed=s) for s in (0, 1)]
-    found = {}
-    for name, rule in (("truncated", TruncatedUnroll(keras.optimizers.SGD(0.3), horizon=3,
-                                                     truncation=3)),
-                       ("gradient", MetaGradient(keras.optimizers.SGD(0.3)))):
-        model = learner(GradientDescent(3, 0.2))
-        step = make_meta_step(model, rule, formulation)
-        for batch in episodes:
-            step(batch)
-        found[name] = values(model)
+    found = {"truncated": two_steps(learner(GradientDescent(3, 0.2)), TruncatedUnroll(
+        keras.optimizers.SGD(0.3), horizon=3, truncation=3), formulation),
+             "gradient": meta_gradient_steps(formulation)}
     start = values(learner(GradientDescent(3, 0.2)))
     for path, value in found["gradient"].items():
         assert not np.allclose(value, start[path])
@@ -73,22 +86,12 @@ def test_an_objective_changing_learner_covering_the_horizon_is_the_meta_gradient
     """0.3: the segment measured the last step's query loss, not the learner's
     objective (MAML++'s update 3.8e-2 away from MetaGradient's on SGD(0.3)). The segment
     is the learner's own task run, so with K = T the two agree to 1e-10 in float64."""
-    episodes = [regression_episodes(tasks=3, shots=4, seed=s) for s in (0, 1)]
-    found = {}
-    for name, rule in (("truncated", TruncatedUnroll(keras.optimizers.SGD(0.3), horizon=3,
-                                                     truncation=3)),
-                       ("gradient", MetaGradient(keras.optimizers.SGD(0.3)))):
-        model = objective_learner(kind)
-        step = make_meta_step(model, rule, formulation)
-        for batch in episodes:
-            step(batch)
-        found[name] = values(model)
-    plain = learner(GradientDescent(3, 0.2))
-    step = make_meta_step(plain, MetaGradient(keras.optimizers.SGD(0.3)), formulation)
-    for batch in episodes:
-        step(batch)
+    found = {name: two_steps(objective_learner(kind), rule, formulation) for name, rule in (
+        ("truncated", TruncatedUnroll(keras.optimizers.SGD(0.3), horizon=3, truncation=3)),
+        ("gradient", MetaGradient(keras.optimizers.SGD(0.3))))}
+    plain = meta_gradient_steps(formulation)
     for path, value in found["gradient"].items():
-        assert not np.allclose(value, values(plain)[path])  # the objective matters
+        assert not np.allclose(value, plain[path])  # the objective matters
         np.testing.assert_allclose(found["truncated"][path], value, rtol=1e-10, atol=1e-10)
 
 
@@ -176,6 +179,7 @@ def test_two_replicas_each_carry_their_own_tasks(kind, jit_compile):
             if replicas > 1:
                 batch = distribute.split_episodes(strategy, batch)
             losses.append(float(step(batch)["loss"].numpy()))
+        assert step.experimental_get_tracing_count() == 1  # the carried state made once
         found[replicas] = (losses, values(model), outer)
     np.testing.assert_allclose(found[2][0], found[1][0], rtol=1e-12)
     for path, value in found[1][1].items():

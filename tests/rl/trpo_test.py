@@ -10,6 +10,8 @@ Python); collected trajectories replay the on-policy meta-gradient (DiCE's and L
 few TRPO steps raise the exact post-adaptation return.
 """
 
+import functools
+
 import keras
 import numpy as np
 import pytest
@@ -233,6 +235,17 @@ def _rule():
     return TRPO(max_kl=0.01, cg_iters=40, cg_damping=1e-2, residual_tol=1e-30)
 
 
+@functools.lru_cache(maxsize=None)
+def _default_reference():
+    """:func:`_reference_step` of ``_rule()`` on ``_learner(hidden=(3,))`` and
+    ``_episodes()``, computed once: the eager test and TestTRPOContract (whose
+    make_rule, make_learner and make_episodes these are) compare with it."""
+    learner = _learner(hidden=(3,))
+    rule = _rule()
+    rule.build(learner)
+    return _reference_step(learner, _episodes(), rule)
+
+
 def test_a_trpo_step_equals_the_reference_eagerly():
     """Eagerly, through the rule's directions (compiled, under every formulation, one
     device and two replicas: TestTRPOContract below, against the same reference)."""
@@ -240,7 +253,7 @@ def test_a_trpo_step_equals_the_reference_eagerly():
     episodes = _episodes()
     rule = _rule()
     rule.build(learner)
-    expected, kl = _reference_step(learner, episodes, rule)
+    expected, kl = _default_reference()
     assert np.abs(expected).max() > 1e-3 and 0 < kl <= rule.max_kl
     directions, metrics = rule.directions(learner, episodes, UNROLLED)
     assert relative_error(_flat([d.numpy() for d in directions]), expected) < 1e-8
@@ -592,9 +605,7 @@ class TestTRPOContract(OuterRuleContract):
                                                   jit_compile=True)
 
     def reference_step(self, learner, episodes):
-        rule = self.make_rule()
-        rule.build(learner)
-        directions, _ = _reference_step(learner, episodes, rule)
+        directions, _ = _default_reference()  # on this make_learner() and make_episodes()
         return _values_by_path(
             learner, _flat([v.numpy() for v in learner.meta_variables]) - directions)
 
