@@ -185,8 +185,12 @@ class LearnerContract(abc.ABC):
     def chance_metrics(self, learner: metalearn.Learner, episodes: Episode
                        ) -> Dict[str, tf.Tensor]:
         """Metrics of the untrained learner when it has not seen the task's support set
-        (no inner steps), which must be at chance."""
-        return learner.meta_metrics(episodes, steps=0, formulation=self.make_formulation())
+        (no inner steps), which must be at chance: compiled (one trace of the
+        formulation's per-task function instead of one eager run per task; the
+        learner runs under ``tf.function`` by :meth:`test_works_under_tf_function`)."""
+        formulation = self.make_formulation()
+        return tf.function(lambda e: learner.meta_metrics(e, steps=0, formulation=formulation)
+                           )(episodes)
 
     # --- the contract -------------------------------------------------------------
 
