@@ -56,8 +56,17 @@ def apply_gradients(optimizer: Any, gradients: Sequence[tf.Tensor],
     tasks): the update uses their mean over the replicas. Keras sums gradients over
     replicas when it applies them, so it is handed ``1 / replicas`` of each."""
     replicas = count()
-    gradients = [g / replicas for g in gradients] if replicas > 1 else list(gradients)
-    optimizer.apply_gradients(zip(gradients, variables))
+    if replicas > 1 or tf.distribute.has_strategy():
+        gradients = [g / replicas for g in gradients] if replicas > 1 else list(gradients)
+        optimizer.apply_gradients(zip(gradients, variables))
+        return
+    # One device, no strategy: applied in the default strategy's cross-replica context,
+    # where Keras' TensorFlow optimizer skips its all-reduce of the gradients (a sum over
+    # the one replica). That all-reduce is a graph-mode tf.custom_gradient, which
+    # TensorFlow registers in its global gradient registry for good: it kept every traced
+    # step (its graphs and the functions they call) alive for the life of the process.
+    tf.distribute.get_replica_context().merge_call(
+        lambda _: optimizer.apply_gradients(zip(list(gradients), variables)))
 
 
 def run_if(condition: tf.Tensor, fn: Callable[[List[tf.Tensor]], Any],
