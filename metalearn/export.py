@@ -105,8 +105,9 @@ def run(workdir: str, output: str, format: str = "saved_model",
       FileExistsError: a non-empty version folder without ``overwrite``.
       ValueError: flags that do not apply to ``format``.
     """
-    if _usage(format, support_size, query_size, select_tf_ops):
-        raise ValueError(_usage(format, support_size, query_size, select_tf_ops))
+    usage = _usage(format, support_size, query_size, select_tf_ops)
+    if usage:
+        raise ValueError(usage)
     Workdir(workdir).require_run()  # a typo must not cost a restore
     check_version_folder(output, version, overwrite)  # nor a folder to keep
     metalearn.import_all()  # TensorFlow and every configurable (once), before gin parses
