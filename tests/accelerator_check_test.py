@@ -4,11 +4,11 @@ precisions and, with several GPUs, all of them."""
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 import tensorflow as tf
+from tests import forked
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -18,8 +18,8 @@ def _configs(gpus):
     flags (--output) that would clash with metalearn.evaluate's in the test process."""
     code = ("import json; from benchmarks import accelerator_check as a; "
             f"print(json.dumps(a.benchmark_configs(gpus={gpus})))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
+    out = forked.run([sys.executable, "-c", code], capture_output=True, text=True,
+                     cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -36,9 +36,9 @@ def test_configurations_cover_formulations_precisions_and_replicas():
                     "check would run for minutes")
 def test_without_a_gpu_the_check_is_skipped_and_says_so(tmp_path):
     output = tmp_path / "check.json"
-    out = subprocess.run([sys.executable, "-m", "benchmarks.accelerator_check",
-                          f"--check_output={output}"], capture_output=True, text=True,
-                         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
+    out = forked.run([sys.executable, "-m", "benchmarks.accelerator_check",
+                     f"--check_output={output}"], capture_output=True, text=True,
+                     cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
     assert "skipped: no GPU" in out.stdout
     report = json.loads(output.read_text())
     assert report["gpus"] == 0

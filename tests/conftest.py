@@ -47,6 +47,8 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    from tests import forked
+    forked.close_servers()
     shutil.rmtree(_SESSION_DATA_CACHE, ignore_errors=True)
 
 

@@ -19,6 +19,7 @@ from metalearn.outer import ClipDirections
 from metalearn.tasks import Episode
 from metalearn.training import distribute
 from metalearn.training import step as step_builder
+from tests import forked
 
 META_BATCH = 4
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,9 +45,9 @@ def launch_workers(args: Sequence[str], workers: int = 2) -> List[subprocess.Pop
         env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2",
                    TF_CONFIG=json.dumps({"cluster": cluster,
                                          "task": {"type": "worker", "index": index}}))
-        processes.append(subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
+        processes.append(forked.Popen([sys.executable, *args], cwd=ROOT, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      start_new_session=True))
     return processes
 
 

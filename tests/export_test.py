@@ -6,7 +6,6 @@ version folder refused with their names."""
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -21,6 +20,7 @@ from metalearn.serving import METADATA, UnsupportedExport
 from metalearn.tasks import Episode
 from metalearn.training import build_experiment, parse_config, restore, train
 from tests.run_fixtures import imported_packages, saved_run
+from tests import forked
 
 pytestmark = pytest.mark.xdist_group(__name__)
 
@@ -41,11 +41,11 @@ def export(*args, importtime=False):
     """``python -m metalearn.export`` with ``args`` (``importtime``: with ``-X
     importtime``, its imports listed on stderr)."""
     timing = ["-X", "importtime"] if importtime else []
-    return subprocess.run([sys.executable, *timing, "-m", "metalearn.export", *args],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-                                   PYTHONPATH=os.pathsep.join(
-                                       [ROOT, os.environ.get("PYTHONPATH", "")])))
+    return forked.run([sys.executable, *timing, "-m", "metalearn.export", *args],
+                      capture_output=True, text=True, timeout=300, cwd=ROOT,
+                      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+                      PYTHONPATH=os.pathsep.join(
+                      [ROOT, os.environ.get("PYTHONPATH", "")])))
 
 
 def test_a_trained_run_exports_its_task_run(workdir, tmp_path):

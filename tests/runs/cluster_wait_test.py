@@ -15,6 +15,7 @@ import pytest
 
 from tests import distributed_case
 from metalearn.repository import ROOT
+from tests import forked
 
 
 
@@ -94,7 +95,7 @@ def test_train_logs_the_wait_and_exits_on_sigterm(tmp_path):
     config = _config()
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2",
                TF_CONFIG=json.dumps(config))
-    process = subprocess.Popen(
+    process = forked.Popen(
         [sys.executable, "-m", "metalearn.train", "--strategy=multi_worker",
          "--gin_file=sinusoid/maml.gin", f"--workdir={tmp_path / 'run'}"],
         cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)

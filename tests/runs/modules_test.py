@@ -17,6 +17,7 @@ from metalearn.studies import sweeps
 from metalearn.training import parse_config, restore
 from metalearn.repository import ROOT
 from tests.run_fixtures import imported_packages, saved_run
+from tests import forked
 
 
 TINY = ["Loop.num_steps = 2", "Loop.log_every = 1", "Loop.checkpoint_every = 2",
@@ -46,7 +47,7 @@ def test_train_with_a_module_that_exits_on_import_fails_naming_it(tmp_path):
     command = [sys.executable, "-m", "metalearn.train", "--module=quitter.py",
                "--gin_file=sinusoid/maml.gin", f"--workdir={tmp_path / 'run'}",
                *[f"--gin_param={p}" for p in TINY]]
-    out = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True)
+    out = forked.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True)
     assert out.returncode != 0, out.stderr[-2000:]
     assert "ModuleImportError" in out.stderr and str(tmp_path / "quitter.py") in out.stderr, \
         out.stderr[-2000:]
@@ -139,7 +140,7 @@ def test_a_sweep_run_s_record_imports_nothing_unless_given(tmp_path):
     with pytest.raises(modules.UntrustedModulesError) as info:
         sweeps.train_and_evaluate(str(workdir))
     _assert_refused(str(info.value), payload)
-    out = subprocess.run([sys.executable, "-m", "metalearn.sweep", f"--execute={workdir}"],
-                         cwd=ROOT, env=_env(), capture_output=True, text=True)
+    out = forked.run([sys.executable, "-m", "metalearn.sweep", f"--execute={workdir}"],
+                     cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert out.returncode != 0 and "UntrustedModulesError" in out.stderr, out.stderr[-3000:]
     assert not (tmp_path / "payload_sweep.ran").exists()

@@ -5,7 +5,6 @@ tests/runs/modules_test.py); its records resolve whatever the working directory.
 
 import json
 import os
-import subprocess
 import sys
 
 import gin
@@ -19,6 +18,7 @@ from metalearn.studies import sweeps
 from metalearn.training import build_experiment, parse_config, restore
 from metalearn.repository import ROOT
 from tests.run_fixtures import imported_packages
+from tests import forked
 
 TINY = ["Loop.num_steps = 4", "Loop.log_every = 2",
         "Loop.checkpoint_every = 2", "Experiment.meta_batch_size = 2",
@@ -76,7 +76,7 @@ def test_train_entry_point_records_the_module_and_restore_imports_it(tmp_path,
                "--gin_file=sinusoid/maml.gin", f"--workdir={workdir}",
                "--gin_param=GradientDescent.learning_rate = @rule_train_rate()",
                *[f"--gin_param={p}" for p in TINY]]
-    out = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True)
+    out = forked.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     with open(workdir / Workdir.MODULES) as f:
         assert json.load(f) == [str(tmp_path / "rule_train.py")]
@@ -86,11 +86,11 @@ def test_train_entry_point_records_the_module_and_restore_imports_it(tmp_path,
     longer = [c for c in command if not c.startswith("--module")] + [
         "--gin_param=Loop.num_steps = 6", "--gin_file=experiments/sinusoid/maml.gin"]
     longer.remove("--gin_file=sinusoid/maml.gin")
-    out = subprocess.run(longer, cwd=ROOT, env=_env(), capture_output=True, text=True)
+    out = forked.run(longer, cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert out.returncode != 0 and "UntrustedModulesError" in out.stderr
     assert str(tmp_path / "rule_train.py") in out.stderr, out.stderr[-3000:]
-    out = subprocess.run(longer + ["--trust_workdir"], cwd=ROOT, env=_env(),
-                         capture_output=True, text=True)
+    out = forked.run(longer + ["--trust_workdir"], cwd=ROOT, env=_env(),
+                     capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "rule_train" not in sys.modules
     monkeypatch.chdir(ROOT)
@@ -106,7 +106,7 @@ def test_a_module_missing_from_the_train_command_is_named(tmp_path):
     command = [sys.executable, "-X", "importtime", "-m", "metalearn.train",
                "--module=nowhere_rule.py", "--gin_file=sinusoid/maml.gin",
                f"--workdir={tmp_path / 'run'}"]
-    out = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True)
+    out = forked.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True)
     assert out.returncode != 0
     assert "ModuleImportError" in out.stderr and \
         str(tmp_path / "nowhere_rule.py") in out.stderr, out.stderr[-2000:]

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from metalearn.serving import METADATA, export_saved_model, named_leaves
+from tests import forked
 from tests.serving.export_families import FAMILIES, episodes
 
 pytestmark = pytest.mark.xdist_group(__name__)
@@ -63,10 +64,10 @@ def served(tmp_path_factory):
     size and output; the fresh process's by the same keys; what it reported; each
     export's metadata."""
     folder = tmp_path_factory.mktemp("families")
-    process = subprocess.Popen([sys.executable, "-c", _SERVE, str(folder / "served.npz")],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True,
-                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    process = forked.Popen([sys.executable, "-c", _SERVE, str(folder / "served.npz")],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     cases = {"names": json.dumps(CHECKED), "count": 3}
     expected, metadata = {}, {}
     try:

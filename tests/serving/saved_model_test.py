@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import re
-import subprocess
 import sys
 
 import keras
@@ -21,6 +20,7 @@ from metalearn.serving import (METADATA, UnsupportedExport, check_exportable,
                                export_saved_model)
 from metalearn.repository import ROOT
 from metalearn.tasks import Episode
+from tests import forked
 from tests.serving.export_fixtures import image_episode, protonets_learner, sinusoid_learner
 
 pytestmark = pytest.mark.xdist_group(__name__)
@@ -65,9 +65,9 @@ def serve_in_fresh_process(path, episodes, tmp_path):
         cases.update({f"{k}_{i}": getattr(episode, k).numpy()
                       for k in ("support_x", "support_y", "query_x")})
     np.savez(tmp_path / "cases.npz", **cases)
-    out = subprocess.run([sys.executable, "-c", _SERVE, path, str(tmp_path / "cases.npz"),
-                          str(tmp_path / "served.npz")], capture_output=True, text=True,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=300)
+    out = forked.run([sys.executable, "-c", _SERVE, path, str(tmp_path / "cases.npz"),
+                     str(tmp_path / "served.npz")], capture_output=True, text=True,
+                     env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["metalearn_imported"] is False

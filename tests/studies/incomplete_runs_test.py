@@ -16,6 +16,7 @@ from metalearn.runs.workdir import Workdir
 from metalearn.studies import results
 from metalearn.repository import ROOT
 from tests.run_fixtures import sweep_run
+from tests import forked
 
 
 @pytest.fixture
@@ -61,8 +62,8 @@ def test_report_entry_point_exits_non_zero_on_an_incomplete_sweep(half_written_s
     command = [sys.executable, "-m", "metalearn.report", root, "--noplots",
                f"--output_dir={tmp_path / 'out'}"]
     env = dict(os.environ, PYTHONPATH=ROOT)
-    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    done = forked.run(command, env=env, cwd=ROOT, capture_output=True, text=True,
+                      timeout=120)
     assert done.returncode == report_module.INCOMPLETE_EXIT, done.stderr[-2000:]
     assert "INCOMPLETE: 3 run(s) not finished" in done.stderr
     for name in names[1:]:

@@ -12,6 +12,7 @@ import pytest
 from metalearn.runs.workdir import Workdir
 from metalearn.studies import sweeps
 from metalearn.repository import ROOT
+from tests import forked
 
 # Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group(__name__)
@@ -120,8 +121,8 @@ def killed_and_resumed_sweep(tmp_path_factory):
     command = [sys.executable, "-m", "metalearn.sweep", "--gin_file=sinusoid/maml.gin",
                *[f"--gin_param={p}" for p in TINY], *AXES, f"--root={root}",
                "--parallel=2", "--evaluate"]
-    process = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = forked.Popen(command, env=env, cwd=ROOT, start_new_session=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 240
     while time.time() < deadline and process.poll() is None:
         if len(_finished(root)) >= 2 and _checkpointed_unfinished(root) or \
@@ -269,7 +270,7 @@ def test_a_gin_param_on_a_swept_key_is_refused_before_any_run_starts(tmp_path, w
 
 def test_sweep_entry_point_refuses_a_gin_param_on_a_swept_key(tmp_path):
     root = tmp_path / "root"
-    result = subprocess.run(
+    result = forked.run(
         [sys.executable, "-m", "metalearn.sweep", "--gin_file=sinusoid/maml.gin",
          *[f"--gin_param={p}" for p in TINY], "--gin_param=GradientDescent.learning_rate=0.1",
          "--axis=GradientDescent.learning_rate=[0.01, 0.1]", f"--root={root}"],

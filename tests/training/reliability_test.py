@@ -31,6 +31,7 @@ from metalearn.training import (Experiment, Loop, build_experiment, evaluate, pa
 from metalearn.training.checkpoint import (DamagedCheckpointError, UnmatchedCheckpointError,
                                            find_checkpoint)
 from metalearn.repository import ROOT
+from tests import forked
 
 # Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group(__name__)
@@ -173,10 +174,10 @@ HOLD = textwrap.dedent("""
 
 def test_a_second_process_on_a_workdir_stops_naming_the_holder(tmp_path):
     workdir = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(workdir),
-                               os.path.join(ROOT, "metalearn", "runs", "lock.py")],
-                              env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
-                              text=True)
+    holder = forked.Popen([sys.executable, "-c", HOLD, str(workdir),
+                          os.path.join(ROOT, "metalearn", "runs", "lock.py")],
+                          env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+                          text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(WorkdirLockedError) as info:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from metalearn.repository import ROOT
+from tests import forked
 
 # Its tests share a module-scoped fixture: one worker runs them (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group(__name__)
@@ -52,8 +53,8 @@ def _start(workdir, crash_at=None, gin_file=SINUSOID, params=PARAMS):
     command = [sys.executable, "-m", "tests.crash_driver", f"--gin_file={gin_file}",
                f"--workdir={workdir}", "--deterministic", "--alsologtostderr",
                *[f"--gin_param={p}" for p in params]]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return forked.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True)
 
 
 def _finish(process, expected_code):

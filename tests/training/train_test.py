@@ -15,6 +15,7 @@ import tensorflow as tf
 import metalearn
 from metalearn.training import build_experiment, evaluate, parse_config, restore, train
 from metalearn.repository import ROOT
+from tests import forked
 
 SINUSOID = os.path.join(ROOT, "experiments", "sinusoid", "maml.gin")
 SMALL = ["Loop.num_steps = 20", "Loop.log_every = 5",
@@ -90,7 +91,7 @@ def test_command_line_evaluate(small_run):
     # distribute_test.py (`python -m metalearn.train` itself, multi-worker).
     workdir = small_run[0]
     env = dict(os.environ, PYTHONPATH=ROOT)
-    evaluated = subprocess.run(
+    evaluated = forked.run(
         [sys.executable, "-m", "metalearn.evaluate", f"--workdir={workdir}",
          "--gin_param=Sinusoid.shots=5", "--output=eval_5shot.json"],
         check=True, env=env, cwd=ROOT, capture_output=True, text=True)
@@ -107,7 +108,7 @@ def test_command_line_evaluate(small_run):
 
 
 def test_command_line_names_a_missing_gin_file(tmp_path):
-    result = subprocess.run(
+    result = forked.run(
         [sys.executable, "-m", "metalearn.train", "--gin_file=nope/missing.gin",
          f"--workdir={tmp_path}"], env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT,
         capture_output=True, text=True)
@@ -116,9 +117,9 @@ def test_command_line_names_a_missing_gin_file(tmp_path):
 
 def _train_cli(tmp_path, *args) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", "metalearn.train", *args],
-                          cwd=str(tmp_path), env=env, capture_output=True, text=True,
-                          timeout=300)
+    return forked.run([sys.executable, "-m", "metalearn.train", *args],
+                      cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                      timeout=300)
 
 
 def test_train_entry_point_names_the_gin_file_and_line(tmp_path):
