@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+from tests import forked
+
 HEAVY = ("tensorflow_datasets", "matplotlib", "scipy", "h5py", "PIL", "pandas", "ray",
          "sklearn", "jax", "torch")
 
@@ -25,17 +27,20 @@ print(json.dumps({"added": sorted(added),
 """ % (HEAVY,)
 
 
-def _run(script: str) -> subprocess.CompletedProcess:
-    """``script`` in a fresh Python process at the repository root."""
+def _run(script: str, fresh: bool = True) -> subprocess.CompletedProcess:
+    """``script`` in a fresh Python process at the repository root (``fresh=False``:
+    forked after TensorFlow's import, tests/forked.py, for a script that imports
+    TensorFlow before what it checks)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=env, cwd=root, check=True)
+    start = subprocess.run if fresh else forked.run
+    return start([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                 cwd=root, check=True)
 
 
 def test_importing_metalearn_train_adds_only_gin_and_metalearn():
-    out = _run(_SCRIPT)
+    out = _run(_SCRIPT, fresh=False)
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(found["added"]) <= {"gin", "metalearn"}, found
     assert "tensorflow_datasets" not in found["present"], found
@@ -109,7 +114,7 @@ print("THREADS", tf.config.threading.get_intra_op_parallelism_threads(),
 
 
 def test_experiment_threads_sizes_the_pools_before_the_runtime_starts():
-    out = _run(_THREADS)
+    out = _run(_THREADS, fresh=False)
     assert "THREADS 1 1" in out.stdout, out.stdout + out.stderr[-2000:]
 
 
