@@ -79,6 +79,7 @@ def run_pasted(code):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.xdist_group("front_door")  # on one worker, so that run_pasted runs once
 @pytest.mark.parametrize("page", FRONT_DOOR)
 def test_front_door_code_runs_as_pasted(page):
     """The page's own Python blocks, as they are, one after the other in a fresh Python
