@@ -37,7 +37,7 @@ def _sinusoid():
 
 def _conv_learner(adapter, cls=metalearn.Learner, **kwargs):
     keras.utils.set_random_seed(1)
-    model = models.conv_net((4, 4, 1), outputs=3, filters=4, blocks=2)
+    model = models.conv_net((4, 4, 1), outputs=3, filters=4, blocks=1)
     return cls(model, adapter, loss=softmax_xent, metrics={"accuracy": "accuracy"}, **kwargs)
 
 
