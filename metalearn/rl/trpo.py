@@ -166,13 +166,26 @@ class TrustRegion:
         self._data = (self.collected, self.old_outputs)
         figures = figures or trust_region_figures
         self._figures_of = lambda pair: figures(learner, *pair)
-        self._spec = signature(self._figures_of, self._data)  # traced once, used thrice
+        self._spec = signature(self._figures_of, self._data)  # traced once, for each run
+        # the figures at given values, one graph for every use in a step (the gradient
+        # and Fisher products at theta, the line search's candidates), each use
+        # differentiating through its call instead of tracing the tasks again
+        self._at = tf.function(self._figures_with, autograph=False)
 
     def figures(self) -> Metrics:
         """Each task's :func:`trust_region_figures` at the meta-variables' current
         values (or those of an enclosing ``keras.StatelessScope``)."""
         return self.formulation.per_task(self.learner, self._figures_of, self._data,
                                          self._spec)
+
+    def _figures_with(self, values: List[tf.Tensor]) -> Metrics:
+        with keras.StatelessScope(state_mapping=list(zip(self.variables, values))):
+            return self.figures()
+
+    def figures_at(self, values: Sequence[tf.Tensor]) -> Metrics:
+        """:meth:`figures` with the meta-variables at ``values`` (nothing assigned),
+        differentiable in ``values``; every call in a step runs one traced function."""
+        return self._at(list(values))
 
     @staticmethod
     def mean(values: Metrics, name: str) -> tf.Tensor:
@@ -183,26 +196,28 @@ class TrustRegion:
         """``(g, figures, L(theta))``: the surrogate's gradient by meta-variable (mean
         over replicas), the per-task figures and the surrogate, at :attr:`theta`."""
         with tf.GradientTape() as tape:
-            metrics = self.figures()
+            tape.watch(self.theta)
+            metrics = self.figures_at(self.theta)
             surrogate = self.mean(metrics, "surrogate")
-        return replicas.mean(tape.gradient(surrogate, self.variables)), metrics, surrogate
+        return replicas.mean(tape.gradient(surrogate, self.theta)), metrics, surrogate
 
     def fisher_product(self, v: Sequence[tf.Tensor], damping: float = 0.0) -> Vector:
         """``(H + damping I) v``, ``H`` the Hessian of the mean KL at the current values
         (at :attr:`theta`: the Fisher matrix of the adapted policies, through the inner
         loops), by double backpropagation."""
         with tf.GradientTape() as outer:
+            outer.watch(self.theta)
             with tf.GradientTape() as inner:
-                kl = self.mean(self.figures(), "kl")
-            grads = inner.gradient(kl, self.variables)
+                inner.watch(self.theta)
+                kl = self.mean(self.figures_at(self.theta), "kl")
+            grads = inner.gradient(kl, self.theta)
             product = _dot(grads, [tf.stop_gradient(t) for t in v])
-        products = replicas.mean(outer.gradient(product, self.variables))
+        products = replicas.mean(outer.gradient(product, self.theta))
         return [p + damping * t for p, t in zip(products, v)]
 
     def evaluate(self, values: Sequence[tf.Tensor]) -> Tuple[tf.Tensor, tf.Tensor]:
         """``(L, D)`` with the meta-variables at ``values`` (nothing assigned)."""
-        with keras.StatelessScope(state_mapping=list(zip(self.variables, values))):
-            moved = self.figures()
+        moved = self.figures_at(values)
         return self.mean(moved, "surrogate"), self.mean(moved, "kl")
 
 
