@@ -24,6 +24,7 @@ import io
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,9 +60,7 @@ class _Server:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
-        for name in os.listdir(self.folder):
-            os.unlink(os.path.join(self.folder, name))
-        os.rmdir(self.folder)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _SERVERS: Dict[Tuple, _Server] = {}
@@ -176,6 +175,7 @@ class Popen:
         """As ``subprocess.Popen.communicate``: writes ``input``, reads the piped
         streams to their end, waits; ``TimeoutExpired`` leaves the process running."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        left = lambda: None if deadline is None else max(0.0, deadline - time.monotonic())
         if not hasattr(self, "_readers"):
             self._outputs: Dict[str, list] = {}
             self._readers = []
@@ -192,10 +192,10 @@ class Popen:
                     self.stdin.write(input)
                 self.stdin.close()
         for reader in self._readers:
-            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            reader.join(left())
             if reader.is_alive():
                 raise subprocess.TimeoutExpired(self.args, timeout)
-        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self.wait(left())
         found = []
         for name in ("stdout", "stderr"):
             if name in self._outputs:
@@ -244,6 +244,11 @@ def run(args, *, capture_output=False, check=False, timeout=None, input=None,
 
 
 # --- the server (this file run as a script) ----------------------------------------
+
+def _pythonpath(env) -> List[str]:
+    """The entries ``PYTHONPATH`` puts after ``sys.path[0]``."""
+    return [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+
 
 def _serve(address: str, parent: int):
     """Forks a child per request; returns the request in the child, never in itself."""
@@ -323,10 +328,9 @@ def _start(request) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     random.seed()  # a fresh process draws its own
-    given = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     first = {"-m": request["cwd"], "-c": "",
              "script": os.path.dirname(os.path.abspath(request["what"]))}[request["kind"]]
-    sys.path[:] = [first, *given, *_BASE_PATH]
+    sys.path[:] = [first, *_pythonpath(request["env"]), *_BASE_PATH]
     sys.argv[:] = request["argv"]
     if request["kind"] == "-m":
         runpy.run_module(request["what"], run_name="__main__", alter_sys=True)
@@ -341,11 +345,8 @@ def _start(request) -> None:
 
 if __name__ == "__main__":
     # sys.path as a fresh interpreter's, less its first entry and PYTHONPATH's
-    _given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    _BASE_PATH = sys.path[1 + len(_given):]
+    _BASE_PATH = sys.path[1 + len(_pythonpath(os.environ)):]
     sys.path[:] = _BASE_PATH
     import keras  # noqa: F401  (TensorFlow with it)
     import tensorflow  # noqa: F401
-    _request = _serve(sys.argv[1], int(sys.argv[2]))
-    del _given
-    _start(_request)
+    _start(_serve(sys.argv[1], int(sys.argv[2])))

@@ -166,7 +166,7 @@ class TrustRegion:
         self._data = (self.collected, self.old_outputs)
         figures = figures or trust_region_figures
         self._figures_of = lambda pair: figures(learner, *pair)
-        self._spec = signature(self._figures_of, self._data)  # traced once, for each run
+        self._spec = signature(self._figures_of, self._data)  # traced once, for every run
         # the figures at given values, one graph for every use in a step (the gradient
         # and Fisher products at theta, the line search's candidates), each use
         # differentiating through its call instead of tracing the tasks again
