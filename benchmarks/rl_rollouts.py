@@ -20,6 +20,10 @@ over ``--rounds`` rounds (the worker counts alternate within a round) of
 ``--repeats`` collections of one task after one untimed collection; the workers'
 start-up is timed apart. The trajectories of every worker count are checked equal to
 the first's. Prints one JSON line.
+
+``--ray_workers=2,4``: also each count as Ray actors (``GymCollector(ray_address=...)``)
+on one local Ray instance started before the rounds (its own start-up not timed; the
+actors' is), under the keys ``ray:2``, ``ray:4``.
 """
 
 from __future__ import annotations
@@ -76,8 +80,9 @@ def _policies(environment, hidden: Sequence[int]) -> Dict[str, Callable]:
 
 
 def collector_rates(environment, task, hidden: Sequence[int], rollouts: int,
-                    workers: Sequence[int], rounds: int, repeats: int) -> Dict[str, dict]:
-    """Per policy and worker count: the median environment steps per second and the
+                    workers: Sequence[str], rounds: int, repeats: int) -> Dict[str, dict]:
+    """Per policy and worker count (``"2"``: processes; ``"ray:2"``: Ray actors on the
+    Ray instance this process joined): the median environment steps per second and the
     seconds the collector took to start (its simulators, its worker processes)."""
     from metalearn.rl import GymCollector
     steps = rollouts * environment.horizon * repeats
@@ -89,7 +94,9 @@ def collector_rates(environment, task, hidden: Sequence[int], rollouts: int,
         for _ in range(rounds):
             for w in workers:
                 begin = time.perf_counter()
-                collector = GymCollector(environment, rollouts=rollouts, workers=w)
+                count = int(w.split(":")[-1])
+                collector = GymCollector(environment, rollouts=rollouts, workers=count,
+                                         ray_address="auto" if w.startswith("ray:") else None)
                 starts[w].append(time.perf_counter() - begin)
                 try:
                     run = collector.collect(policy, task, [0, 1])  # untimed
@@ -115,6 +122,8 @@ def main() -> None:
     parser.add_argument("--collector", action="store_true",
                         help="the Gymnasium collector against its worker processes")
     parser.add_argument("--workers", default="1,2,4", help="worker counts, comma-separated")
+    parser.add_argument("--ray_workers", default="",
+                        help="Ray actor counts, comma-separated (a local instance)")
     parser.add_argument("--rollouts", type=int, default=20, help="copies per collection")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2)
@@ -125,7 +134,11 @@ def main() -> None:
         print(json.dumps({"env_steps_per_second": results}))
         return
     from metalearn.rl import HalfCheetahVelocity, PendulumGravity
-    workers = [int(w) for w in args.workers.split(",")]
+    workers = [str(int(w)) for w in args.workers.split(",")]
+    if args.ray_workers:
+        from metalearn import _ray
+        _ray.connect("local", "--ray_workers")
+        workers += [f"ray:{int(w)}" for w in args.ray_workers.split(",")]
     cases = {"HalfCheetahVelocity": (HalfCheetahVelocity(horizon=200), np.float32(1.0),
                                      (100, 100)),
              "PendulumGravity": (PendulumGravity(horizon=200), np.float32(12.0), (64, 64))}

@@ -125,6 +125,7 @@ FLOORS = {
     "metalearn.atomic": 0, "metalearn.ranges": 0, "metalearn._quiet": 0,
     "metalearn.functional": 1, "metalearn.tasks": 1, "metalearn.models": 1,
     "metalearn.layers": 1, "metalearn.configurables": 1, "metalearn.flags": 1,
+    "metalearn._ray": 1,
     "metalearn.pieces": 2,
     "metalearn.adapters": 3, "metalearn.heads": 3,
     "metalearn.execution": 4, "metalearn.learners": 4,

@@ -9,7 +9,8 @@ to the ordinary meta-step.
   :class:`HalfCheetahDirection` are the MAML paper's MuJoCo tasks (Finn et al. 2017,
   section 5.3), :class:`PendulumGravity` a gravity per task.
 * :class:`GymCollector`: ``rollouts`` copies of the environment in one Gymnasium vector
-  environment, or in ``workers`` processes (the same trajectories bit for bit), run by
+  environment, or in ``workers`` processes or Ray actors (the same trajectories bit for
+  bit), run by
   a policy for the horizon; it returns :class:`~metalearn.rl.learner.Collected`
   trajectories with the actions' log-probabilities under the collecting policy.
 * :class:`GymCollection` (and :func:`collect_episodes`): MAML-RL's data flow for such
@@ -48,6 +49,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from metalearn import _ray
 from metalearn.learners.learner import Learner
 from metalearn.ranges import COUNT, POSITIVE, check_range
 from metalearn.rl.environments import Environment, Trajectories, check_goal_range
@@ -390,36 +392,55 @@ def _portable(error: BaseException) -> BaseException:
     return RuntimeError(f"{kind.__name__}: {error}")
 
 
+class _Simulators:
+    """``size`` copies in one Gymnasium ``SyncVectorEnv``, commanded by a
+    :class:`_WorkerPool` through its transport (a worker process, a Ray actor): every
+    reply is ``("ok", result)`` or ``("error", exception)``."""
+
+    def __init__(self, make_copy: Callable[[], Any], size: int):
+        import gymnasium
+        self.env, self.error = None, None
+        try:
+            self.env = gymnasium.vector.SyncVectorEnv([make_copy] * size)
+        except Exception as error:  # noqa: BLE001  (handed to the pool)
+            self.error = _portable(error)
+
+    def started(self) -> Tuple[str, Any]:
+        """The reply to the start: whether the copies were made."""
+        return ("ok", None) if self.error is None else ("error", self.error)
+
+    def handle(self, command: str, args: Any) -> Tuple[str, Any]:
+        """``"reset"`` (``args``: its keywords), ``"step"`` (the copies' actions) or
+        ``"close"``."""
+        try:
+            if command == "close":
+                return "ok", self.env.close()
+            return "ok", self.env.reset(**args) if command == "reset" else self.env.step(args)
+        except Exception as error:  # noqa: BLE001  (handed to the pool)
+            return "error", _portable(error)
+
+
 def _simulator_worker(connection: Any, make_copy: Callable[[], Any], size: int) -> None:
-    """A worker process of :class:`_WorkerPool`: ``size`` copies in one Gymnasium
-    ``SyncVectorEnv``, reset and stepped on the parent's commands; every reply is
-    ``("ok", result)`` or ``("error", exception)``. Stop signals are the parent's
-    business (it ends its workers)."""
+    """A worker process of :class:`_Processes`: :class:`_Simulators` on the parent's
+    commands. Stop signals are the parent's business (it ends its workers)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "setitimer"):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    import gymnasium
-    try:
-        env = gymnasium.vector.SyncVectorEnv([make_copy] * size)
-        connection.send(("ok", None))
-    except Exception as error:  # noqa: BLE001  (handed to the parent)
-        connection.send(("error", _portable(error)))
+    simulators = _Simulators(make_copy, size)
+    connection.send(simulators.started())
+    if simulators.env is None:
         return
     while True:
         try:
             command, args = connection.recv()
         except EOFError:  # the parent is gone
             break
+        reply = simulators.handle(command, args)
         if command == "close":
-            env.close()
             break
-        try:
-            result = env.reset(**args) if command == "reset" else env.step(args)
-            connection.send(("ok", result))
-        except Exception as error:  # noqa: BLE001  (handed to the parent)
-            connection.send(("error", _portable(error)))
+        connection.send(reply)
 
 
 def _merge_infos(infos: Sequence[Dict[str, Any]], sizes: Sequence[int]) -> Dict[str, Any]:
@@ -446,26 +467,19 @@ def _merge_infos(infos: Sequence[Dict[str, Any]], sizes: Sequence[int]) -> Dict[
     return merged
 
 
-class _WorkerPool:
-    """``num_envs`` copies (``make_copy()`` each) split over ``workers`` processes in
-    order (the first ``num_envs % workers`` take one more), with a Gymnasium vector
-    environment's ``reset`` / ``step`` / ``close``: copy ``i`` is reset with
-    ``seed + i`` wherever it runs and every worker gets the same ``options``, so what
-    the copies do does not depend on ``workers``. The collector's own policy samples
-    every copy's actions at once in its process."""
+class _WorkerLost(Exception):
+    """A transport's worker is gone (its detail in the text)."""
 
-    def __init__(self, make_copy: Callable[[], Any], num_envs: int, workers: int):
-        probe = make_copy()  # the spaces, and any error of making one, here
-        self.single_observation_space = probe.observation_space
-        self.single_action_space = probe.action_space
-        probe.close()
-        self.num_envs = int(num_envs)
-        self.sizes = [num_envs // workers + (k < num_envs % workers) for k in range(workers)]
-        self.starts = [sum(self.sizes[:k]) for k in range(workers)]
+
+class _Processes:
+    """:class:`_WorkerPool`'s workers as processes on this machine, one pipe each,
+    started by ``fork`` where the platform has it (else ``spawn``: the environment
+    must then pickle)."""
+
+    def __init__(self, make_copy: Callable[[], Any], sizes: Sequence[int]):
         context = multiprocessing.get_context(_start_method())
-        self.pipes, self.processes, self.closed = [], [], False
-        self.owner = os.getpid()  # a worker forked later holds a copy of this object
-        for k, size in enumerate(self.sizes):
+        self.pipes, self.processes = [], []
+        for k, size in enumerate(sizes):
             parent, child = context.Pipe()
             process = context.Process(target=_simulator_worker, args=(child, make_copy, size),
                                       name=f"metalearn-simulators-{k}", daemon=True)
@@ -473,6 +487,100 @@ class _WorkerPool:
             child.close()
             self.pipes.append(parent)
             self.processes.append(process)
+
+    def send(self, messages: Sequence[Tuple[str, Any]]) -> None:
+        for pipe, message in zip(self.pipes, messages):
+            pipe.send(message)
+
+    def receive(self) -> List[Tuple[str, Any]]:
+        try:
+            return [pipe.recv() for pipe in self.pipes]
+        except EOFError:
+            raise _WorkerLost(f"a simulator worker process ended unexpectedly (exit codes "
+                              f"{[p.exitcode for p in self.processes]})") from None
+
+    def close(self, terminate: bool) -> None:
+        for pipe, process in zip(self.pipes, self.processes):
+            if not terminate and process.is_alive():
+                with contextlib.suppress(OSError, BrokenPipeError):
+                    pipe.send(("close", None))
+        for process in self.processes:
+            if not terminate:
+                process.join(5)
+            if process.is_alive():
+                process.terminate()
+                process.join(5)
+        for pipe in self.pipes:
+            pipe.close()
+
+
+class _RayActors:
+    """:class:`_WorkerPool`'s workers as Ray actors, wherever the cluster places them
+    (:func:`metalearn._ray.connect`; Ray is shut down at :meth:`close` when this joined
+    it). Each reserves ``cpus`` of the cluster's CPUs; the environment must pickle."""
+
+    def __init__(self, make_copy: Callable[[], Any], sizes: Sequence[int], address: str,
+                 cpus: float):
+        self.ray, self.started = _ray.connect(address, "GymCollector(ray_address=...)")
+        try:
+            actor = self.ray.remote(num_cpus=cpus, max_restarts=0)(_Simulators)
+            self.actors = [actor.remote(make_copy, size) for size in sizes]
+            self.pending = [a.started.remote() for a in self.actors]
+        except BaseException:
+            self._leave()
+            raise
+
+    def send(self, messages: Sequence[Tuple[str, Any]]) -> None:
+        self.pending = [a.handle.remote(*m) for a, m in zip(self.actors, messages)]
+
+    def receive(self) -> List[Tuple[str, Any]]:
+        try:
+            return self.ray.get(self.pending)
+        except self.ray.exceptions.RayActorError as error:
+            raise _WorkerLost(f"a simulator worker (Ray actor) ended unexpectedly: "
+                              f"{error}") from None
+
+    def close(self, terminate: bool) -> None:
+        try:
+            if not terminate:
+                with contextlib.suppress(Exception):
+                    self.ray.get([a.handle.remote("close", None) for a in self.actors],
+                                 timeout=5)
+            for actor in self.actors:
+                with contextlib.suppress(Exception):
+                    self.ray.kill(actor)
+        finally:
+            self._leave()
+
+    def _leave(self) -> None:
+        if self.started:
+            self.started = False
+            self.ray.shutdown()
+
+
+class _WorkerPool:
+    """``num_envs`` copies (``make_copy()`` each) split over ``workers`` workers in
+    order (the first ``num_envs % workers`` take one more), with a Gymnasium vector
+    environment's ``reset`` / ``step`` / ``close``: copy ``i`` is reset with
+    ``seed + i`` wherever it runs and every worker gets the same ``options``, so what
+    the copies do does not depend on ``workers``, nor on where the workers run
+    (processes on this machine, :class:`_Processes`; Ray actors, :class:`_RayActors`,
+    with ``ray_address``). The collector's own policy samples every copy's actions at
+    once in its process."""
+
+    def __init__(self, make_copy: Callable[[], Any], num_envs: int, workers: int,
+                 ray_address: Optional[str] = None, ray_cpus: float = 1.0):
+        probe = make_copy()  # the spaces, and any error of making one, here
+        self.single_observation_space = probe.observation_space
+        self.single_action_space = probe.action_space
+        probe.close()
+        self.num_envs = int(num_envs)
+        self.sizes = [num_envs // workers + (k < num_envs % workers) for k in range(workers)]
+        self.starts = [sum(self.sizes[:k]) for k in range(workers)]
+        self.closed = False
+        self.owner = os.getpid()  # a worker forked later holds a copy of this object
+        self.workers = (_Processes(make_copy, self.sizes) if ray_address is None
+                        else _RayActors(make_copy, self.sizes, ray_address, ray_cpus))
         self._replies()
 
     def _send(self, messages: Sequence[Tuple[str, Any]]) -> List[Any]:
@@ -481,8 +589,7 @@ class _WorkerPool:
             raise RuntimeError("this GymCollector's worker processes were ended (after "
                                "an interruption, a time limit or close()): make a new "
                                "GymCollector")
-        for pipe, message in zip(self.pipes, messages):
-            pipe.send(message)
+        self.workers.send(messages)
         return self._replies()
 
     def _replies(self) -> List[Any]:
@@ -490,12 +597,10 @@ class _WorkerPool:
         after all replies are in. An interruption (a time limit, a stop signal) or a
         worker gone ends every worker: the pool is closed."""
         try:
-            replies = [pipe.recv() for pipe in self.pipes]
-        except EOFError:
-            codes = [p.exitcode for p in self.processes]
+            replies = self.workers.receive()
+        except _WorkerLost as error:
             self.close(terminate=True)
-            raise RuntimeError(f"a simulator worker process ended unexpectedly (exit "
-                               f"codes {codes})") from None
+            raise RuntimeError(str(error)) from None
         except BaseException:
             self.close(terminate=True)
             raise
@@ -526,18 +631,8 @@ class _WorkerPool:
         if self.closed or os.getpid() != self.owner:
             return
         self.closed = True
-        for pipe, process in zip(self.pipes, self.processes):
-            if not terminate and process.is_alive():
-                with contextlib.suppress(OSError, BrokenPipeError):
-                    pipe.send(("close", None))
-        for process in self.processes:
-            if not terminate:
-                process.join(5)
-            if process.is_alive():
-                process.terminate()
-                process.join(5)
-        for pipe in self.pipes:
-            pipe.close()
+        if hasattr(self, "workers"):
+            self.workers.close(terminate)
 
     def __del__(self) -> None:
         if not getattr(self, "closed", True):
@@ -581,7 +676,10 @@ class GymCollector:
     is reset with the same seed and gets the same actions whatever ``workers`` is, so
     the trajectories are the same bit for bit (``tests/rl/dynamics_test.py``). Workers
     start by ``fork`` where the platform has it (else ``spawn``: the environment must
-    then pickle) and end with :meth:`close`, an interruption or the process.
+    then pickle) and end with :meth:`close`, an interruption or the process. With
+    ``ray_address`` the workers are Ray actors instead, placed by the cluster (on
+    other machines too), with the same trajectories bit for bit; the environment must
+    pickle, and the policy still runs here.
 
     Args:
       environment: the task family.
@@ -589,7 +687,13 @@ class GymCollector:
       vectorization_mode: ``"sync"`` (the copies stepped in turn) or ``"async"``
         (Gymnasium's ``AsyncVectorEnv``: a process per copy; ``workers`` must be 1).
       workers: processes that step the copies, ``1 <= workers <= rollouts``; 1 (the
-        default) steps them in the collecting process.
+        default) steps them in the collecting process (unless ``ray_address``).
+      ray_address: step the copies in ``workers`` Ray actors on the cluster at this
+        address (``"auto"``, ``"host:6379"``, or ``"local"`` for a new instance on
+        this machine; Ray is joined unless this process has joined it already, and
+        left at :meth:`close` if the collector joined it); ``None`` (the default):
+        local processes. Ray is the ``ray`` extra.
+      ray_cpus_per_worker: CPUs each actor reserves on the cluster, ``> 0``.
       step_time_limit: seconds each call into the simulators may take (the vector
         environment's ``reset`` or ``step`` of all copies, or the task's
         ``task_reward``), ``> 0``; past it the collection raises
@@ -605,7 +709,8 @@ class GymCollector:
 
     def __init__(self, environment: PythonEnvironment, rollouts: int = 20,
                  vectorization_mode: str = "sync",
-                 step_time_limit: Optional[float] = 300.0, workers: int = 1):
+                 step_time_limit: Optional[float] = 300.0, workers: int = 1,
+                 ray_address: Optional[str] = None, ray_cpus_per_worker: float = 1.0):
         gymnasium = require_gymnasium("GymCollector")
         if not isinstance(environment, PythonEnvironment):
             raise TypeError(f"GymCollector needs a metalearn.rl.PythonEnvironment, got "
@@ -622,14 +727,24 @@ class GymCollector:
         if vectorization_mode not in ("sync", "async"):
             raise ValueError(f"GymCollector.vectorization_mode must be 'sync' or 'async', "
                              f"got {vectorization_mode!r}")
-        if vectorization_mode == "async" and self.workers > 1:
+        if vectorization_mode == "async" and (self.workers > 1 or ray_address):
             raise ValueError(f"GymCollector: vectorization_mode='async' is a process per "
-                             f"copy already; give workers={workers!r} with 'sync'")
+                             f"copy already; give workers={workers!r} and "
+                             f"ray_address={ray_address!r} with 'sync'")
+        if ray_address is not None and (not isinstance(ray_address, str) or
+                                        not ray_address):
+            raise ValueError(f"GymCollector.ray_address must be a Ray address ('auto', "
+                             f"'host:6379' or 'local') or None, got {ray_address!r}")
+        ray_cpus = check_range("GymCollector", "ray_cpus_per_worker", ray_cpus_per_worker,
+                               POSITIVE)
+        if ray_address is not None:
+            _ray.require("GymCollector(ray_address=...)")  # before any simulator starts
         self.environment, self.rollouts = environment, int(rollouts)
         make_copy = functools.partial(_make_copy, environment)
         try:
-            if self.workers > 1:
-                self.env = _WorkerPool(make_copy, self.rollouts, self.workers)
+            if self.workers > 1 or ray_address is not None:
+                self.env = _WorkerPool(make_copy, self.rollouts, self.workers,
+                                       ray_address, ray_cpus)
             else:
                 vector = (gymnasium.vector.SyncVectorEnv if vectorization_mode == "sync"
                           else gymnasium.vector.AsyncVectorEnv)

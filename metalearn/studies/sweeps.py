@@ -47,7 +47,7 @@ import gin
 
 from metalearn.flags import resolve_gin_files
 from metalearn.runs.experiment import build_experiment, parse_config
-from metalearn import repository
+from metalearn import _ray, repository
 from metalearn.repository import from_repository, portable
 from metalearn.runs.files import read_json, write_json_results, write_text
 from metalearn.runs.modules import UntrustedModulesError, canonical, import_modules
@@ -570,14 +570,7 @@ def run_sweep(spec: SweepSpec, root: str, parallel: int = 2, evaluate: bool = Fa
 
 
 def _run_on_ray(payloads, address, cpus_per_run):
-    try:
-        import ray
-    except ImportError as error:
-        raise ImportError("--ray_address needs Ray: pip install 'metalearn[ray]'") from error
-    runtime_env = {"env_vars": {"PYTHONPATH": repository.ROOT}}
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+    ray, started = _ray.connect(address, "--ray_address")
     try:
         remote = ray.remote(num_cpus=cpus_per_run, max_retries=0)(execute_run)
         return ray.get([remote.remote(p) for p in payloads])

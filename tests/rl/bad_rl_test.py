@@ -76,6 +76,11 @@ def metaworld_not_installed(tmp_path) -> None:
         MetaWorld("ML1", "reach-v3", horizon=3)
 
 
+def ray_not_installed(tmp_path) -> None:
+    with not_installed("ray"):
+        GymCollector(PendulumGravity(horizon=3), rollouts=2, workers=2, ray_address="auto")
+
+
 def simulator_time_limit_negative(tmp_path) -> None:
     GymCollector(HalfCheetahVelocity(horizon=3), rollouts=1, step_time_limit=-1.0)
 
@@ -165,6 +170,14 @@ CASES = [
          "rollouts (2): each worker steps one copy or more, got 3",
          lambda p: GymCollector(PendulumGravity(horizon=3), rollouts=2, workers=3), None,
          "the value and the rollouts"),
+    Case("Ray not installed", "`GymCollector.ray_address = 'auto'` without the `ray` "
+         "package", ImportError, "GymCollector(ray_address=...) needs Ray: pip install "
+         "'metalearn[ray]'", ray_not_installed, None, "the part and the install command"),
+    Case("collection's Ray address empty", "`GymCollector.ray_address = ''`", ValueError,
+         "GymCollector.ray_address must be a Ray address ('auto', 'host:6379' or 'local') "
+         "or None, got ''",
+         lambda p: GymCollector(PendulumGravity(horizon=3), rollouts=2, ray_address=""),
+         None, "the value and the addresses Ray takes"),
     Case("a Python environment's episodes without collection", "episodes of "
          "`HalfCheetahVelocity` given to the learner as sampled (not through "
          "`collect_episodes`)", NotImplementedError,

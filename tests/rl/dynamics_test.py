@@ -105,7 +105,7 @@ def test_collection_is_bit_identical_whatever_the_number_of_workers():
                                    r"return within 1 s \(HangingGravity task 99\.0"):
                     collector.collect(policy, np.float32(99.0), [5, 8])
                 assert time.monotonic() - start < 10
-                assert not any(p.is_alive() for p in collector.env.processes)
+                assert not any(p.is_alive() for p in collector.env.workers.processes)
                 with pytest.raises(RuntimeError, match="worker processes were ended"):
                     collector.collect(policy, np.float32(6.0), [5, 8])
             collector.close()

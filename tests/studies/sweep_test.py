@@ -193,19 +193,6 @@ def test_a_locked_run_is_not_started_twice(tmp_path):
         assert sweeps.execute_run(run)["status"] == "locked"
 
 
-def test_runs_as_ray_tasks_on_a_local_ray_instance(tmp_path):
-    # Ray is the optional extra metalearn[ray], part of the test extra
-    spec = sweeps.SweepSpec(["sinusoid/maml.gin"], TINY[:1] + [
-        "Loop.num_steps = 4", "Experiment.meta_batch_size = 2", "mlp.hidden = (4,)"],
-        {"Runtime.seed": ["1"]})
-    root = str(tmp_path / "root")
-    results = sweeps.run_sweep(spec, root, ray_address="local", log=lambda _: None)
-    assert [r["status"] for r in results] == ["ran"]
-    assert results[0]["pid"] != os.getpid()  # ran in a Ray worker process
-    with open(os.path.join(root, "Runtime.seed=1", "metrics.json")) as f:
-        assert json.load(f)["step"] == 4
-
-
 def _fake_run_process(files, exit_code):
     """A stand-in for a run's process: writes ``files`` into the workdir, then exits
     with ``exit_code`` (e.g. -15: killed by the sweep's SIGTERM after its last write)."""
