@@ -42,6 +42,7 @@ from metalearn.runs.gin_text import (Binding, GinIncludeError, Source,  # noqa: 
                                      substitute_macros)
 from metalearn.repository import EXPERIMENTS_DIR
 from metalearn.runs.workdir import Workdir
+from metalearn.tasks.base import split_seed
 from metalearn.tasks.episode import unmask
 
 RESUMABLE_BINDINGS = ("Runtime.deterministic", "make_strategy.peer_timeout")
@@ -509,21 +510,23 @@ def check_loss_and_metrics(learner, episode) -> None:
 
 def check_tasks_and_outputs(experiment) -> None:
     """Draws one meta-training task and, for a classification sampler whose evaluation
-    split has classes, opens that split's stream (the sampler checks its splits there:
-    ways against classes, shots + queries against examples per class), then
-    :func:`check_outputs` on that task.
+    split has classes, checks that split (:meth:`TaskSampler.check_split`: ways against
+    classes, shots + queries against examples per class; the stream is not built),
+    then :func:`check_outputs` on that task.
 
     Errors name the gin binding that caused them where the config bound it.
     """
     sampler, learner = experiment.sampler, experiment.learner
     name = type(sampler).__name__
     try:
-        batch = next(iter(sampler.dataset(1, seed=experiment.seed, split="train",
-                                          num_steps=1)))
+        # the stream's first batch of one task, drawn eagerly: no stream to build
+        # (tracing its sampling and making its iterator took seconds on image data)
+        batch = sampler.sample_at(split_seed(experiment.seed, "train"),
+                                  tf.constant(0, tf.int64), 1, "train")
         split = _evaluation_split()
         num_classes = getattr(sampler, "num_classes", None)
         if split != "train" and callable(num_classes) and num_classes(split) > 0:
-            sampler.dataset(1, seed=experiment.seed, split=split, num_steps=1)
+            sampler.check_split(split)
     except (ValueError, TypeError, FileNotFoundError) as error:
         raise_with_sources(error, [name, "load_omniglot", "load_mnist"])
     try:

@@ -63,6 +63,14 @@ class TaskSampler(abc.ABC):
     def sample(self, seed: tf.Tensor, num_tasks: int, split: str = "train") -> Episode:
         """A batch of ``num_tasks`` episodes, leading task axis, from a ``[2]`` int seed."""
 
+    def check_split(self, split: str) -> None:
+        """Raises what :meth:`dataset` would for ``split`` (a name this sampler does not
+        know, a split without classes, more ways than it has), without building the
+        stream: the checks before training call it for the evaluation split. The
+        default checks nothing; samplers whose splits can be wrong override it and
+        call it from :meth:`dataset`."""
+        del split
+
     def sample_at(self, base_seed: tf.Tensor, index: tf.Tensor, num_tasks: int,
                   split: str) -> Episode:
         """The ``index``-th batch of the ``(seed, split)`` stream whose seed pair is

@@ -326,7 +326,9 @@ class FewShotClassification(TaskSampler):
         info = self._prepare().get(split)
         return len(info["names"]) if info else 0
 
-    def _check_split(self, split: str) -> str:
+    def check_split(self, split: str) -> None:
+        """See :meth:`TaskSampler.check_split`: the split's name, its classes (the data
+        loaded first) and ``ways`` against them."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         if self._splits is None:
@@ -340,13 +342,12 @@ class FewShotClassification(TaskSampler):
             where = "in its largest group" if self.within_group else "in all"
             raise ValueError(f"ways={max(self.ways)} is more than the {available} classes "
                              f"the {split!r} split has {where}")
-        return split
 
     def _check_ways_before_loading(self, split: str) -> None:
         """``ways`` against the classes of ``split`` where a data function given by
         reference says its class names before reading (``TFDSImages.class_names``), so
         that too few classes are named before a long load; the check after loading
-        (:meth:`_check_split`) stays the one that counts classes with examples."""
+        (:meth:`check_split`) stays the one that counts classes with examples."""
         known = getattr(self._dataset, "class_names", None)
         if known is None or self.within_group or \
                 isinstance(self._dataset, (LabelledImages, Mapping)):
@@ -372,11 +373,11 @@ class FewShotClassification(TaskSampler):
                 ) -> tf.data.Dataset:
         """See :meth:`TaskSampler.dataset`; loads the data and checks the split first, so
         that errors surface here rather than inside ``tf.data``."""
-        self._check_split(split)
+        self.check_split(split)
         return super().dataset(num_tasks, seed=seed, split=split, **kwargs)
 
     def sample(self, seed: tf.Tensor, num_tasks: int, split: str = "train") -> Episode:
-        self._check_split(split)
+        self.check_split(split)
         seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 3)
         ways = self._draw(seeds[0], self.ways, 0)
         shots = self._draw(seeds[0], self._shots_of(split), 1)

@@ -207,7 +207,8 @@ class MetaDataset(TaskSampler):
         self._pools[key] = pool
         return pool
 
-    def _check_split(self, split: str) -> None:
+    def check_split(self, split: str) -> None:
+        """See :meth:`TaskSampler.check_split`: the split's sources, each read."""
         names = self._split(split)
         if not names:
             raise ValueError(f"the {split!r} split has no sources (MetaDataset.{split}_sources)")
@@ -278,11 +279,11 @@ class MetaDataset(TaskSampler):
                 ) -> tf.data.Dataset:
         """See :meth:`TaskSampler.dataset`; reads the specs and checks the split first,
         so that errors surface here rather than inside ``tf.data``."""
-        self._check_split(split)
+        self.check_split(split)
         return super().dataset(num_tasks, seed=seed, split=split, **kwargs)
 
     def sample(self, seed: tf.Tensor, num_tasks: int, split: str = "train") -> Episode:
-        self._check_split(split)
+        self.check_split(split)
         num_tasks = int(num_tasks)
         support, query = self.max_support_set_size, self.max_query_set_size
         size = self.image_size

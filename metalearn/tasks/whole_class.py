@@ -89,15 +89,22 @@ class WholeClassBatches(TaskSampler):
 
     # --- the streams ---------------------------------------------------------------
 
+    def check_split(self, split: str) -> None:
+        """See :meth:`TaskSampler.check_split`: ``"train"`` has classes; other splits,
+        the wrapped sampler's check."""
+        if split != "train":
+            return self.episodes.check_split(split)
+        if not self.num_classes("train"):
+            raise ValueError("the 'train' split has no classes; give it some (e.g. "
+                             "FewShotClassification.train = [...])")
+
     def dataset(self, num_tasks: int, seed: int = 0, split: str = "train", **kwargs
                 ) -> tf.data.Dataset:
         """See :meth:`TaskSampler.dataset`. ``"train"``: whole-class batches (the data
         loaded and checked first); other splits: the wrapped sampler's episodes."""
         if split != "train":
             return self.episodes.dataset(num_tasks, seed=seed, split=split, **kwargs)
-        if not self.num_classes("train"):
-            raise ValueError("the 'train' split has no classes; give it some (e.g. "
-                             "FewShotClassification.train = [...])")
+        self.check_split(split)
         per_step = int(num_tasks) * self.batch_size
         if per_step > self.examples_per_epoch:
             raise ValueError(f"{num_tasks} task(s) x WholeClassBatches.batch_size="
