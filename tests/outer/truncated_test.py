@@ -314,18 +314,40 @@ def _run(workdir, steps, extra=(), replicas=1):
     return experiment
 
 
-@pytest.mark.parametrize("extra, replicas", [
-    ((), 1), (("experiments/learners/pes.gin", "PersistentES.population = 2"), 2)],
-    ids=["truncated", "pes-2-replicas"])
-def test_a_run_resumed_mid_horizon_ends_bit_identical(tmp_path, extra, replicas):
+PES_EXTRA = ("experiments/learners/pes.gin", "PersistentES.population = 2")
+_MIRRORED_PES = {}
+
+
+def mirrored_pes_run(tmp_path_factory):
+    """The uninterrupted PES run on two mirrored replicas (6 outer steps, gin config
+    cleared after), made once per process: the reference of both the resumed run and
+    the two workers below (tests marked ``xdist_group("mirrored_pes")``, on one
+    worker). Returns the experiment and its workdir; neither test changes them."""
+    if not _MIRRORED_PES:
+        workdir = str(tmp_path_factory.mktemp("mirrored_pes"))
+        try:
+            _MIRRORED_PES["run"] = _run(workdir, 6, PES_EXTRA, replicas=2), workdir
+        finally:
+            gin.clear_config()
+    return _MIRRORED_PES["run"]
+
+
+@pytest.mark.xdist_group("mirrored_pes")
+@pytest.mark.parametrize("extra, replicas", [((), 1), (PES_EXTRA, 2)],
+                         ids=["truncated", "pes-2-replicas"])
+def test_a_run_resumed_mid_horizon_ends_bit_identical(tmp_path, tmp_path_factory, extra,
+                                                      replicas):
     """metalearn.train with the gin file: stopped after 3 outer steps (mid-horizon:
     segment 3 of 4) and resumed to 6, against 6 uninterrupted: the meta-variables and
     the rule's carried state (position, episodes, trajectories, PES's noise sums; on two
     replicas every replica's tasks) are bit-identical. (TruncatedUnroll on one replica,
     PES on two: the checkpointed state is CarriedTrajectory's, PES adding its noise
-    sums.)"""
+    sums. The uninterrupted PES run is mirrored_pes_run's.)"""
+    if replicas > 1:
+        whole = mirrored_pes_run(tmp_path_factory)[0]
     try:
-        whole = _run(str(tmp_path / "whole"), 6, extra, replicas)
+        if replicas == 1:
+            whole = _run(str(tmp_path / "whole"), 6, extra, replicas)
         _run(str(tmp_path / "broken"), 3, extra, replicas)
         resumed = _run(str(tmp_path / "broken"), 6, extra, replicas)
         rule = resumed.outer_rule
@@ -419,24 +441,22 @@ def test_es_perturbations_reach_the_per_step_copies():
     assert np.abs(estimate[copies.path]).max() > 1e-4
 
 
-def test_two_workers_carry_their_tasks_as_two_replicas_do(tmp_path):
+@pytest.mark.xdist_group("mirrored_pes")
+def test_two_workers_carry_their_tasks_as_two_replicas_do(tmp_path, tmp_path_factory):
     """PES through metalearn.train on a MultiWorkerMirroredStrategy of two worker
     processes (loopback, one replica each), 6 outer steps over horizons of 4: the
     chief's checkpoint holds the meta-variables, position and carried state (both
     workers' tasks: episodes, particles' trajectories, noise sums) of the same run on
     two mirrored replicas in one process (each replica's tasks are its stream's, the
-    same in both), to 1e-6."""
+    same in both: mirrored_pes_run's), to 1e-6."""
     from tests import distributed_case
-    extra = ("experiments/learners/pes.gin", "PersistentES.population = 2")
+    extra = PES_EXTRA
     workdir = str(tmp_path / "workers")
     args = ["-m", "metalearn.train", "--strategy=multi_worker", f"--workdir={workdir}"]
     args += [f"--gin_file={f}" for f in _files(extra)]
     args += [f"--gin_param={p}" for p in SMALL + [extra[1], "Loop.num_steps = 6"]]
     distributed_case.wait_for(distributed_case.launch_workers(args), timeout=400)
-    try:
-        mirrored_run = _run(str(tmp_path / "mirrored"), 6, extra, replicas=2)
-    finally:
-        gin.clear_config()
+    mirrored_run, mirrored_dir = mirrored_pes_run(tmp_path_factory)
     workers = restore(workdir)
     assert int(workers.learner.meta_step.numpy()) == 6
     assert int(workers.outer_rule.position.numpy()) == 2
@@ -444,7 +464,7 @@ def test_two_workers_carry_their_tasks_as_two_replicas_do(tmp_path):
     for path, value in values(workers.learner).items():
         np.testing.assert_allclose(value, moved[path], rtol=1e-6, atol=1e-9, err_msg=path)
     readers = [tf.train.load_checkpoint(os.path.join(d, "checkpoints"))
-               for d in (workdir, str(tmp_path / "mirrored"))]
+               for d in (workdir, mirrored_dir)]
     carried = [k for k in readers[1].get_variable_to_shape_map() if "outer_rule/carried/" in k]
     assert len(carried) == len(mirrored_run.outer_rule.carried) > 4
     for key in carried:
