@@ -1,9 +1,12 @@
 """Formulations (metalearn.execution): every one equals the per-task reference, in float64.
 
-``Unrolled()`` (one inner loop per task in the graph, the reference, itself checked
-against finite differences in tests/adapters/gradient_descent_test.py), ``MapFn()`` (a
-compiled loop over tasks) and ``Batched()`` (metalearn.functional.batched: each layer
-runs once for all tasks with a task axis on inputs and weights).
+``Unrolled()`` (one inner loop per task, the reference, itself checked against finite
+differences in tests/adapters/gradient_descent_test.py), ``MapFn()`` (a compiled loop
+over tasks) and ``Batched()`` (metalearn.functional.batched: each layer runs once for all
+tasks with a task axis on inputs and weights). The formulations under test run compiled
+(one ``tf.function``); the unrolled reference they are compared with runs eagerly
+(:func:`_reference`: a Python loop over the tasks, the same values, several times
+cheaper than tracing it).
 """
 
 import functools
@@ -56,20 +59,30 @@ def _per_step_bn(learning_rate=0.2, wrappers=()):
                                 wrappers=[PerStepWeights(("bn",))] + list(wrappers))
 
 
+def _reference(learner, episodes):
+    """The unrolled reference of :func:`_metrics_and_meta_gradient`, eagerly:
+    ``learner.meta_metrics`` under ``Unrolled()`` and the gradient of their mean loss
+    with respect to the meta-variables (NumPy)."""
+    with tf.GradientTape() as tape:
+        metrics = learner.meta_metrics(episodes, formulation=execution.Unrolled())
+        loss = tf.reduce_mean(metrics["loss"])
+    grads = tape.gradient(loss, learner.meta_variables)
+    return {k: v.numpy() for k, v in metrics.items()}, [g.numpy() for g in grads]
+
+
 @functools.lru_cache(maxsize=None)
 def _per_step_bn_reference():
     """The unrolled metrics and meta-gradient of :func:`_per_step_bn` on a one-block conv
     net and ``_episodes(2)``: the reference of two tests, computed once per process
     (NumPy; never modified)."""
-    return _metrics_and_meta_gradient(_learner(_conv_net(blocks=1), _per_step_bn()),
-                                      _episodes(2), "unrolled")
+    return _reference(_learner(_conv_net(blocks=1), _per_step_bn()), _episodes(2))
 
 
 def _assert_same(learner_fn, episodes, reference=None):
     """Every formulation of FORMULATIONS against one unrolled reference (``None``: that
     of ``learner_fn()`` on ``episodes``, computed here)."""
     if reference is None:
-        reference = _metrics_and_meta_gradient(learner_fn(), episodes, "unrolled")
+        reference = _reference(learner_fn(), episodes)
     for formulation in FORMULATIONS:
         result = _metrics_and_meta_gradient(learner_fn(), episodes, formulation)
         assert sorted(result[0]) == sorted(reference[0]), formulation
@@ -243,7 +256,7 @@ def test_registered_rule_extends_batched():
     episodes = Episode(*[tf.random.stateless_normal([3, 5, d], [i, 0], dtype=tf.float64)
                          for i, d in enumerate((4, 1, 4, 1))])
     make = lambda: metalearn.Learner(model, GradientDescent(2, 0.1), loss="mse")
-    reference = _metrics_and_meta_gradient(make(), episodes, "unrolled")
+    reference = _reference(make(), episodes)
     result = _metrics_and_meta_gradient(make(), episodes, "batched")
     np.testing.assert_allclose(result[0]["loss"], reference[0]["loss"], rtol=1e-10)
     for got, want in zip(result[1], reference[1]):
@@ -260,8 +273,7 @@ def test_recomputed_inner_steps_equal_stored_ones():
                 lambda r: _per_step_bn(wrappers=again(r))]
     for index, adapter in enumerate(adapters):
         reference = (_per_step_bn_reference() if index == 1 else  # the same learner
-                     _metrics_and_meta_gradient(_learner(model, adapter(False)),
-                                                _episodes(2), "unrolled"))
+                     _reference(_learner(model, adapter(False)), _episodes(2)))
         for formulation in ("unrolled", "batched"):
             recomputing = _learner(model, adapter(True))
             if formulation == "unrolled":
