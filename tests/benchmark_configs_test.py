@@ -50,9 +50,27 @@ def data_dirs(tmp_path_factory):
             "fc100": "load_fc100.data_dir = '/nonexistent'"}
 
 
-@pytest.fixture
-def mocked_cifar100():
+@pytest.fixture(scope="module", autouse=True)
+def _loaders_caches():
+    """The loaders' in-process caches, emptied before and after the module. Between
+    its tests they are kept (but around CIFAR's, :func:`mocked_cifar100`): each
+    benchmark's first file reads and checks the fixture's files, the benchmark's other
+    files load the same decoded data from memory (the caches are keyed on the folder,
+    the image size and the files' fingerprints), as several runs in one process would;
+    tiered-ImageNet's ~600 classes cost seconds per read."""
     clear_caches()
+    yield
+    clear_caches()
+
+
+@pytest.fixture
+def mocked_cifar100(data_set):
+    """CIFAR-100 served by a mock of TensorFlow Datasets; the caches emptied before and
+    after each CIFAR-backed file (cifar_fs, fc100), so that it loads the mock's data and
+    no other test sees them."""
+    cifar = data_set in ("cifar_fs", "fc100")
+    if cifar:
+        clear_caches()
     served = {"train": fixtures.cifar100_examples("train", 1),
               "test": fixtures.cifar100_examples("test", 1)}
 
@@ -61,7 +79,8 @@ def mocked_cifar100():
 
     with tfds.testing.mock_data(as_dataset_fn=as_dataset):
         yield
-    clear_caches()
+    if cifar:
+        clear_caches()
 
 
 # Every file is built (gin bindings, loader, learner, sampler's class split); each

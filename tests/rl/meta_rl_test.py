@@ -18,6 +18,7 @@ meta-gradient through an LVC inner step against the exact return's gradient at t
 adapted weights times ``I + alpha H_LVC``.
 """
 
+import functools
 import os
 
 import gin
@@ -113,6 +114,23 @@ def _pair(kind, estimator=None):
     return learner, reference
 
 
+@functools.lru_cache(maxsize=None)
+def _pair_directions(kind, formulation="map_fn"):
+    """:func:`_directions` of ``_pair(kind)``'s learner (DiCE) on ``_episodes()``, traced
+    and computed once per kind and formulation: the seeded model and the fixed tasks
+    make it the same figure for every test that compares with it."""
+    learner, _ = _pair(kind)
+    return _directions(learner, _episodes(), formulation)
+
+
+@functools.lru_cache(maxsize=None)
+def _exact_meta_gradient(kind):
+    """:func:`_finite_differences` of ``_pair(kind)``'s reference (the exact return) on
+    ``_episodes()``, computed once per kind (fixed, as :func:`_pair_directions`)."""
+    _, reference = _pair(kind)
+    return _finite_differences(reference, _episodes())
+
+
 def test_the_exact_batch_gives_the_exact_return_and_policy_gradient():
     learner, reference = _pair("sgd")
     episode = _episodes().task(0)
@@ -145,17 +163,15 @@ def test_the_exact_batch_gives_the_exact_return_and_policy_gradient():
 def test_meta_gradient_equals_finite_differences_of_the_exact_return(kind):
     """Second order (one and two inner steps, the second step's trajectories sampled
     with the once-adapted weights), first order and Meta-SGD's learned rates."""
-    learner, reference = _pair(kind)
-    episodes = _episodes()
-    analytic = _directions(learner, episodes)
+    analytic = _pair_directions(kind)
     if kind == "first_order":  # theta -> -V(theta + u), u held at its value at theta
-        numeric = _first_order_reference(learner, reference, episodes)
+        learner, reference = _pair(kind)
+        numeric = _first_order_reference(learner, reference, _episodes())
     else:
-        numeric = _finite_differences(reference, episodes)
+        numeric = _exact_meta_gradient(kind)
     assert relative_error(analytic, numeric) < 1e-6
     if kind == "sgd":  # and the first-order meta-gradient is another one
-        first, _ = _pair("first_order")
-        assert relative_error(_directions(first, episodes), numeric) > 1e-2
+        assert relative_error(_pair_directions("first_order"), numeric) > 1e-2
 
 
 def _first_order_reference(learner, reference, episodes):
@@ -181,10 +197,8 @@ def _first_order_reference(learner, reference, episodes):
 
 @pytest.mark.parametrize("formulation", ["unrolled", "accumulate"])
 def test_other_formulations_give_the_same_meta_gradient(formulation):
-    learner, _ = _pair("sgd")
-    episodes = _episodes()
-    assert relative_error(_directions(learner, episodes, formulation),
-                          _directions(learner, episodes, "map_fn")) < 1e-10
+    assert relative_error(_pair_directions("sgd", formulation),
+                          _pair_directions("sgd", "map_fn")) < 1e-10
 
 
 def test_inner_adam_applies_unchanged():
@@ -197,13 +211,11 @@ def test_inner_adam_applies_unchanged():
 def test_the_naive_surrogate_gets_the_second_order_term_wrong():
     """log pi * A: the right policy gradient (first order agrees), the wrong Hessian."""
     episodes = _episodes()
-    naive, reference = _pair("sgd", NaiveSurrogate(discount=1.0))
-    numeric = _finite_differences(reference, episodes)
-    assert relative_error(_directions(naive, episodes), numeric) > 1e-2
-    naive_first, reference_first = _pair("first_order", NaiveSurrogate(discount=1.0))
-    dice_first, _ = _pair("first_order")
+    naive, _ = _pair("sgd", NaiveSurrogate(discount=1.0))
+    assert relative_error(_directions(naive, episodes), _exact_meta_gradient("sgd")) > 1e-2
+    naive_first, _ = _pair("first_order", NaiveSurrogate(discount=1.0))
     assert relative_error(_directions(naive_first, episodes),
-                          _directions(dice_first, episodes)) < 1e-10
+                          _pair_directions("first_order")) < 1e-10
 
 
 @pytest.mark.parametrize("baseline", [LinearFeatureBaseline, ValueNetworkBaseline])
@@ -212,9 +224,8 @@ def test_a_state_baseline_changes_no_exact_derivative(baseline):
     baseline; the value network, refitted per task) leaves every order of derivative
     unchanged: the Loaded-DiCE form."""
     episodes = _episodes()
-    plain, _ = _pair("sgd")
     based, _ = _pair("sgd", DiCE(discount=1.0, baseline=baseline()))
-    assert relative_error(_directions(based, episodes), _directions(plain, episodes)) < 1e-9
+    assert relative_error(_directions(based, episodes), _pair_directions("sgd")) < 1e-9
 
 
 def _sampled_policy_gradients(baseline, seeds=20, rollouts=10, horizon=20):
@@ -716,7 +727,7 @@ def test_the_meta_gradient_through_an_lvc_inner_step_is_its_closed_form():
         expected.append(after + ALPHA * curvature @ after)
     expected = np.mean(expected, 0)
     assert np.linalg.norm(analytic - expected) / np.linalg.norm(expected) < 1e-10
-    exact = _finite_differences(reference, episodes)
+    exact = _exact_meta_gradient("sgd")  # this reference's (the same model and adapter)
     exact = np.concatenate([np.ravel(exact[i]) for i in range(len(exact))])
     assert np.linalg.norm(analytic - exact) / np.linalg.norm(exact) > 1e-3
 

@@ -338,9 +338,9 @@ def _hand_inner_kl(region):
 def _clipped_reference(learner, episodes, rate, clip, penalty, epochs):
     """ClippedRatio's epochs by hand: SGD ascent with each epoch's gradient by central
     differences of the objective written out above. Returns the trust region and the
-    meta-variables' values after the epochs."""
+    meta-variables' values after each epoch (a list of ``epochs`` lists)."""
     region = TrustRegion(learner, episodes, UNROLLED)
-    values = [w.numpy() for w in region.theta]
+    values, after = [w.numpy() for w in region.theta], []
     eps = 1e-6
     for _ in range(epochs):
         gradient = []
@@ -355,18 +355,34 @@ def _clipped_reference(learner, episodes, rate, clip, penalty, epochs):
                             - _clipped_objective(region, moved(-1), clip, penalty)) / (2 * eps)
             gradient.append(g)
         values = [w + rate * g for w, g in zip(values, gradient)]
-    return region, values
+        after.append(values)
+    return region, after
+
+
+CLIPPED = dict(rate=3.0, clip=0.05, penalty=0.5)
+"""The clipped-ratio settings of the finite-difference test and TestClippedRatioContract
+(three epochs and two: the first two of the three are the same epochs)."""
+
+
+@functools.lru_cache(maxsize=None)
+def _default_clipped_reference():
+    """``(theta, values after each of three epochs)``: :func:`_clipped_reference` of
+    :data:`CLIPPED` on ``_learner()`` and ``_episodes()``, computed once: the
+    finite-difference test (three epochs) and TestClippedRatioContract (the first two)
+    compare with it."""
+    region, after = _clipped_reference(_learner(), _episodes(), epochs=3, **CLIPPED)
+    return [w.numpy() for w in region.theta], after
 
 
 def test_clipped_ratio_epochs_equal_gradient_ascent_by_finite_differences():
     """Three SGD epochs on one collected batch: each epoch's step against central
     differences of the objective written out here (the clip active in later epochs)."""
-    rate, clip, penalty, epochs = 3.0, 0.05, 0.5, 3
+    rate, clip, penalty, epochs = CLIPPED["rate"], CLIPPED["clip"], CLIPPED["penalty"], 3
     learner = _learner()
     episodes = _episodes()
-    region, values = _clipped_reference(learner, episodes, rate, clip, penalty, epochs)
-    start = _flat([w.numpy() for w in region.theta])
-    expected = _flat(values)
+    theta, after = _default_clipped_reference()
+    start = _flat(theta)
+    expected = _flat(after[epochs - 1])
     rule = ClippedRatio(keras.optimizers.SGD(rate), epochs=epochs, clip=clip,
                         kl_penalty=penalty)
     rule.build(learner)
@@ -619,7 +635,7 @@ class TestClippedRatioContract(OuterRuleContract):
     covers = (ClippedRatio,)
     tolerance = 1e-7
     formulations = TestTRPOContract.formulations
-    settings = dict(rate=3.0, clip=0.05, penalty=0.5, epochs=2)
+    settings = dict(CLIPPED, epochs=2)
 
     def make_rule(self):
         s = self.settings
@@ -633,5 +649,5 @@ class TestClippedRatioContract(OuterRuleContract):
         return _episodes()
 
     def reference_step(self, learner, episodes):
-        _, values = _clipped_reference(learner, episodes, **self.settings)
-        return _values_by_path(learner, values)
+        _, after = _default_clipped_reference()  # on this make_learner() and make_episodes()
+        return _values_by_path(learner, after[self.settings["epochs"] - 1])
