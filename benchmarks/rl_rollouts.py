@@ -23,7 +23,8 @@ the first's. Prints one JSON line.
 
 ``--ray_workers=2,4``: also each count as Ray actors (``GymCollector(ray_address=...)``)
 on one local Ray instance started before the rounds (its own start-up not timed; the
-actors' is), under the keys ``ray:2``, ``ray:4``.
+actors' is), under the keys ``ray:2``, ``ray:4``; each actor reserves
+``--ray_cpus_per_worker`` CPUs (default 0.5: four actors fit a 2-core instance).
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def _policies(environment, hidden: Sequence[int]) -> Dict[str, Callable]:
 
 
 def collector_rates(environment, task, hidden: Sequence[int], rollouts: int,
-                    workers: Sequence[str], rounds: int, repeats: int) -> Dict[str, dict]:
+                    workers: Sequence[str], rounds: int, repeats: int,
+                    ray_cpus: float = 0.5) -> Dict[str, dict]:
     """Per policy and worker count (``"2"``: processes; ``"ray:2"``: Ray actors on the
     Ray instance this process joined): the median environment steps per second and the
     seconds the collector took to start (its simulators, its worker processes)."""
@@ -96,7 +98,8 @@ def collector_rates(environment, task, hidden: Sequence[int], rollouts: int,
                 begin = time.perf_counter()
                 count = int(w.split(":")[-1])
                 collector = GymCollector(environment, rollouts=rollouts, workers=count,
-                                         ray_address="auto" if w.startswith("ray:") else None)
+                                         ray_address="auto" if w.startswith("ray:") else None,
+                                         ray_cpus_per_worker=ray_cpus)
                 starts[w].append(time.perf_counter() - begin)
                 try:
                     run = collector.collect(policy, task, [0, 1])  # untimed
@@ -124,6 +127,7 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2,4", help="worker counts, comma-separated")
     parser.add_argument("--ray_workers", default="",
                         help="Ray actor counts, comma-separated (a local instance)")
+    parser.add_argument("--ray_cpus_per_worker", type=float, default=0.5)
     parser.add_argument("--rollouts", type=int, default=20, help="copies per collection")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2)
@@ -143,7 +147,7 @@ def main() -> None:
                                      (100, 100)),
              "PendulumGravity": (PendulumGravity(horizon=200), np.float32(12.0), (64, 64))}
     results = {name: collector_rates(environment, task, hidden, args.rollouts, workers,
-                                     args.rounds, args.repeats)
+                                     args.rounds, args.repeats, args.ray_cpus_per_worker)
                for name, (environment, task, hidden) in cases.items()}
     print(json.dumps({"rollouts": args.rollouts, "rounds": args.rounds,
                       "repeats": args.repeats, "collector": results}))
