@@ -27,6 +27,13 @@ def _linear_learner(steps=250, cg_steps=3, learning_rate=0.12, clip_norm=None):
     return metalearn.Learner(model, adapter, loss=mse)
 
 
+def _adapted(learner, task):
+    """One task's adapted weights, compiled: eagerly, the inner steps' tf.while_loop runs
+    step by step at several times the cost (the weights are the same)."""
+    return tf.function(lambda x, y: learner.adapt(x, y).weights)(task.support_x,
+                                                                  task.support_y)
+
+
 def _closed_form(theta, episodes):
     """phi* and the exact meta-gradient d mean_i L_query(phi*_i) / d theta (theta = [w; b])."""
     augment = lambda x: np.concatenate([x, np.ones((len(x), 1))], axis=1)
@@ -62,8 +69,7 @@ def test_meta_gradient_equals_exact_implicit_gradient(task_batching, clip_norm):
     theta = np.concatenate([w.numpy(), b.numpy()[None]], axis=0)  # [3, 1]
     phis, expected = _closed_form(theta, episodes)
     np.testing.assert_allclose(np.concatenate([grad_w, grad_b[None]]), expected, rtol=1e-8)
-    task = episodes.task(0)
-    fast = learner.adapt(task.support_x, task.support_y).weights
+    fast = _adapted(learner, episodes.task(0))
     np.testing.assert_allclose(
         np.concatenate([fast["mlp/head/kernel"], fast["mlp/head/bias"][None]]), phis[0],
         rtol=1e-9)
@@ -79,19 +85,17 @@ def test_meta_gradient_on_a_nonlinear_net_equals_finite_differences():
     # (100 steps reach the regularised optimum here: short of it, the implicit gradient
     # would miss the differences of the meta-loss the steps compute; 30 steps miss them
     # by 8e-4. Conjugate gradient on the 17 unknowns converges within its 20 steps; 5
-    # stop 9e-3 short. Each of its steps is traced: 40 would cost twice the time.)
+    # stop 9e-3 short. The meta-gradient is taken eagerly: compiling the 100 steps and
+    # the solve's backward costs more than running them; the differences are compiled.)
     adapter = ImplicitGradientDescent(steps=100, learning_rate=0.3, regularization=1.0,
                                       cg_steps=20)
     learner = metalearn.Learner(model, adapter, loss=mse)
     episodes = regression_episodes(tasks=2, shots=5)
 
-    @tf.function
-    def meta_gradient():
-        with tf.GradientTape() as tape:
-            loss = learner.meta_loss(episodes)
-        return tape.gradient(loss, learner.meta_variables)
-
-    analytic = {v.path: g.numpy() for v, g in zip(learner.meta_variables, meta_gradient())}
+    with tf.GradientTape() as tape:
+        loss = learner.meta_loss(episodes)
+    gradient = tape.gradient(loss, learner.meta_variables)
+    analytic = {v.path: g.numpy() for v, g in zip(learner.meta_variables, gradient)}
     numeric = finite_difference_gradient(lambda w: learner.meta_loss(episodes, weights=w),
                                          learner.initial_weights())
     assert relative_error(analytic, numeric) < 1e-6
@@ -110,9 +114,9 @@ def test_differs_from_unrolled_maml_and_uses_proximal_term():
     learner = _linear_learner()
     task = regression_episodes(shots=5).task(0)
     start = learner.initial_weights()
-    near = learner.adapt(task.support_x, task.support_y).weights
+    near = _adapted(learner, task)
     learner.adapter.regularization = 1e-3  # weak prox: phi moves further from theta
-    far = learner.adapt(task.support_x, task.support_y).weights
+    far = _adapted(learner, task)  # traced anew: it reads the regularization then
     distance = lambda fast: np.sqrt(sum(np.sum((fast[p] - start[p]) ** 2) for p in start))
     assert distance(far) > 1.5 * distance(near)
 
@@ -121,12 +125,11 @@ def test_clipping_keeps_an_unstable_inner_loop_finite():
     # learning_rate 1.5 is above 2 / (largest curvature + lambda) for these tasks: plain
     # gradient descent blows up; clipped, every step is at most 1.5 * clip_norm long.
     task = regression_episodes(shots=5).task(0)
-    blown = _linear_learner(steps=200, learning_rate=1.5).adapt(task.support_x,
-                                                                   task.support_y).weights
+    blown = _adapted(_linear_learner(steps=200, learning_rate=1.5), task)
     assert not all(np.all(np.abs(w) < 1e6) for w in blown.values())
     learner = _linear_learner(steps=200, learning_rate=1.5, clip_norm=1.0)
     start = learner.initial_weights()
-    clipped = learner.adapt(task.support_x, task.support_y).weights
+    clipped = _adapted(learner, task)
     distance = np.sqrt(sum(np.sum((clipped[p] - start[p]) ** 2) for p in start))
     assert np.isfinite(distance) and distance <= 200 * 1.5 * 1.0
 
@@ -157,6 +160,12 @@ class TestImplicitMAML(LearnerContract):
     def make_learner(self):
         return classification_learner(ImplicitGradientDescent(
             steps=3, learning_rate=0.1, regularization=1.0, cg_steps=2))
+
+    def chance_metrics(self, learner, episodes):
+        """Eagerly: the solve's custom gradient makes every formulation unroll the 60
+        tasks, and tracing 60 copies costs several times running them once (the
+        compiled learner: test_works_under_tf_function)."""
+        return learner.meta_metrics(episodes, steps=0, formulation=self.make_formulation())
 
 
 SOLVE = ("cg_residual", "cg_iterations", "cg_positive_definite", "cg_min_curvature")
@@ -317,12 +326,13 @@ def test_gauss_newton_system_stays_positive_definite_where_the_hessian_does_not(
     """The solve's diagnostics, Hessian against Gauss-Newton, on the tanh net at a
     point that is not a minimum (no inner steps, a weak proximal term): CG meets
     negative curvature on the Hessian's system, never on G + lambda I, whose every
-    curvature is at least lambda."""
+    curvature is at least lambda. (Eagerly: tracing the meta-step costs more than
+    running it once.)"""
     found = {}
     for curvature in CURVATURES:
         learner, episodes = _tanh_classifier(curvature=curvature)
-        _, metrics = tf.function(metalearn.MetaGradient().directions)(
-            learner, episodes, execution.Unrolled())
+        _, metrics = metalearn.MetaGradient().directions(learner, episodes,
+                                                         execution.Unrolled())
         found[curvature] = {k: float(np.mean(metrics[k])) for k in SOLVE}
     assert found["hessian"]["cg_positive_definite"] < 1
     assert found["hessian"]["cg_min_curvature"] < 0
@@ -353,3 +363,9 @@ class TestImplicitMAMLGaussNewton(LearnerContract):
         return classification_learner(ImplicitGradientDescent(
             steps=3, learning_rate=0.1, regularization=1.0, cg_steps=2,
             curvature="gauss_newton"))
+
+    def chance_metrics(self, learner, episodes):
+        """Eagerly: the solve's custom gradient makes every formulation unroll the 60
+        tasks, and tracing 60 copies costs several times running them once (the
+        compiled learner: test_works_under_tf_function)."""
+        return learner.meta_metrics(episodes, steps=0, formulation=self.make_formulation())
