@@ -187,10 +187,14 @@ class LearnerContract(abc.ABC):
         """Metrics of the untrained learner when it has not seen the task's support set
         (no inner steps), which must be at chance: compiled (one trace of the
         formulation's per-task function instead of one eager run per task; the
-        learner runs under ``tf.function`` by :meth:`test_works_under_tf_function`)."""
+        learner runs under ``tf.function`` by :meth:`test_works_under_tf_function`),
+        or eagerly where a piece has a custom gradient (every formulation then unrolls
+        the tasks, and tracing a copy per task costs several times running them)."""
         formulation = self.make_formulation()
-        return tf.function(lambda e: learner.meta_metrics(e, steps=0, formulation=formulation)
-                           )(episodes)
+        metrics = lambda e: learner.meta_metrics(e, steps=0, formulation=formulation)
+        if learner.pieces.capabilities.custom_gradient:
+            return metrics(episodes)
+        return tf.function(metrics)(episodes)
 
     # --- the contract -------------------------------------------------------------
 

@@ -132,12 +132,6 @@ class TestImplicitMaskedAdam(LearnerContract):
             steps=3, regularization=1.0, cg_steps=2,
             update=[Mask(("head",)), InnerAdam(0.05)]))
 
-    def chance_metrics(self, learner, episodes):
-        """Eagerly: the solve's custom gradient makes every formulation unroll the 60
-        tasks, and tracing 60 copies costs several times running them once (the
-        compiled learner: test_works_under_tf_function)."""
-        return learner.meta_metrics(episodes, steps=0, formulation=self.make_formulation())
-
 
 def test_the_moved_names_still_import_from_their_old_places():
     import metalearn.pieces as pieces

@@ -161,12 +161,6 @@ class TestImplicitMAML(LearnerContract):
         return classification_learner(ImplicitGradientDescent(
             steps=3, learning_rate=0.1, regularization=1.0, cg_steps=2))
 
-    def chance_metrics(self, learner, episodes):
-        """Eagerly: the solve's custom gradient makes every formulation unroll the 60
-        tasks, and tracing 60 copies costs several times running them once (the
-        compiled learner: test_works_under_tf_function)."""
-        return learner.meta_metrics(episodes, steps=0, formulation=self.make_formulation())
-
 
 SOLVE = ("cg_residual", "cg_iterations", "cg_positive_definite", "cg_min_curvature")
 INNER = ("inner_support_loss", "inner_distance", "inner_optimality")
@@ -363,9 +357,3 @@ class TestImplicitMAMLGaussNewton(LearnerContract):
         return classification_learner(ImplicitGradientDescent(
             steps=3, learning_rate=0.1, regularization=1.0, cg_steps=2,
             curvature="gauss_newton"))
-
-    def chance_metrics(self, learner, episodes):
-        """Eagerly: the solve's custom gradient makes every formulation unroll the 60
-        tasks, and tracing 60 copies costs several times running them once (the
-        compiled learner: test_works_under_tf_function)."""
-        return learner.meta_metrics(episodes, steps=0, formulation=self.make_formulation())
