@@ -12,8 +12,7 @@ import pytest
 from metalearn import _ray
 from metalearn.rl import GymCollector, PendulumGravity
 from metalearn.studies import sweeps
-from tests.rl.dynamics_test import _policy
-from tests.studies.sweep_test import TINY
+from tests.rl_fixtures import sampled_policy
 
 # One worker runs the module: its tests share the instance (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group(__name__)
@@ -28,7 +27,7 @@ def ray():
 
 
 def test_sweep_runs_as_ray_tasks(ray, tmp_path):
-    spec = sweeps.SweepSpec(["sinusoid/maml.gin"], TINY[:1] + [
+    spec = sweeps.SweepSpec(["sinusoid/maml.gin"], [
         "Loop.num_steps = 4", "Experiment.meta_batch_size = 2", "mlp.hidden = (4,)"],
         {"Runtime.seed": ["1"]})
     root = str(tmp_path / "root")
@@ -45,7 +44,7 @@ def test_collection_on_ray_actors_is_bit_identical_to_in_process(ray):
     by two Ray actors (two copies and one) give the trajectories of the copies stepped
     in this process, bit for bit; each actor ran in another process."""
     environment = PendulumGravity(horizon=5)
-    policy = _policy(environment, 3)
+    policy = sampled_policy(environment, 3)
     here = GymCollector(environment, rollouts=3)
     actors = GymCollector(environment, rollouts=3, workers=2, ray_address="local")
     assert actors.env.sizes == [2, 1]

@@ -7,15 +7,12 @@ that starts worker processes."""
 
 import time
 
-import keras
 import numpy as np
 import pytest
 
-import metalearn
-from metalearn.adapters import GradientDescent
-from metalearn.rl import (DiCE, GymCollector, HalfCheetahVelocity, PendulumGravity,
-                          PolicyLearner, PolicySampler, Rollouts, SimulatorError,
-                          gaussian_policy)
+from metalearn.rl import (GymCollector, HalfCheetahVelocity, PendulumGravity,
+                          SimulatorError)
+from tests.rl_fixtures import sampled_policy
 
 ACTIONS = np.array([[1.5], [-0.7], [2.5]], np.float32)  # the last one clipped to 2
 
@@ -76,15 +73,6 @@ class HangingGravity(PendulumGravity):
         super().set_task(env, task)
 
 
-def _policy(environment, size):
-    keras.utils.set_random_seed(3)
-    model = gaussian_policy(metalearn.models.mlp((size,), hidden=(8,),
-                                                 outputs=environment.action_size))
-    learner = PolicyLearner(model, environment, GradientDescent(1, 0.1, wrappers=[Rollouts()]),
-                            rollouts=3, estimator=DiCE())
-    return PolicySampler(learner)(learner.initial_weights())
-
-
 def test_collection_is_bit_identical_whatever_the_number_of_workers():
     """The learner's stochastic policy in Pendulum (two gravities) and HalfCheetah (a
     task reward from the simulator's info): 1, 2 and 3 worker processes give the same
@@ -94,7 +82,7 @@ def test_collection_is_bit_identical_whatever_the_number_of_workers():
     for name, environment, task, size in (
             ("pendulum", HangingGravity(horizon=4), [np.float32(6.0), np.float32(13.0)], 3),
             ("cheetah", HalfCheetahVelocity(horizon=4), [np.float32(1.2)], 17)):
-        policy = _policy(environment, size)
+        policy = sampled_policy(environment, size)
         for workers in (1, 2, 3):
             collector = GymCollector(environment, rollouts=3, workers=workers,
                                      step_time_limit=None if workers < 3 else 1.0)
