@@ -10,9 +10,9 @@ to the ordinary meta-step.
   section 5.3), :class:`PendulumGravity` a gravity per task.
 * :class:`GymCollector`: ``rollouts`` copies of the environment in one Gymnasium vector
   environment, or in ``workers`` processes or Ray actors (the same trajectories bit for
-  bit), run by
-  a policy for the horizon; it returns :class:`~metalearn.rl.learner.Collected`
-  trajectories with the actions' log-probabilities under the collecting policy.
+  bit), run by a policy for the horizon; it returns
+  :class:`~metalearn.rl.learner.Collected` trajectories with the actions'
+  log-probabilities under the collecting policy.
 * :class:`GymCollection` (and :func:`collect_episodes`): MAML-RL's data flow for such
   environments: every task's pre-update trajectories with the current weights, the
   adaptation in TensorFlow on them (``learner.adapt``), the post-update trajectories
