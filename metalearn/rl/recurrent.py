@@ -403,7 +403,8 @@ class RecurrentSampler:
                 learner.action_features(actions))
 
     def __call__(self, weights: Weights) -> "TrialPolicy":
-        """The policy with ``weights``, for :meth:`~metalearn.rl.GymCollector.collect_trials`."""
+        """The policy with ``weights`` (a :class:`~metalearn.rl.gym.TrialPolicy`), for
+        :meth:`~metalearn.rl.GymCollector.collect_trials`."""
         return _RecurrentPolicy(self, weights)
 
     def collect(self, collector: Any, weights: Weights, task: Any, seed: Any) -> Any:
