@@ -15,6 +15,7 @@ in different orders in the two graphs, to float32 rounding."""
 import json
 
 import gin
+import gymnasium
 import keras
 import numpy as np
 import pytest
@@ -24,12 +25,40 @@ import metalearn
 from metalearn import execution
 from metalearn.rl import (ClippedRatio, DiCE, GymCollector, LinearFeatureBaseline,
                           MetaWorldAgent, PointNavigation, RecurrentPolicyLearner,
-                          RecurrentTrial, recurrent_policy)
+                          RecurrentTrial, recurrent_policy, success_rate)
 from metalearn.rl.gym import GymCollection
-from tests.rl_fixtures import HORIZON, PythonPoint
+from tests.rl_fixtures import HORIZON, PointEnv, PythonPoint
 
 EPISODES, ROLLOUTS = 2, 3
 IN_GRAPH = PointNavigation(horizon=HORIZON, tolerance=0.0)
+
+
+class EndingPointEnv(PointEnv):
+    """``PointEnv`` that ends an episode (``terminated``, ``info["success"]`` 1) once
+    both coordinates are within ``TOLERANCE`` of the goal (set by the task), as the
+    in-graph ``PointNavigation(tolerance=TOLERANCE)``."""
+
+    goal = np.zeros(2, np.float32)
+
+    def step(self, action):
+        observation, reward, _, truncated, info = super().step(action)
+        ended = bool(np.all(np.abs(observation - self.goal) < TOLERANCE))
+        return observation, reward, ended, truncated, {**info, "success": float(ended)}
+
+
+gymnasium.register("MetalearnTestEndingPoint-v0", entry_point=EndingPointEnv)
+TOLERANCE = 0.1
+
+
+class EndingPoint(PythonPoint):
+    env_id = "MetalearnTestEndingPoint-v0"
+    step_infos = ("success",)
+
+    def set_task(self, env, task):
+        env.unwrapped.goal = np.asarray(task, np.float32)
+
+    def task_metrics(self):
+        return {"success": success_rate}
 
 
 def _learners(units=4):
@@ -77,6 +106,59 @@ def test_collected_trials_equal_the_in_graph_trials_bit_for_bit():
     assert collector.steps_taken == ROLLOUTS * T
     # the two episodes' hidden states differ: episode 2 is not a restart of episode 1
     assert not np.array_equal(found.actions[:, :HORIZON], found.actions[:, HORIZON:])
+
+
+def test_an_episode_that_ends_early_is_padded_as_in_graph():
+    """Episodes that end early (``terminated``): up to the step after the end, the
+    first episode is the in-graph one; after it the rewards, the previous-reward inputs
+    and the step infos are zero while the policy keeps acting (the mask all ones, the
+    log-probabilities of every step kept), the next episode starts afresh with the done
+    flag; ``success`` is taken per episode, as ``return``."""
+    _, python = _learners()
+    learner = RecurrentPolicyLearner(python.model, EndingPoint(), RecurrentTrial(EPISODES),
+                                     rollouts=6)
+    in_graph = RecurrentPolicyLearner(python.model, PointNavigation(
+        horizon=HORIZON, tolerance=TOLERANCE), RecurrentTrial(EPISODES), rollouts=6)
+    goal, seed = tf.constant([0.1, 0.08]), tf.constant([2, 3], tf.int64)
+    collector = GymCollector(EndingPoint(), rollouts=6)
+    collected = learner.policy_sampler().collect(collector, learner.initial_weights(),
+                                                 goal.numpy(), seed)
+    expected, _ = in_graph.trajectories(in_graph.initial_weights(), goal, seed)
+    found = collected.trajectories
+    success = found.infos["success"].reshape(6, EPISODES, HORIZON)
+    ends = [[int(np.argmax(row)) if row.any() else None for row in copy] for copy in success]
+    assert any(e[0] is not None and e[0] < HORIZON - 2 for e in ends)  # some end early
+    assert any(e[0] is None for e in ends)                              # some do not
+    np.testing.assert_array_equal(found.mask, np.ones([6, EPISODES * HORIZON]))
+    assert np.all(collected.log_probs != 0)
+    rewards = found.rewards.reshape(6, EPISODES, HORIZON)
+    for i, copy in enumerate(ends):
+        for e, end in enumerate(copy):
+            if end is None:
+                assert np.all(rewards[i, e] != 0)
+                continue
+            assert np.all(rewards[i, e, :end + 1] != 0) and np.all(rewards[i, e, end + 1:] == 0)
+            assert np.all(success[i, e, end + 1:] == 0)
+            start = e * HORIZON
+            np.testing.assert_array_equal(  # the previous reward read: 0 after the end
+                found.observations[i, start + end + 2:start + HORIZON, 4], 0)
+        first = HORIZON if copy[0] is None else copy[0] + 2  # in-graph up to here
+        for name in ("observations", "actions", "rewards"):
+            np.testing.assert_array_equal(getattr(found, name)[i, :first],
+                                          getattr(expected, name).numpy()[i, :first])
+    np.testing.assert_array_equal(found.observations[:, HORIZON, :2], 0)  # a fresh reset
+    np.testing.assert_array_equal(found.observations[:, :, -1].sum(1), 1)  # done once
+    assert found.observations[0, HORIZON, -1] == 1
+    episode = tf.nest.map_structure(lambda t: t[0], EndingPoint().sample(
+        tf.constant([1, 1], tf.int64), 1))
+    episode = episode._replace(query_x=goal, query_y=tf.nest.map_structure(
+        tf.constant, collected), support_y=tf.nest.map_structure(
+        lambda t: tf.zeros([0, *t.shape], t.dtype), collected))
+    reached = (success.max(-1) > 0).mean(0)  # per episode, over the copies
+    for steps, value in ((None, reached.mean()), (0, reached[0]), (1, reached[1])):
+        np.testing.assert_allclose(learner.run_task(episode, steps).metrics["success"],
+                                   value, rtol=1e-6)
+    assert reached[0] != reached[1]
 
 
 def test_the_clipped_ratio_on_collected_trials_equals_the_in_graph_one():
