@@ -12,12 +12,15 @@ to the ordinary meta-step.
   environment, or in ``workers`` processes or Ray actors (the same trajectories bit for
   bit), run by a policy for the horizon; it returns
   :class:`~metalearn.rl.learner.Collected` trajectories with the actions'
-  log-probabilities under the collecting policy.
+  log-probabilities under the collecting policy; ``collect_trials`` runs a policy with
+  a state (:class:`TrialPolicy`: RL²'s recurrent one) through several episodes back to
+  back.
 * :class:`GymCollection` (and :func:`collect_episodes`): MAML-RL's data flow for such
   environments: every task's pre-update trajectories with the current weights, the
   adaptation in TensorFlow on them (``learner.adapt``), the post-update trajectories
   with the adapted weights; the result is an episode whose ``support_y`` / ``query_y``
-  hold the collected trajectories, on which the meta-step (any outer rule) recomputes
+  hold the collected trajectories (the learner says how it collects:
+  ``policy_sampler()``), on which the meta-step (any outer rule) recomputes
   the adaptation in-graph and takes the DiCE meta-gradient (on collected data the
   surrogates weight by the likelihood ratio to the collecting policy: at the
   collecting weights, DiCE). It is what :meth:`PythonEnvironment.collection` gives the

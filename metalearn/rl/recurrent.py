@@ -27,6 +27,13 @@ Through the library's pieces:
   :meth:`~metalearn.Learner.run_task`: the meta-gradient (DiCE), ``TRPO`` and
   ``ClippedRatio`` (PPO, RL²'s usual outer rule), whose collected trials are replayed
   with the likelihood ratio to the collecting policy.
+* On a :class:`~metalearn.rl.PythonEnvironment` (Meta-World, MuJoCo) the trials are
+  collected outside the step: :meth:`RecurrentPolicyLearner.policy_sampler` gives
+  :class:`metalearn.rl.GymCollection` a :class:`RecurrentSampler`, which runs the policy
+  one step at a time in the collecting process (its hidden state carried across the
+  episodes) through :meth:`metalearn.rl.GymCollector.collect_trials`, with the in-graph
+  trial's inputs and seeds; the meta-step replays those trials with the likelihood ratio
+  to the collecting policy, the same objective as in-graph.
 
 Evaluated after ``k`` "inner steps" (``evaluate.inner_steps = (0, 1, 2)``), a task's
 ``return`` is that of episode ``k + 1`` of its trial: the policy with ``k`` earlier
@@ -205,10 +212,13 @@ class RecurrentPolicyLearner(PolicyLearner):
 
     Args:
       model: a recurrent step (:func:`recurrent_policy`).
-      environment: an in-graph :class:`~metalearn.rl.Environment`.
+      environment: an :class:`~metalearn.rl.Environment`: in-graph (trials sampled in
+        the step), or a :class:`~metalearn.rl.PythonEnvironment` (trials collected by
+        a :class:`~metalearn.rl.GymCollection`, :class:`RecurrentSampler`).
       adapter: a :class:`RecurrentTrial` (default: 2 episodes).
       distribution, estimator, query_training: as :class:`~metalearn.rl.PolicyLearner`'s.
-      rollouts: trials per task (sampled; ``"exact"`` is not available).
+      rollouts: trials per task (sampled; ``"exact"`` is not available); on a Python
+        environment the collector's copies (``GymCollector.rollouts``) are the trials.
     """
 
     inner_steps_sample = False

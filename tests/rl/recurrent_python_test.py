@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import metalearn
 from metalearn import execution
 from metalearn.rl import (ClippedRatio, DiCE, GymCollector, LinearFeatureBaseline,
                           MetaWorldAgent, PointNavigation, RecurrentPolicyLearner,
@@ -137,7 +136,8 @@ def test_an_episode_that_ends_early_is_padded_as_in_graph():
             if end is None:
                 assert np.all(rewards[i, e] != 0)
                 continue
-            assert np.all(rewards[i, e, :end + 1] != 0) and np.all(rewards[i, e, end + 1:] == 0)
+            assert np.all(rewards[i, e, :end + 1] != 0)
+            assert np.all(rewards[i, e, end + 1:] == 0)
             assert np.all(success[i, e, end + 1:] == 0)
             start = e * HORIZON
             np.testing.assert_array_equal(  # the previous reward read: 0 after the end
