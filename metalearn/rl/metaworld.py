@@ -276,7 +276,9 @@ class MetaWorldAgent:
     A learner whose adaptation is not a gradient step on trajectories
     (``learner.inner_steps_sample`` false: RL²'s
     :class:`~metalearn.rl.RecurrentPolicyLearner`, whose adaptation is a hidden state)
-    is refused with a ``TypeError``: this agent does not run it.
+    is refused with a ``TypeError``: this agent does not run it (an RL² policy reads
+    the previous reward at every step, and Meta-World's evaluation episodes give an
+    agent no rewards: ``eval_action`` sees observations only).
 
     Args:
       learner: the trained policy learner.
@@ -292,9 +294,10 @@ class MetaWorldAgent:
             raise TypeError(
                 f"MetaWorldAgent adapts a policy's weights with the learner's inner loop on "
                 f"its adaptation episodes; {type(learner).__name__} (RL²) adapts in a "
-                f"recurrent policy's hidden state, which the agent does not carry: "
-                f"evaluate it with python -m metalearn.evaluate (without --metaworld), "
-                f"where steps=k is episode k + 1 of each trial")
+                f"recurrent policy's hidden state, which reads the previous reward at "
+                f"every step, and Meta-World's evaluation episodes give an agent no "
+                f"rewards: evaluate it with python -m metalearn.evaluate (without "
+                f"--metaworld), where steps=k is episode k + 1 of each trial")
         self.learner, self.deterministic = learner, bool(deterministic)
         self.sampler = PolicySampler(learner)
         self.seed = tf.constant([int(seed), 0], tf.int64)

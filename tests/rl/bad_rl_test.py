@@ -211,8 +211,9 @@ CASES = [
          "`python -m metalearn.evaluate --metaworld`, `MetaWorldAgent`) of a "
          "`RecurrentPolicyLearner`", TypeError, "MetaWorldAgent adapts a policy's weights "
          "with the learner's inner loop on its adaptation episodes; RecurrentPolicyLearner "
-         "(RL²) adapts in a recurrent policy's hidden state, which the agent does not "
-         "carry: evaluate it with python -m metalearn.evaluate (without --metaworld)",
+         "(RL²) adapts in a recurrent policy's hidden state, which reads the previous "
+         "reward at every step, and Meta-World's evaluation episodes give an agent no "
+         "rewards: evaluate it with python -m metalearn.evaluate (without --metaworld)",
          metaworld_evaluator_around_rl2, None,
          "the learner and the evaluation to use instead, before any simulator starts"),
     gin_case("TRPO without a trust region", "TRPO.max_kl = 0.0", HyperparameterRangeError,
