@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import metalearn
 from metalearn import execution
 from metalearn.rl import (ClippedRatio, DiCE, GymCollector, LinearFeatureBaseline,
                           MetaWorldAgent, PointNavigation, RecurrentPolicyLearner,
@@ -205,9 +206,10 @@ def test_the_clipped_ratio_on_collected_trials_equals_the_in_graph_one():
     assert abs(float(tf.reduce_mean(moved["clipped"] - moved["surrogate"]))) > 1e-6
 
 
-def test_returns_per_episode_and_steps_as_in_graph():
+def test_returns_per_episode_and_steps_and_the_meta_gradient_as_in_graph():
     """On a collected episode the learner's figures are the in-graph ones: ``return``
-    the trial's mean episode return, or episode ``k + 1``'s with ``steps=k``."""
+    the trial's mean episode return, or episode ``k + 1``'s with ``steps=k``; the DiCE
+    meta-gradient (``MetaGradient``) of the batch is the in-graph one."""
     in_graph, python = _learners()
     episodes = IN_GRAPH.sample(tf.constant([3, 4], tf.int64), 1)
     collection = GymCollection(python, GymCollector(PythonPoint(), rollouts=ROLLOUTS))
@@ -223,6 +225,13 @@ def test_returns_per_episode_and_steps_as_in_graph():
             np.testing.assert_allclose(found[name].numpy(), expected[name].numpy(),
                                        rtol=1e-5, err_msg=f"{name}, steps={steps}")
     assert float(found["first_return"]) != float(found["last_return"])
+    # the meta-gradient (DiCE) of the batch: the same as in-graph at the collecting weights
+    rule = metalearn.MetaGradient(keras.optimizers.SGD(1.0))
+    expected = rule.directions(in_graph, episodes, execution.MapFn())[0]
+    found = rule.directions(python, collected, execution.MapFn())[0]
+    for a, b in zip(found, expected):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+    assert np.abs(np.concatenate([d.numpy().ravel() for d in expected])).max() > 1e-3
 
 
 MW_TINY = ["MetaWorld.horizon = 4", "GymCollector.rollouts = 2",
