@@ -65,7 +65,7 @@ from metalearn.pieces import COUNT, CallFn, Capabilities, LossFn, check_range
 from metalearn.rl.environments import Environment, Trajectories
 from metalearn.rl.estimators import Batch, DiCE
 from metalearn.rl.gym import TrialPolicy
-from metalearn.rl.learner import PolicyLearner
+from metalearn.rl.learner import Collected, PolicyLearner
 from metalearn.rl.policies import LogStd
 
 
@@ -374,8 +374,9 @@ class RecurrentPolicyLearner(PolicyLearner):
             else returns[run.steps]
         figures["first_return"], figures["last_return"] = returns[0], returns[-1]
         horizon = int(self.environment.horizon)
-        for name, fn in self.environment.task_metrics().items():
-            outputs = self.outputs_of(run)
+        task_metrics = self.environment.task_metrics()
+        outputs = self.outputs_of(run) if task_metrics else None
+        for name, fn in task_metrics.items():
             values = tf.stack([tf.cast(fn(self.episode_batch(run.query_y, e),
                                           outputs[:, e * horizon:(e + 1) * horizon]),
                                        self._metric_dtype)
@@ -417,7 +418,7 @@ class RecurrentSampler:
         :meth:`~metalearn.rl.GymCollector.collect_trials`."""
         return _RecurrentPolicy(self, weights)
 
-    def collect(self, collector: Any, weights: Weights, task: Any, seed: Any) -> Any:
+    def collect(self, collector: Any, weights: Weights, task: Any, seed: Any) -> Collected:
         """``collector``'s ``rollouts`` trials of ``adapter.episodes`` episodes of the
         policy with ``weights`` in ``task`` (a :class:`~metalearn.rl.Collected`)."""
         return collector.collect_trials(self(weights), task, seed,
