@@ -982,6 +982,11 @@ class GymCollection(Collection):
                  sampler: Optional[PolicySampler] = None):
         self.learner, self.collector = learner, collector
         self.sampler = sampler or learner.policy_sampler()
+        if not callable(getattr(self.sampler, "collect", None)):
+            raise TypeError(f"GymCollection's sampler collects with given weights: it needs "
+                            f"collect(collector, weights, task, seed) -> Collected (a "
+                            f"metalearn.rl.PolicySampler, or learner.policy_sampler()), got "
+                            f"{type(self.sampler).__name__}")
         self._adapt = tf.function(lambda x, y, k: learner.adapt(x, y, steps=k).weights,
                                   reduce_retracing=True)
 

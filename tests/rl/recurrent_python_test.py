@@ -181,6 +181,8 @@ def test_the_clipped_ratio_on_collected_trials_equals_the_in_graph_one():
                                                                  EPISODES * HORIZON, 6)
     assert collected.support_y.weights.shape == (2, 0, ROLLOUTS)
     assert again.support_y.weights.shape == (2, 0, ROLLOUTS)
+    with pytest.raises(TypeError, match=r"needs collect\(collector, weights, task, seed\)"):
+        GymCollection(python, collection.collector, sampler=lambda weights: None)
     rule = ClippedRatio(keras.optimizers.SGD(0.1), epochs=1, clip=0.2)
     formulation = execution.MapFn()
     regions = [rule.region(learner, batch, formulation)
