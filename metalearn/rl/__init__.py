@@ -14,8 +14,9 @@ learner that samples trajectories inside the compiled step.
   :class:`PythonEnvironment` (tasks that reach the reward, or the simulator before
   each reset: ``set_task``), :class:`HalfCheetahVelocity`, :class:`HalfCheetahDirection`,
   :class:`PendulumGravity` (a gravity per task), :class:`GymCollector` (Gymnasium's
-  vector API; ``workers`` processes), :class:`GymCollection` (the batches a Python
-  environment gives the training loop), :func:`collect_episodes`.
+  vector API; ``workers`` processes; ``collect_trials`` for a policy with a state,
+  :class:`TrialPolicy`), :class:`GymCollection` (the batches a Python environment
+  gives the training loop), :func:`collect_episodes`.
 * :mod:`metalearn.rl.metaworld`: Meta-World v3 (ML1, ML10, ML45) as a Python
   environment, :class:`MetaWorld` (its train and test task sets, ``success`` a metric),
   and its own evaluator on a trained learner: :class:`MetaWorldAgent` (its
@@ -25,7 +26,8 @@ learner that samples trajectories inside the compiled step.
   :func:`mean_return` and :func:`success_rate` (its metrics).
 * :mod:`metalearn.rl.recurrent`: RL², a recurrent policy whose hidden state carries
   over a trial of episodes (no gradient inner loop): :class:`RecurrentPolicyLearner`,
-  :class:`RecurrentTrial` (the adapter), :func:`recurrent_policy`.
+  :class:`RecurrentTrial` (the adapter), :func:`recurrent_policy`,
+  :class:`RecurrentSampler` (its trials collected on a Python environment).
 * meta-RL's own outer rules, which run on a :class:`PolicyLearner` only:
   :mod:`metalearn.rl.trpo` (:class:`TRPO`, the MAML paper's trust region) and
   :mod:`metalearn.rl.clipped` (:class:`ClippedRatio`, PPO / ProMP).
@@ -41,13 +43,14 @@ from metalearn.rl.estimators import (LVC, Batch, DiCE, LinearFeatureBaseline,
                                      discounted_returns, gae, magic_box)
 from metalearn.rl.gym import (GymCollection, GymCollector, HalfCheetahDirection,
                               HalfCheetahVelocity, PendulumGravity, PolicySampler,
-                              PythonEnvironment, SimulatorError, collect_episodes)
+                              PythonEnvironment, SimulatorError, TrialPolicy,
+                              collect_episodes)
 from metalearn.rl.learner import (Collected, PolicyLearner, Rollouts, mean_return,
                                   success_rate)
 from metalearn.rl.metaworld import MetaWorld, MetaWorldAgent, metaworld_evaluation
 from metalearn.rl.policies import Categorical, Gaussian, LogStd, gaussian_policy
-from metalearn.rl.recurrent import (RecurrentPolicyLearner, RecurrentTrial,
-                                    recurrent_policy, trial_input_size)
+from metalearn.rl.recurrent import (RecurrentPolicyLearner, RecurrentSampler,
+                                    RecurrentTrial, recurrent_policy, trial_input_size)
 from metalearn.rl.trpo import TRPO, TrustRegion
 from metalearn.rl.clipped import ClippedRatio
 
@@ -57,8 +60,9 @@ __all__ = ["MDP", "Batch", "Categorical", "ClippedRatio", "Collected", "DiCE", "
            "NaiveSurrogate", "PendulumGravity",
            "PointNavigation",
            "PolicyLearner", "PolicySampler", "PythonEnvironment", "RecurrentPolicyLearner",
-           "RecurrentTrial", "Rollouts",
-           "SimulatorError", "TRPO", "TabularMDP", "Trajectories", "TrustRegion", "ValueNetworkBaseline",
+           "RecurrentSampler", "RecurrentTrial", "Rollouts",
+           "SimulatorError", "TRPO", "TabularMDP", "Trajectories", "TrialPolicy", "TrustRegion",
+           "ValueNetworkBaseline",
            "collect_episodes",
            "discounted_returns", "gae", "gaussian_policy", "magic_box", "mean_return",
            "metaworld_evaluation", "recurrent_policy", "rollout", "success_rate",

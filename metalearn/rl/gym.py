@@ -12,12 +12,15 @@ to the ordinary meta-step.
   environment, or in ``workers`` processes or Ray actors (the same trajectories bit for
   bit), run by a policy for the horizon; it returns
   :class:`~metalearn.rl.learner.Collected` trajectories with the actions'
-  log-probabilities under the collecting policy.
+  log-probabilities under the collecting policy; ``collect_trials`` runs a policy with
+  a state (:class:`TrialPolicy`: RL²'s recurrent one) through several episodes back to
+  back.
 * :class:`GymCollection` (and :func:`collect_episodes`): MAML-RL's data flow for such
   environments: every task's pre-update trajectories with the current weights, the
   adaptation in TensorFlow on them (``learner.adapt``), the post-update trajectories
   with the adapted weights; the result is an episode whose ``support_y`` / ``query_y``
-  hold the collected trajectories, on which the meta-step (any outer rule) recomputes
+  hold the collected trajectories (the learner says how it collects:
+  ``policy_sampler()``), on which the meta-step (any outer rule) recomputes
   the adaptation in-graph and takes the DiCE meta-gradient (on collected data the
   surrogates weight by the likelihood ratio to the collecting policy: at the
   collecting weights, DiCE). It is what :meth:`PythonEnvironment.collection` gives the
@@ -639,6 +642,29 @@ class _WorkerPool:
             self.close(terminate=True)
 
 
+class TrialPolicy(abc.ABC):
+    """A policy with a state carried across the episodes of a trial, as
+    :meth:`GymCollector.collect_trials` runs it (RL²'s recurrent policy:
+    :class:`metalearn.rl.recurrent.RecurrentSampler`)."""
+
+    @abc.abstractmethod
+    def start(self, n: int) -> None:
+        """A new trial of ``n`` copies: the state back to its start."""
+
+    @abc.abstractmethod
+    def __call__(self, observations: np.ndarray, seed: np.ndarray, done: np.ndarray
+                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One step: ``(actions [n, ...], log-probabilities [n], inputs [n, ...])`` for
+        ``observations [n, obs]``, the step's ``seed [2]`` and ``done [n]`` (1 where
+        the previous step ended an episode of the trial); ``inputs`` are what the
+        policy read (recorded as the trajectories' observations)."""
+
+    @abc.abstractmethod
+    def after(self, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """The step's sampled ``actions`` and ``rewards [n]`` (zero after an episode's
+        end), for the next step."""
+
+
 class PolicySampler:
     """A learner's policy with given weights as a NumPy function for a collector:
     ``(observations [n, obs], seed [2]) -> (actions [n, ...], log-probabilities [n])``,
@@ -660,6 +686,13 @@ class PolicySampler:
             actions, log_probs = self._fn(weights, tf.constant(observations), seed)
             return actions.numpy(), log_probs.numpy()
         return policy
+
+    def collect(self, collector: "GymCollector", weights: Dict[str, tf.Tensor], task: Any,
+                seed: Any) -> Collected:
+        """``collector``'s trajectories of the policy with ``weights`` in ``task``
+        (:meth:`GymCollector.collect`): what :class:`GymCollection` asks of its sampler
+        for every batch of trajectories."""
+        return collector.collect(self(weights), task, seed)
 
 
 @gin.configurable
@@ -806,21 +839,88 @@ class GymCollector:
             ``task_reward``) raised, gave non-finite values or did not return within
             ``step_time_limit`` (the task, the seed, the step and the call named).
         """
-        env, n, horizon = self.environment, self.rollouts, self.environment.horizon
         task = np.asarray(task)
         seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
-        keys = tf.random.experimental.stateless_split(seed, 2 * horizon + 1).numpy()
-        reset_seed = int(np.asarray(seed)[0] % (2 ** 31 - 1))
+        keys = tf.random.experimental.stateless_split(
+            seed, 2 * self.environment.horizon + 1).numpy()
+        columns = self._episode(lambda observations, key, done: (
+            *policy(observations, key), observations), task, seed, np.asarray(seed), keys,
+            0, None)
+        alive = columns.pop("alive")
+        columns["log_probs"] = columns["log_probs"] * alive
+        return self._collected(columns, alive)
+
+    def collect_trials(self, policy: "TrialPolicy", task: Any, seed: Any,
+                       episodes: int) -> Collected:
+        """``rollouts`` trials of ``episodes`` episodes of ``task`` each, back to back,
+        of a policy with a state carried across a trial's episodes (RL²'s recurrent
+        policy: :class:`TrialPolicy`): a :class:`Collected` of ``T = episodes *
+        horizon`` steps whose ``observations`` are what the policy recorded as its
+        inputs (``policy.__call__``'s third result), whose mask is all ones and whose
+        rewards and ``step_infos`` are zero after an episode's early end (the policy
+        keeps acting on the simulator's observations, a Gymnasium autoreset's after a
+        ``terminated``, so every step counts in the log-probabilities, as the in-graph
+        :meth:`metalearn.rl.RecurrentPolicyLearner.trajectories` pads).
+
+        The seeds are those of the in-graph trial: ``keys = stateless_split(seed,
+        episodes * (2 horizon + 1))``; episode ``e`` resets every copy with a seed
+        derived from ``keys[e (2 horizon + 1)]`` (as :meth:`collect` derives one from
+        its seed; the task set before each reset, as there) and step ``t`` of it
+        samples with ``keys[e (2 horizon + 1) + 1 + 2 t]``. ``policy.start(rollouts)``
+        begins the trial; ``policy(observations, key, done)`` is called at every step,
+        ``done`` ``[n]`` 1 at the first step of each episode after the first; then
+        ``policy.after(actions, rewards)`` with the step's rewards (zero after an
+        episode's end).
+
+        Raises:
+          ValueError, SimulatorError: as :meth:`collect` (the episode named too).
+        """
+        episodes = check_range("GymCollector.collect_trials", "episodes", episodes, COUNT)
+        task = np.asarray(task)
+        seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
+        width = 2 * self.environment.horizon + 1
+        keys = tf.random.experimental.stateless_split(seed, episodes * width).numpy()
+        policy.start(self.rollouts)
+        parts = [self._episode(policy, task, seed, keys[e * width], keys[e * width:],
+                               float(e > 0), policy.after, e) for e in range(episodes)]
+        columns = {k: np.concatenate([p[k] for p in parts], 1) for k in parts[0]}
+        del columns["alive"]
+        return self._collected(columns, np.ones_like(columns["rewards"]))
+
+    def _collected(self, columns: Dict[str, np.ndarray], mask: np.ndarray) -> Collected:
+        n = self.rollouts
+        infos = {k[5:]: v for k, v in columns.items() if k.startswith("info:")}
+        return Collected(Trajectories(columns["observations"], columns["actions"],
+                                      columns["rewards"], mask.astype(np.float32), infos),
+                         np.full([n], 1.0 / n, np.float32), columns["log_probs"])
+
+    def _episode(self, policy: Callable, task: np.ndarray, seed: tf.Tensor,
+                 reset_key: np.ndarray, keys: np.ndarray, done: float,
+                 after: Optional[Callable], episode: Optional[int] = None
+                 ) -> Dict[str, np.ndarray]:
+        """One episode of every copy: reset with a seed from ``reset_key`` (the task set
+        first), then ``policy(observations, keys[1 + 2 t], done_t) -> (actions,
+        log_probs, recorded)`` at step ``t`` (``done_t``: ``done`` at ``t = 0``, else 0)
+        and ``after(actions, rewards)`` once the step's rewards are in. ``[n, horizon,
+        ...]`` arrays: the recorded observations, actions, rewards (zero after the
+        episode's end), ``alive`` (1 up to and including the step that ended it), the
+        log-probabilities as given, each ``step_infos`` key as ``info:key`` (zero after
+        the end)."""
+        env, n, horizon = self.environment, self.rollouts, self.environment.horizon
+        reset_seed = int(np.asarray(reset_key)[0] % (2 ** 31 - 1))
         where = lambda t: (f"{type(env).__name__} task {task.tolist()!r}, seed "
-                           f"{np.asarray(seed).tolist()}, step {t}")
+                           f"{np.asarray(seed).tolist()}, "
+                           + ("" if episode is None else f"episode {episode}, ")
+                           + f"step {t}")
         observation, _ = self._call(where, 0, "at reset", "reset", self.env.reset,
                                     seed=reset_seed, options={TASK_OPTION: task})
-        columns = {name: [] for name in ("observations", "actions", "rewards", "mask",
-                                         "log_probs")}
-        infos = {key: [] for key in env.step_infos}
+        columns = {name: [] for name in ("observations", "actions", "rewards", "alive",
+                                         "log_probs", *(f"info:{k}" for k in env.step_infos))}
         alive = np.ones([n], np.float32)
         for t in range(horizon):
-            actions, log_probs = policy(observation.astype(np.float32), keys[1 + 2 * t])
+            flags = np.full([n], done if t == 0 else 0.0, np.float32)
+            actions, log_probs, recorded = policy(observation.astype(np.float32),
+                                                  keys[1 + 2 * t], flags)
             following, reward, terminated, truncated, info = self._call(
                 where, t, "mid-rollout", "step", self.env.step,
                 np.clip(actions, self.low, self.high))
@@ -830,24 +930,22 @@ class GymCollector:
             if not (np.all(np.isfinite(following)) and np.all(np.isfinite(reward))):
                 raise SimulatorError(f"the simulator gave non-finite observations or "
                                      f"rewards mid-rollout ({where(t)})")
-            for name, value in (("observations", observation), ("actions", actions),
-                                ("rewards", reward * alive), ("mask", alive),
-                                ("log_probs", log_probs * alive)):
+            for name, value in (("observations", recorded), ("actions", actions),
+                                ("rewards", reward * alive), ("alive", alive),
+                                ("log_probs", log_probs)):
                 columns[name].append(np.asarray(value, np.float32))
-            for key in infos:
+            for key in env.step_infos:
                 if key not in info:
                     raise SimulatorError(f"the simulator's info has no {key!r} (one of "
                                          f"{type(env).__name__}.step_infos; it has "
                                          f"{sorted(info)}) mid-rollout ({where(t)})")
-                infos[key].append(np.asarray(info[key], np.float32) * alive)
+                columns[f"info:{key}"].append(np.asarray(info[key], np.float32) * alive)
+            if after is not None:
+                after(actions, reward * alive)
             alive = alive * (1.0 - np.logical_or(terminated, truncated).astype(np.float32))
             observation = following
         self.steps_taken += n * horizon
-        stacked = {k: np.stack(v, axis=1) for k, v in columns.items()}  # [n, T, ...]
-        return Collected(Trajectories(stacked["observations"], stacked["actions"],
-                                      stacked["rewards"], stacked["mask"],
-                                      {k: np.stack(v, axis=1) for k, v in infos.items()}),
-                         np.full([n], 1.0 / n, np.float32), stacked["log_probs"])
+        return {k: np.stack(v, axis=1) for k, v in columns.items()}  # [n, T, ...]
 
 
 def _stack(items):
@@ -867,16 +965,28 @@ class GymCollection(Collection):
     the result is a function of the episodes and the weights (a resumed run collects
     what an uninterrupted one would).
 
+    The learner says how its policy collects (its ``policy_sampler()``: a
+    :class:`PolicySampler`, or RL²'s :class:`~metalearn.rl.recurrent.RecurrentSampler`,
+    whose query data are whole trials) and whether its inner steps see trajectories
+    (``inner_steps_sample``; RL² adapts in a hidden state, so its episodes get no
+    support trajectories, whatever the number of steps evaluated).
+
     Args:
       learner: the policy learner whose weights collect.
       collector: the simulators.
-      sampler: the policy as a NumPy function (default: ``PolicySampler(learner)``).
+      sampler: what collects with given weights (``sampler.collect(collector, weights,
+        task, seed)``; default: ``learner.policy_sampler()``).
     """
 
     def __init__(self, learner: Learner, collector: GymCollector,
                  sampler: Optional[PolicySampler] = None):
         self.learner, self.collector = learner, collector
-        self.sampler = sampler or PolicySampler(learner)
+        self.sampler = sampler or learner.policy_sampler()
+        if not callable(getattr(self.sampler, "collect", None)):
+            raise TypeError(f"GymCollection's sampler collects with given weights: it needs "
+                            f"collect(collector, weights, task, seed) -> Collected (a "
+                            f"metalearn.rl.PolicySampler, or learner.policy_sampler()), got "
+                            f"{type(self.sampler).__name__}")
         self._adapt = tf.function(lambda x, y, k: learner.adapt(x, y, steps=k).weights,
                                   reduce_retracing=True)
 
@@ -886,7 +996,10 @@ class GymCollection(Collection):
 
     def __call__(self, episodes: Episode, steps: Optional[int] = None) -> Episode:
         learner, collector, sampler = self.learner, self.collector, self.sampler
-        steps = learner.adapter.steps if steps is None else int(steps)
+        if not learner.inner_steps_sample:  # no inner step sees trajectories (RL²)
+            steps = 0
+        else:
+            steps = learner.adapter.steps if steps is None else int(steps)
         supports, queries = [], []
         for i in range(episodes.num_tasks):
             task = episodes.task(i)
@@ -894,10 +1007,10 @@ class GymCollection(Collection):
             for k in range(steps):
                 seed = tf.random.experimental.stateless_fold_in(
                     tf.cast(task.support_y, tf.int64), tf.constant(k, tf.int64))
-                collected.append(collector.collect(sampler(weights), task.support_x, seed))
+                collected.append(sampler.collect(collector, weights, task.support_x, seed))
                 weights = self._adapt(task.support_x, tf.nest.map_structure(
                     tf.constant, _stack(collected)), k + 1)
-            query = collector.collect(sampler(weights), task.query_x, task.query_y)
+            query = sampler.collect(collector, weights, task.query_x, task.query_y)
             if not collected:  # no inner step: an empty step axis of the query's shapes
                 collected = tf.nest.map_structure(
                     lambda t: np.zeros([0, *t.shape], t.dtype), query)

@@ -195,6 +195,13 @@ class PolicyLearner(Learner):
     :class:`Rollouts` wrapper); a learner whose adaptation is not a gradient step
     (:class:`metalearn.rl.RecurrentPolicyLearner`, RL²) says ``False``."""
 
+    def policy_sampler(self) -> Any:
+        """How this learner's policy collects trajectories outside the step, on a
+        Python environment (:class:`metalearn.rl.GymCollection` asks it): a
+        :class:`metalearn.rl.PolicySampler`, one episode per trajectory."""
+        from metalearn.rl.gym import PolicySampler  # gym imports this module
+        return PolicySampler(self)
+
     def _check_policy(self, model: keras.Model) -> None:
         env = self.environment
         need = self.distribution.output_size(env.action_size)

@@ -273,6 +273,13 @@ class MetaWorldAgent:
     * :meth:`eval_action`: actions of the adapted policy (sampled, or its mean with
       ``deterministic``); :meth:`reset`: nothing to reset (the policy has no state).
 
+    A learner whose adaptation is not a gradient step on trajectories
+    (``learner.inner_steps_sample`` false: RL²'s
+    :class:`~metalearn.rl.RecurrentPolicyLearner`, whose adaptation is a hidden state)
+    is refused with a ``TypeError``: this agent does not run it (an RL² policy reads
+    the previous reward at every step, and Meta-World's evaluation episodes give an
+    agent no rewards: ``eval_action`` sees observations only).
+
     Args:
       learner: the trained policy learner.
       seed: the seed of the sampled actions.
@@ -283,6 +290,14 @@ class MetaWorldAgent:
         if not isinstance(learner, PolicyLearner):
             raise TypeError(f"MetaWorldAgent needs a metalearn.rl.PolicyLearner, got "
                             f"{learner!r}")
+        if not learner.inner_steps_sample:
+            raise TypeError(
+                f"MetaWorldAgent adapts a policy's weights with the learner's inner loop on "
+                f"its adaptation episodes; {type(learner).__name__} (RL²) adapts in a "
+                f"recurrent policy's hidden state, which reads the previous reward at "
+                f"every step, and Meta-World's evaluation episodes give an agent no "
+                f"rewards: evaluate it with python -m metalearn.evaluate (without "
+                f"--metaworld), where steps=k is episode k + 1 of each trial")
         self.learner, self.deterministic = learner, bool(deterministic)
         self.sampler = PolicySampler(learner)
         self.seed = tf.constant([int(seed), 0], tf.int64)
@@ -449,11 +464,11 @@ def metaworld_evaluation(learner: PolicyLearner, environment: Optional[MetaWorld
         raise ValueError(f"metaworld_evaluation.meta_batch_size must be a multiple of the "
                          f"{classes} test classes of {environment.benchmark} that splits "
                          f"each one's {per_class} goals evenly, got {meta_batch_size!r}")
-    envs = make_test_envs(environment, meta_batch_size)
-    if agent is None:
+    if agent is None:  # before the simulators: an agent the learner cannot have raises
         agent = MetaWorldAgent(learner, seed, deterministic)
     elif agent.learner is not learner:
         raise ValueError("metaworld_evaluation: the agent wraps another learner")
+    envs = make_test_envs(environment, meta_batch_size)
     try:
         success, mean_return, per_task = metalearning_evaluation(
             agent, envs, num_evals=int(num_evals), adaptation_steps=int(adaptation_steps),

@@ -27,6 +27,13 @@ Through the library's pieces:
   :meth:`~metalearn.Learner.run_task`: the meta-gradient (DiCE), ``TRPO`` and
   ``ClippedRatio`` (PPO, RL²'s usual outer rule), whose collected trials are replayed
   with the likelihood ratio to the collecting policy.
+* On a :class:`~metalearn.rl.PythonEnvironment` (Meta-World, MuJoCo) the trials are
+  collected outside the step: :meth:`RecurrentPolicyLearner.policy_sampler` gives
+  :class:`metalearn.rl.GymCollection` a :class:`RecurrentSampler`, which runs the policy
+  one step at a time in the collecting process (its hidden state carried across the
+  episodes) through :meth:`metalearn.rl.GymCollector.collect_trials`, with the in-graph
+  trial's inputs and seeds; the meta-step replays those trials with the likelihood ratio
+  to the collecting policy, the same objective as in-graph.
 
 Evaluated after ``k`` "inner steps" (``evaluate.inner_steps = (0, 1, 2)``), a task's
 ``return`` is that of episode ``k + 1`` of its trial: the policy with ``k`` earlier
@@ -47,6 +54,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import gin
 import keras
+import numpy as np
 import tensorflow as tf
 
 from metalearn import functional
@@ -55,8 +63,9 @@ from metalearn.functional import Weights
 from metalearn.learners.task import TaskRun
 from metalearn.pieces import COUNT, CallFn, Capabilities, LossFn, check_range
 from metalearn.rl.environments import Environment, Trajectories
-from metalearn.rl.estimators import DiCE
-from metalearn.rl.learner import PolicyLearner
+from metalearn.rl.estimators import Batch, DiCE
+from metalearn.rl.gym import TrialPolicy
+from metalearn.rl.learner import Collected, PolicyLearner
 from metalearn.rl.policies import LogStd
 
 
@@ -203,10 +212,13 @@ class RecurrentPolicyLearner(PolicyLearner):
 
     Args:
       model: a recurrent step (:func:`recurrent_policy`).
-      environment: an in-graph :class:`~metalearn.rl.Environment`.
+      environment: an :class:`~metalearn.rl.Environment`: in-graph (trials sampled in
+        the step), or a :class:`~metalearn.rl.PythonEnvironment` (trials collected by
+        a :class:`~metalearn.rl.GymCollection`, :class:`RecurrentSampler`).
       adapter: a :class:`RecurrentTrial` (default: 2 episodes).
       distribution, estimator, query_training: as :class:`~metalearn.rl.PolicyLearner`'s.
-      rollouts: trials per task (sampled; ``"exact"`` is not available).
+      rollouts: trials per task (sampled; ``"exact"`` is not available); on a Python
+        environment the collector's copies (``GymCollector.rollouts``) are the trials.
     """
 
     inner_steps_sample = False
@@ -271,8 +283,7 @@ class RecurrentPolicyLearner(PolicyLearner):
         dtype, discrete = env.dtype, env.action_kind == "discrete"
         keys = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64),
                                                       episodes * (2 * horizon + 1))
-        features = (lambda a: tf.one_hot(a, env.action_size, dtype=dtype)) if discrete \
-            else (lambda a: tf.cast(a, dtype))
+        features = self.action_features
         hidden = adapter.initial_hidden(n, self.model.inputs[1].dtype)
         previous = tf.zeros([n, env.action_size], dtype)
         reward = tf.zeros([n], dtype)
@@ -286,9 +297,8 @@ class RecurrentPolicyLearner(PolicyLearner):
 
             def body(t, state, hidden, previous, reward, done_flag, alive, arrays,
                      offset=offset):
-                observation = tf.cast(env.observe(task, state), dtype)
-                inputs = tf.concat([observation, previous, reward[:, None],
-                                    done_flag[:, None]], -1)
+                inputs = self.step_inputs(env.observe(task, state), previous, reward,
+                                          done_flag)
                 outputs, hidden = adapter.step(call, stopped, inputs, hidden)
                 outputs = tf.cast(outputs, dtype)
                 action = self.distribution.sample(outputs, keys[offset + 1 + 2 * t])
@@ -309,6 +319,28 @@ class RecurrentPolicyLearner(PolicyLearner):
         inputs, actions, rewards = (tf.stop_gradient(tf.concat(p, 1)) for p in zip(*parts))
         return Trajectories(inputs, actions, rewards, tf.ones_like(rewards)), None
 
+    def action_features(self, actions: tf.Tensor) -> tf.Tensor:
+        """``[n, action_size]`` what the next step's inputs hold of ``actions``: a one-hot
+        of discrete actions, continuous ones as they are (the environment's dtype)."""
+        env = self.environment
+        if env.action_kind == "discrete":
+            return tf.one_hot(actions, env.action_size, dtype=env.dtype)
+        return tf.cast(actions, env.dtype)
+
+    def step_inputs(self, observations: tf.Tensor, previous: tf.Tensor, rewards: tf.Tensor,
+                    done: tf.Tensor) -> tf.Tensor:
+        """``[n, in]`` a step's inputs: ``[observations, previous action features,
+        previous reward, done]`` (the environment's dtype), in-graph and collected."""
+        dtype = self.environment.dtype
+        return tf.concat([tf.cast(observations, dtype), tf.cast(previous, dtype),
+                          tf.cast(rewards, dtype)[:, None], tf.cast(done, dtype)[:, None]],
+                         -1)
+
+    def policy_sampler(self) -> "RecurrentSampler":
+        """How this learner's trials are collected on a Python environment (what
+        :class:`metalearn.rl.GymCollection` asks): a :class:`RecurrentSampler`."""
+        return RecurrentSampler(self)
+
     def model_call(self, weights: Weights, inputs: Any) -> Any:
         """The model called with ``weights`` on ``inputs`` (one step)."""
         return functional.call(self.model, weights, inputs, training=self.query_training)
@@ -320,13 +352,101 @@ class RecurrentPolicyLearner(PolicyLearner):
                              [-1, self.adapter.episodes, self.environment.horizon])
         return tf.reduce_sum(batch.weights[:, None] * tf.reduce_sum(rewards, -1), 0)
 
+    def episode_batch(self, batch: Batch, episode: int) -> Batch:
+        """The part of a trial's :class:`~metalearn.rl.Batch` that is its ``episode``
+        (``horizon`` steps on the time axis, ``weights`` whole)."""
+        horizon = int(self.environment.horizon)
+        part = lambda t: None if t is None else t[:, episode * horizon:
+                                                  (episode + 1) * horizon]
+        return Batch(part(batch.actions), part(batch.rewards), part(batch.mask),
+                     part(batch.advantages), batch.weights, part(batch.behaviour),
+                     {k: part(v) for k, v in batch.infos.items()})
+
     def objective_of(self, run: TaskRun) -> Dict[str, tf.Tensor]:
         """The query figures, with ``return`` the trial's mean episode return (or,
         given ``steps=k``, episode ``k + 1``'s) and ``first_return`` and
-        ``last_return`` its first and last episode's."""
+        ``last_return`` its first and last episode's. The environment's task metrics
+        (Meta-World's ``success``) are taken per episode the same way: the mean over
+        the trial's episodes, or episode ``k + 1``'s."""
         returns = tf.cast(self.episode_returns(run), self._metric_dtype)
         figures = dict(run.metrics)
         figures["return"] = tf.reduce_mean(returns) if run.steps is None \
             else returns[run.steps]
         figures["first_return"], figures["last_return"] = returns[0], returns[-1]
+        horizon = int(self.environment.horizon)
+        task_metrics = self.environment.task_metrics()
+        outputs = self.outputs_of(run) if task_metrics else None
+        for name, fn in task_metrics.items():
+            values = tf.stack([tf.cast(fn(self.episode_batch(run.query_y, e),
+                                          outputs[:, e * horizon:(e + 1) * horizon]),
+                                       self._metric_dtype)
+                               for e in range(self.adapter.episodes)])
+            figures[name] = tf.reduce_mean(values) if run.steps is None \
+                else values[run.steps]
         return figures
+
+
+class RecurrentSampler:
+    """A :class:`RecurrentPolicyLearner`'s policy collecting trials on a Python
+    environment (:meth:`metalearn.rl.GymCollector.collect_trials`), what
+    :class:`metalearn.rl.GymCollection` asks of the learner
+    (:meth:`RecurrentPolicyLearner.policy_sampler`): one compiled step, ``(weights,
+    observations, previous action features, previous rewards, done, hidden, seed) ->
+    (actions, log-probabilities, inputs, hidden', action features)``, for every weight
+    value; the inputs are built as in-graph (:meth:`RecurrentPolicyLearner.step_inputs`)
+    and the hidden state is carried across the trial's episodes in this process.
+
+    Args:
+      learner: the recurrent policy learner.
+    """
+
+    def __init__(self, learner: RecurrentPolicyLearner):
+        self.learner = learner
+        self._fn = tf.function(self._step)
+
+    def _step(self, weights, observations, previous, rewards, done, hidden, seed):
+        learner = self.learner
+        inputs = learner.step_inputs(observations, previous, rewards, done)
+        outputs, hidden = learner.adapter.step(learner.model_call, weights, inputs, hidden)
+        outputs = tf.cast(outputs, learner.environment.dtype)
+        actions = learner.distribution.sample(outputs, seed)
+        return (actions, learner.distribution.log_prob(outputs, actions), inputs, hidden,
+                learner.action_features(actions))
+
+    def __call__(self, weights: Weights) -> "TrialPolicy":
+        """The policy with ``weights`` (a :class:`~metalearn.rl.gym.TrialPolicy`), for
+        :meth:`~metalearn.rl.GymCollector.collect_trials`."""
+        return _RecurrentPolicy(self, weights)
+
+    def collect(self, collector: Any, weights: Weights, task: Any, seed: Any) -> Collected:
+        """``collector``'s ``rollouts`` trials of ``adapter.episodes`` episodes of the
+        policy with ``weights`` in ``task`` (a :class:`~metalearn.rl.Collected`)."""
+        return collector.collect_trials(self(weights), task, seed,
+                                        self.learner.adapter.episodes)
+
+
+class _RecurrentPolicy(TrialPolicy):
+    """:class:`RecurrentSampler`'s policy with given weights: the hidden state, the
+    previous action's features and the previous reward of every copy of a trial."""
+
+    def __init__(self, sampler: RecurrentSampler, weights: Weights):
+        self.sampler, self.weights = sampler, weights
+
+    def start(self, n: int) -> None:
+        learner = self.sampler.learner
+        env = learner.environment
+        self.hidden = learner.adapter.initial_hidden(n, learner.model.inputs[1].dtype)
+        self.previous = tf.zeros([n, env.action_size], env.dtype)
+        self.rewards = tf.zeros([n], env.dtype)
+        self.features = None
+
+    def __call__(self, observations, seed, done):
+        actions, log_probs, inputs, self.hidden, self.features = self.sampler._fn(
+            self.weights, tf.constant(observations), self.previous, self.rewards,
+            tf.constant(done), self.hidden, tf.constant(seed))
+        return actions.numpy(), log_probs.numpy(), inputs.numpy()
+
+    def after(self, actions, rewards):
+        env = self.sampler.learner.environment
+        self.previous = self.features
+        self.rewards = tf.constant(np.asarray(rewards), env.dtype)

@@ -1,8 +1,9 @@
 """Bad meta-RL input: policies that do not fit the environment, TRPO on a learner without
 trajectories, Python simulators (``GymCollector``) that cannot be made, are not
 installed, fail, hang, cannot take their task or are not collected, collection
-workers that cannot be, and Meta-World benchmarks that do not exist or are not
-installed. Cases of docs/errors.md (tests/bad_input.py)."""
+workers that cannot be, Meta-World benchmarks that do not exist or are not
+installed, and Meta-World's evaluator around RL². Cases of docs/errors.md
+(tests/bad_input.py)."""
 
 import time
 
@@ -74,6 +75,14 @@ def simulator_step_hangs(tmp_path) -> None:
 def metaworld_not_installed(tmp_path) -> None:
     with not_installed("metaworld"):
         MetaWorld("ML1", "reach-v3", horizon=3)
+
+
+def metaworld_evaluator_around_rl2(tmp_path) -> None:
+    environment = MetaWorld("ML1", "reach-v3", horizon=3)
+    learner = metalearn.rl.RecurrentPolicyLearner(
+        metalearn.rl.recurrent_policy(environment, units=4), environment,
+        metalearn.rl.RecurrentTrial(2), rollouts=1)
+    metalearn.rl.metaworld_evaluation(learner)
 
 
 def ray_not_installed(tmp_path) -> None:
@@ -198,6 +207,15 @@ CASES = [
          ImportError, "MetaWorld needs Meta-World (metaworld>=3.1): pip install -e "
          "'.[rl]' (or: pip install 'metaworld>=3.1')", metaworld_not_installed, None,
          "the install command"),
+    Case("Meta-World's evaluator around RL²", "`metaworld_evaluation` (or "
+         "`python -m metalearn.evaluate --metaworld`, `MetaWorldAgent`) of a "
+         "`RecurrentPolicyLearner`", TypeError, "MetaWorldAgent adapts a policy's weights "
+         "with the learner's inner loop on its adaptation episodes; RecurrentPolicyLearner "
+         "(RL²) adapts in a recurrent policy's hidden state, which reads the previous "
+         "reward at every step, and Meta-World's evaluation episodes give an agent no "
+         "rewards: evaluate it with python -m metalearn.evaluate (without --metaworld)",
+         metaworld_evaluator_around_rl2, None,
+         "the learner and the evaluation to use instead, before any simulator starts"),
     gin_case("TRPO without a trust region", "TRPO.max_kl = 0.0", HyperparameterRangeError,
              "TRPO.max_kl must be > 0, got 0.0",
              base=POINT_NAV + ["Experiment.outer_rule = @TRPO()"]),

@@ -26,55 +26,10 @@ from metalearn import execution
 from metalearn.adapters import GradientDescent
 from metalearn.rl import (DiCE, HalfCheetahDirection, HalfCheetahVelocity, PointNavigation,
                           PolicyLearner, Rollouts, gaussian_policy)
-from metalearn.rl.gym import (GymCollector, PolicySampler, PythonEnvironment, SimulatorError,
-                              collect_episodes)
+from metalearn.rl.gym import GymCollector, PolicySampler, SimulatorError, collect_episodes
 from metalearn.repository import ROOT
+from tests.rl_fixtures import HORIZON, PointEnv, PythonPoint
 from tests.run_fixtures import not_installed
-
-HORIZON = 5
-
-
-class PointEnv(gymnasium.Env):
-    """PointNavigation's dynamics (tolerance 0) in Python: the goal is the task's, so
-    the reward comes from ``info['position']`` (``PythonPoint.task_reward``)."""
-
-    observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-    action_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    crash_at = None  # a step at which the simulator raises
-    nan_at = None    # a step at which it gives NaN
-    hang_at = None   # a step at which it hangs (sleeps a minute)
-
-    def reset(self, seed=None, options=None):
-        super().reset(seed=seed)
-        self.position, self.t = np.zeros(2, np.float32), 0
-        return self.position.copy(), {}
-
-    def step(self, action):
-        if self.t == PointEnv.crash_at:
-            raise FloatingPointError("the integrator diverged")
-        if self.t == PointEnv.hang_at:
-            time.sleep(60)
-        move = np.clip(np.asarray(action, np.float32), -1.0, 1.0) * np.float32(0.1)
-        self.position = (self.position + move).astype(np.float32)
-        if self.t == PointEnv.nan_at:
-            self.position[0] = np.nan
-        self.t += 1
-        return self.position.copy(), 0.0, False, False, {"position": self.position.copy()}
-
-
-gymnasium.register("MetalearnTestPoint-v0", entry_point=PointEnv)
-
-
-class PythonPoint(PythonEnvironment):
-    env_id = "MetalearnTestPoint-v0"
-    observation_size, action_size, horizon = 2, 2, HORIZON
-
-    def tasks(self, seed, num_tasks):
-        return PointNavigation(horizon=HORIZON).tasks(seed, num_tasks)
-
-    def task_reward(self, task, reward, info):
-        return -np.linalg.norm(info["position"] - task, axis=-1)
-
 
 IN_GRAPH = PointNavigation(horizon=HORIZON, tolerance=0.0)
 
