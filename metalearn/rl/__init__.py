@@ -42,11 +42,10 @@ from metalearn.rl.estimators import (LVC, Batch, DiCE, LinearFeatureBaseline,
                                      NaiveSurrogate, ValueNetworkBaseline,
                                      discounted_returns, gae, magic_box)
 from metalearn.rl.gym import (GymCollection, GymCollector, HalfCheetahDirection,
-                              HalfCheetahVelocity, PendulumGravity, PolicySampler,
-                              PythonEnvironment, SimulatorError, TrialPolicy,
-                              collect_episodes)
-from metalearn.rl.learner import (Collected, PolicyLearner, Rollouts, mean_return,
-                                  success_rate)
+                              HalfCheetahVelocity, PendulumGravity, PythonEnvironment,
+                              SimulatorError, collect_episodes)
+from metalearn.rl.learner import (Collected, PolicyLearner, PolicySampler, Rollouts,
+                                  TrialPolicy, mean_return, success_rate)
 from metalearn.rl.metaworld import MetaWorld, MetaWorldAgent, metaworld_evaluation
 from metalearn.rl.policies import Categorical, Gaussian, LogStd, gaussian_policy
 from metalearn.rl.recurrent import (RecurrentPolicyLearner, RecurrentSampler,

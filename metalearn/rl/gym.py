@@ -56,7 +56,7 @@ from metalearn import _ray
 from metalearn.learners.learner import Learner
 from metalearn.ranges import COUNT, POSITIVE, check_range
 from metalearn.rl.environments import Environment, Trajectories, check_goal_range
-from metalearn.rl.learner import Collected
+from metalearn.rl.learner import Collected, PolicySampler, TrialPolicy
 from metalearn.tasks.base import Collection
 from metalearn.tasks.episode import Episode
 
@@ -640,59 +640,6 @@ class _WorkerPool:
     def __del__(self) -> None:
         if not getattr(self, "closed", True):
             self.close(terminate=True)
-
-
-class TrialPolicy(abc.ABC):
-    """A policy with a state carried across the episodes of a trial, as
-    :meth:`GymCollector.collect_trials` runs it (RL²'s recurrent policy:
-    :class:`metalearn.rl.recurrent.RecurrentSampler`)."""
-
-    @abc.abstractmethod
-    def start(self, n: int) -> None:
-        """A new trial of ``n`` copies: the state back to its start."""
-
-    @abc.abstractmethod
-    def __call__(self, observations: np.ndarray, seed: np.ndarray, done: np.ndarray
-                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One step: ``(actions [n, ...], log-probabilities [n], inputs [n, ...])`` for
-        ``observations [n, obs]``, the step's ``seed [2]`` and ``done [n]`` (1 where
-        the previous step ended an episode of the trial); ``inputs`` are what the
-        policy read (recorded as the trajectories' observations)."""
-
-    @abc.abstractmethod
-    def after(self, actions: np.ndarray, rewards: np.ndarray) -> None:
-        """The step's sampled ``actions`` and ``rewards [n]`` (zero after an episode's
-        end), for the next step."""
-
-
-class PolicySampler:
-    """A learner's policy with given weights as a NumPy function for a collector:
-    ``(observations [n, obs], seed [2]) -> (actions [n, ...], log-probabilities [n])``,
-    one compiled function for every weight value."""
-
-    def __init__(self, learner: Learner):
-        self.learner = learner
-        self._fn = tf.function(self._sample)
-
-    def _sample(self, weights, observations, seed):
-        outputs = self.learner.predict(weights, observations)
-        distribution = self.learner.distribution
-        actions = distribution.sample(outputs, seed)
-        return actions, distribution.log_prob(outputs, actions)
-
-    def __call__(self, weights: Dict[str, tf.Tensor]) -> Callable:
-        """The policy with ``weights``."""
-        def policy(observations, seed):
-            actions, log_probs = self._fn(weights, tf.constant(observations), seed)
-            return actions.numpy(), log_probs.numpy()
-        return policy
-
-    def collect(self, collector: "GymCollector", weights: Dict[str, tf.Tensor], task: Any,
-                seed: Any) -> Collected:
-        """``collector``'s trajectories of the policy with ``weights`` in ``task``
-        (:meth:`GymCollector.collect`): what :class:`GymCollection` asks of its sampler
-        for every batch of trajectories."""
-        return collector.collect(self(weights), task, seed)
 
 
 @gin.configurable

@@ -12,10 +12,12 @@ by the score function: actions and observations are stop-gradiented, the magic b
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Tuple, Union
+import abc
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple, Union
 
 import gin
 import keras
+import numpy as np
 import tensorflow as tf
 
 from metalearn import configurables
@@ -52,6 +54,60 @@ class Collected(NamedTuple):
     trajectories: Trajectories
     weights: tf.Tensor
     log_probs: tf.Tensor
+
+
+class TrialPolicy(abc.ABC):
+    """A policy with a state carried across the episodes of a trial, as
+    :meth:`metalearn.rl.GymCollector.collect_trials` runs it (RL²'s recurrent policy:
+    :class:`metalearn.rl.recurrent.RecurrentSampler`)."""
+
+    @abc.abstractmethod
+    def start(self, n: int) -> None:
+        """A new trial of ``n`` copies: the state back to its start."""
+
+    @abc.abstractmethod
+    def __call__(self, observations: np.ndarray, seed: np.ndarray, done: np.ndarray
+                 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One step: ``(actions [n, ...], log-probabilities [n], inputs [n, ...])`` for
+        ``observations [n, obs]``, the step's ``seed [2]`` and ``done [n]`` (1 where
+        the previous step ended an episode of the trial); ``inputs`` are what the
+        policy read (recorded as the trajectories' observations)."""
+
+    @abc.abstractmethod
+    def after(self, actions: np.ndarray, rewards: np.ndarray) -> None:
+        """The step's sampled ``actions`` and ``rewards [n]`` (zero after an episode's
+        end), for the next step."""
+
+
+class PolicySampler:
+    """A learner's policy with given weights as a NumPy function for a collector:
+    ``(observations [n, obs], seed [2]) -> (actions [n, ...], log-probabilities [n])``,
+    one compiled function for every weight value."""
+
+    def __init__(self, learner: Learner):
+        self.learner = learner
+        self._fn = tf.function(self._sample)
+
+    def _sample(self, weights, observations, seed):
+        outputs = self.learner.predict(weights, observations)
+        distribution = self.learner.distribution
+        actions = distribution.sample(outputs, seed)
+        return actions, distribution.log_prob(outputs, actions)
+
+    def __call__(self, weights: Dict[str, tf.Tensor]) -> Callable:
+        """The policy with ``weights``."""
+        def policy(observations, seed):
+            actions, log_probs = self._fn(weights, tf.constant(observations), seed)
+            return actions.numpy(), log_probs.numpy()
+        return policy
+
+    def collect(self, collector: Any, weights: Dict[str, tf.Tensor], task: Any,
+                seed: Any) -> Collected:
+        """``collector``'s trajectories of the policy with ``weights`` in ``task``
+        (:meth:`metalearn.rl.GymCollector.collect`): what
+        :class:`metalearn.rl.GymCollection` asks of its sampler
+        for every batch of trajectories."""
+        return collector.collect(self(weights), task, seed)
 
 
 @gin.configurable
@@ -199,7 +255,6 @@ class PolicyLearner(Learner):
         """How this learner's policy collects trajectories outside the step, on a
         Python environment (:class:`metalearn.rl.GymCollection` asks it): a
         :class:`metalearn.rl.PolicySampler`, one episode per trajectory."""
-        from metalearn.rl.gym import PolicySampler  # gym imports this module
         return PolicySampler(self)
 
     def _check_policy(self, model: keras.Model) -> None:

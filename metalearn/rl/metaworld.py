@@ -38,8 +38,8 @@ import tensorflow as tf
 
 from metalearn.ranges import COUNT, WHOLE, Range, check_range
 from metalearn.rl.environments import Trajectories
-from metalearn.rl.gym import PolicySampler, PythonEnvironment, require_gymnasium
-from metalearn.rl.learner import Collected, PolicyLearner, success_rate
+from metalearn.rl.gym import PythonEnvironment, require_gymnasium
+from metalearn.rl.learner import Collected, PolicyLearner, PolicySampler, success_rate
 from metalearn.rl.policies import Gaussian
 from metalearn.tasks.base import SPLITS
 

@@ -64,8 +64,7 @@ from metalearn.learners.task import TaskRun
 from metalearn.pieces import COUNT, CallFn, Capabilities, LossFn, check_range
 from metalearn.rl.environments import Environment, Trajectories
 from metalearn.rl.estimators import Batch, DiCE
-from metalearn.rl.gym import TrialPolicy
-from metalearn.rl.learner import Collected, PolicyLearner
+from metalearn.rl.learner import Collected, PolicyLearner, TrialPolicy
 from metalearn.rl.policies import LogStd
 
 
@@ -414,7 +413,7 @@ class RecurrentSampler:
                 learner.action_features(actions))
 
     def __call__(self, weights: Weights) -> "TrialPolicy":
-        """The policy with ``weights`` (a :class:`~metalearn.rl.gym.TrialPolicy`), for
+        """The policy with ``weights`` (a :class:`~metalearn.rl.TrialPolicy`), for
         :meth:`~metalearn.rl.GymCollector.collect_trials`."""
         return _RecurrentPolicy(self, weights)
 
