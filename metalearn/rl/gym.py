@@ -937,6 +937,13 @@ class GymCollection(Collection):
         self._adapt = tf.function(lambda x, y, k: learner.adapt(x, y, steps=k).weights,
                                   reduce_retracing=True)
 
+    @property
+    def depends_on_steps(self) -> bool:
+        """Whether a batch depends on the number of inner steps: the learner's
+        ``inner_steps_sample`` (``False`` for RL², whose trials are the same at every
+        count)."""
+        return bool(self.learner.inner_steps_sample)
+
     def close(self) -> None:
         """Closes the collector's simulators."""
         self.collector.close()

@@ -35,6 +35,14 @@ class Collection(abc.ABC):
         """The batch the step takes for ``episodes`` (leading task axis) when it adapts
         with ``steps`` inner steps (``None``: the learner's adapter's own)."""
 
+    @property
+    def depends_on_steps(self) -> bool:
+        """Whether the batch depends on ``steps`` (collected with the weights after each
+        inner step: ``True``, the default); ``False`` where one batch serves every
+        number of steps (RL²'s trials, whose adaptation is a hidden state), so that
+        :func:`metalearn.evaluate` collects each batch once for all its counts."""
+        return True
+
     def close(self) -> None:
         """Releases what the collection holds (simulators, processes)."""
 

@@ -53,7 +53,9 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     its own. A sampler whose batches are made outside the step
     (:meth:`~metalearn.tasks.TaskSampler.collection`: a Python environment) has every
     batch collected for each number of inner steps, with the learner's weights, and
-    each count traced and run on its own.
+    each count traced and run on its own, unless the collection's batches do not
+    depend on the count (:attr:`~metalearn.tasks.Collection.depends_on_steps`: RL²'s
+    trials): then each batch is collected once and every count measured on it.
 
     Returns:
       ``{"num_tasks", "split", "seed", "tasks" (:func:`task_description`: the sampler,
@@ -97,7 +99,8 @@ def evaluate(learner: Learner, sampler: TaskSampler, num_tasks: int = 600,
     counts = list(dict.fromkeys(inner_steps))
     # one pass over the batches for every count, or one per count where a batch is
     # collected with the weights after each
-    passes = [counts] if collection is None else [[steps] for steps in counts]
+    passes = [counts] if collection is None or not collection.depends_on_steps \
+        else [[steps] for steps in counts]
     progress.total = batches * (1 + len(passes))
     per_task: Dict[int, Dict[str, list]] = {steps: {} for steps in counts}
     try:

@@ -271,3 +271,25 @@ def test_the_metaworld_rl2_config_trains_and_evaluates_through_the_entry_points(
     json.dumps(report)
     with pytest.raises(TypeError, match="MetaWorldAgent .* RecurrentPolicyLearner"):
         MetaWorldAgent(experiment.learner)
+
+
+def test_evaluation_collects_each_trial_once_for_every_count(monkeypatch):
+    """RL²'s trials do not depend on the count evaluated (episode ``k + 1`` of one
+    trial): ``metalearn.evaluate`` collects each batch once for ``inner_steps = (0,
+    1)`` (``Collection.depends_on_steps``) and gives the figures of evaluating each
+    count on its own."""
+    from metalearn.training import evaluate
+    _, python = _learners()
+    calls = []
+    collect_trials = GymCollector.collect_trials
+    monkeypatch.setattr(GymCollector, "collect_trials", lambda self, *a, **k: (
+        calls.append(1), collect_trials(self, *a, **k))[1])
+    monkeypatch.setattr(PythonPoint, "collection", lambda self, learner: GymCollection(
+        learner, GymCollector(self, rollouts=ROLLOUTS)))
+    both = evaluate(python, PythonPoint(), num_tasks=2, batch_size=2, inner_steps=(0, 1))
+    assert len(calls) == 2  # one trial set per task, not one per task and count
+    for steps in (0, 1):
+        alone = evaluate(python, PythonPoint(), num_tasks=2, batch_size=2,
+                         inner_steps=(steps,))
+        assert alone["per_task"][str(steps)] == both["per_task"][str(steps)], steps
+    assert both["per_task"]["0"]["return"] != both["per_task"]["1"]["return"]
